@@ -1,0 +1,56 @@
+# The workbook's commands. `make lab` and `make test` do all set-up themselves on a fresh machine.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8888
+# torch: a CPU build where there is no NVIDIA driver (never pull several GB of CUDA wheels onto a CPU machine).
+TORCH ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help
+
+help:
+	@echo "make lab          set up .venv and start JupyterLab on course/"
+	@echo "make test         set up .venv and run the whole CPU test suite (what CI runs)"
+	@echo "make test-gpu     run the GPU-marked tests (on a CUDA machine)"
+	@echo "make course       regenerate course/ from solutions/"
+	@echo "make grade-demo   build, collect, grade and report a demo class"
+	@echo "make bench T=...  validate then time one topic's ladder"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@if $(BIN)/python -c "import torch" 2>/dev/null; then :; \
+	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(BIN)/python -m pip install -q "$(TORCH)"; \
+	else \
+	  $(BIN)/python -m pip install -q "$(TORCH)" --extra-index-url $(TORCH_CPU_INDEX) 2>/dev/null \
+	    || $(BIN)/python -m pip install -q "$(TORCH)"; \
+	  $(BIN)/python -c "import torch,sys; sys.exit(torch.version.cuda is not None and not torch.cuda.is_available())" \
+	    || echo "note: this torch is a CUDA build on a machine with no GPU; kernels will run in the interpreter"; \
+	fi
+	@$(BIN)/python -m pip install -q -e ".[course,test]"
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	@$(BIN)/python -m kernels
+	@$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=course $(LAB_ARGS)
+
+test: $(STAMP)
+	@$(BIN)/python -m kernels
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu
+
+bench: $(STAMP)
+	$(BIN)/python -m kernels.bench $(T)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,3 @@
+from . import describe
+
+print(describe())

@@ -1,0 +1,253 @@
+"""Validate-then-time ladder benchmarks: ``python -m kernels.bench <topic> [--quick] [--out DIR]``.
+
+Each topic package has a ``bench`` module defining ``problems(quick: bool) -> list[Problem]`` and
+``versions() -> list[Version]``. For every problem size the runner first measures the two ceilings on this
+machine (device copy bandwidth; dense matmul rate for the problem's dtype), then, for each version, checks the
+result against the float64 oracle on fresh inputs and only then times it: ``triton.testing.do_bench`` medians
+after warm-up, rotating among input sets larger than L2. A wrong result is reported as WRONG and never timed.
+It prints a table and writes JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import itertools
+import json
+import math
+import pathlib
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .device import DEVICE, MODE, ON_GPU, describe
+from .testing import rel_error
+
+__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "run", "main"]
+
+_L2_BYTES = 60 * 2**20
+
+
+@dataclass
+class Problem:
+    """One size of a topic's problem."""
+
+    label: str
+    make_inputs: Callable[[int], dict]  # seed -> keyword arguments for every version
+    reference: Callable[..., torch.Tensor]  # float64 oracle, same keyword arguments
+    bytes: int  # fewest bytes any version must move through HBM
+    flops: int  # arithmetic the algorithm needs
+    tol: float  # relative-error tolerance
+    params: dict = field(default_factory=dict)
+    dtype: torch.dtype = torch.float16  # for the matmul-rate ceiling
+    validate: bool = True  # False where the oracle is too big to run (the caller checks a smaller size)
+
+
+@dataclass
+class Version:
+    """One rung of the ladder: ``fn(**inputs) -> output``; ``skip(problem)`` returns a reason or None."""
+
+    name: str
+    fn: Callable[..., torch.Tensor]
+    skip: Callable[[Problem], str | None] = lambda p: None
+    output: Callable[[object], torch.Tensor] = lambda r: r
+
+
+def _sync():
+    if ON_GPU:
+        torch.cuda.synchronize()
+
+
+def time_ms(fn: Callable[[], object], *, warmup: int = 25, rep: int = 100) -> float:
+    """Median milliseconds of ``fn()`` (CUDA events through ``do_bench`` on a GPU, wall clock otherwise)."""
+    if ON_GPU:
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    import time
+
+    fn()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[1]
+
+
+def copy_bandwidth(nbytes: int | None = None) -> float:
+    """Measured device-to-device copy bandwidth in bytes/s (bytes read plus bytes written)."""
+    nbytes = nbytes or (2 * 2**30 if ON_GPU else 64 * 2**20)
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=DEVICE).normal_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def matmul_rate(dtype=torch.bfloat16) -> float:
+    """Measured dense matmul rate in FLOP/s for ``dtype`` (8192^3 on a GPU, small on the CPU)."""
+    n = 8192 if ON_GPU else 512
+    dt = dtype if ON_GPU else torch.float32
+    a = torch.randn(n, n, device=DEVICE).to(dt)
+    b = torch.randn(n, n, device=DEVICE).to(dt)
+    ms = time_ms(lambda: a @ b)
+    return 2 * n**3 / (ms * 1e-3)
+
+
+def _rotating(version: Version, problem: Problem, first: dict) -> Callable[[], object]:
+    """A closure cycling through input sets whose total size exceeds twice the L2 (GPU only)."""
+    size = sum(t.numel() * t.element_size() for t in first.values() if isinstance(t, torch.Tensor))
+    sets = [first]
+    if ON_GPU and size < 2 * _L2_BYTES:
+        n = min(8, math.ceil(2 * _L2_BYTES / max(size, 1)))
+        sets += [problem.make_inputs(1000 + i) for i in range(n - 1)]
+    cyc = itertools.cycle(sets)
+    return lambda: version.fn(**next(cyc))
+
+
+def _env() -> dict:
+    import triton
+
+    env = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "mode": MODE,
+        "where": describe(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+    }
+    if ON_GPU:
+        env["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                           capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            env["driver"] = "unknown"
+    return env
+
+
+def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None) -> dict:
+    """Benchmark one topic; return (and write) the results."""
+    mod = importlib.import_module(f"kernels.{topic}.bench")
+    problems: list[Problem] = mod.problems(quick)
+    versions: list[Version] = [v for v in mod.versions() if not only or v.name in only]
+    bw = copy_bandwidth()
+    rates: dict[torch.dtype, float] = {}
+    rows = []
+    for p in problems:
+        if p.dtype not in rates:
+            rates[p.dtype] = matmul_rate(p.dtype)
+        floor_hbm = p.bytes / bw * 1e3
+        floor_flop = p.flops / rates[p.dtype] * 1e3
+        row = {"problem": p.label, **p.params, "bytes": p.bytes, "flops": p.flops,
+               "hbm_floor_ms": floor_hbm, "flop_floor_ms": floor_flop, "versions": {}}
+        inputs = p.make_inputs(0)
+        ref = p.reference(**inputs) if p.validate else None
+        for v in versions:
+            reason = v.skip(p)
+            if reason:
+                row["versions"][v.name] = {"status": "skipped", "reason": reason}
+                continue
+            entry: dict = {}
+            try:
+                result = v.output(v.fn(**inputs))
+                _sync()
+                if ref is not None:
+                    err = rel_error(result, ref)
+                    entry["rel_error"] = err
+                    if not err <= p.tol:
+                        row["versions"][v.name] = {"status": "WRONG", **entry}
+                        continue
+                del result
+                if ON_GPU:
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
+                ms = time_ms(_rotating(v, p, inputs))
+                entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
+                             gbps=p.bytes / (ms * 1e-3) / 1e9)
+                if ON_GPU:
+                    entry["extra_peak_bytes"] = torch.cuda.max_memory_allocated() - base
+            except torch.cuda.OutOfMemoryError:
+                entry = {"status": "skipped", "reason": "out of memory"}
+            row["versions"][v.name] = entry
+            _sync()
+        rows.append(row)
+        del inputs, ref
+        if ON_GPU:
+            torch.cuda.empty_cache()
+    result = {"topic": topic, "env": _env(), "copy_bandwidth_Bps": bw,
+              "matmul_rate_flops": {str(k): v for k, v in rates.items()}, "rows": rows}
+    out = out or pathlib.Path("bench-results")
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{topic}-{MODE}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    _plot(result, stem.with_suffix(".png"))
+    print(format_table(result))
+    return result
+
+
+def format_table(result: dict) -> str:
+    """A fixed-width table: one row per problem, one column per version (ms, or why not)."""
+    rows = result["rows"]
+    names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
+    head = ["problem", "HBM floor", "FLOP floor"] + names
+    lines = []
+    for r in rows:
+        cells = [r["problem"], f"{r['hbm_floor_ms']:.3f}", f"{r['flop_floor_ms']:.3f}"]
+        for n in names:
+            e = r["versions"].get(n, {"status": "-"})
+            if e["status"] == "ok":
+                cells.append(f"{e['ms']:.3f} ({e['x_floor']:.1f}x)")
+            else:
+                cells.append(e["status"])
+        lines.append(cells)
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    bw = result["copy_bandwidth_Bps"] / 1e12
+    title = (f"{result['topic']} — median ms (x the larger floor); {result['env']['where']}; "
+             f"copy {bw:.2f} TB/s")
+    return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines])
+
+
+def _plot(result: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    labels = [r["problem"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
+    for n in names:
+        ys = [r["versions"].get(n, {}).get("ms", float("nan")) for r in rows]
+        ax.plot(labels, ys, marker="o", label=n)
+    ax.plot(labels, [max(r["hbm_floor_ms"], r["flop_floor_ms"]) for r in rows], "k--", label="floor")
+    ax.set_yscale("log")
+    ax.set_ylabel("median ms")
+    ax.set_title(f"{result['topic']} ({result['env']['mode']})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("topic", help="memory, recurrent, matmul or linear_attention")
+    ap.add_argument("--quick", action="store_true", help="fewer, smaller sizes")
+    ap.add_argument("--only", nargs="*", help="version names to run")
+    ap.add_argument("--out", type=pathlib.Path, default=None, help="folder for JSON and PNG (bench-results/)")
+    args = ap.parse_args(argv)
+    run(args.topic, quick=args.quick, out=args.out, only=args.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

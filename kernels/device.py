@@ -1,0 +1,99 @@
+"""Where the workbook's kernels run, decided once.
+
+With CUDA present, kernels run on the GPU. Without it, ``TRITON_INTERPRET=1`` is set before any kernel is
+decorated, so every ``@triton.jit`` function (the package's and the learner's own) runs in Triton's interpreter
+on CPU tensors, and :func:`sizes` hands out shapes small enough for that to finish in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = [
+    "DEVICE",
+    "INTERPRET",
+    "ON_GPU",
+    "MODE",
+    "describe",
+    "sizes",
+    "pick",
+    "upcast_for_dot",
+]
+
+
+def _decide() -> tuple[bool, bool]:
+    env = os.environ.get("TRITON_INTERPRET", "").strip().lower()
+    forced = env in ("1", "true", "yes", "on")
+    cuda = torch.cuda.is_available()
+    if not cuda and not forced:
+        os.environ["TRITON_INTERPRET"] = "1"
+        forced = True
+    return cuda and not forced, forced
+
+
+ON_GPU, INTERPRET = _decide()
+#: Device for every tensor a kernel touches: ``cuda`` on a GPU, ``cpu`` under the interpreter.
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+#: ``"gpu"`` or ``"interpreter"``.
+MODE = "gpu" if ON_GPU else "interpreter"
+
+
+def describe() -> str:
+    """One line saying where kernels run, with versions."""
+    import triton
+
+    if ON_GPU:
+        props = torch.cuda.get_device_properties(0)
+        where = f"GPU: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB"
+    else:
+        where = "no GPU: Triton interpreter on the CPU (TRITON_INTERPRET=1), small sizes"
+    return f"{where} | torch {torch.__version__}, triton {triton.__version__}"
+
+
+# Shapes per topic: small enough for the interpreter on two CPU cores, large enough to fill an H200.
+_SIZES: dict[str, dict[str, dict]] = {
+    "vector_add": {
+        "interpreter": dict(n=1000),
+        "gpu": dict(n=2**26 + 17),
+    },
+    "memory": {
+        "interpreter": dict(n=10_000, stride=4, reuse=4),
+        "gpu": dict(n=2**28 + 17, stride=8, reuse=8),
+    },
+    "recurrent": {
+        "interpreter": dict(B=1, H=2, T=37, K=16, V=16),
+        "gpu": dict(B=4, H=16, T=2048, K=64, V=64),
+    },
+    "matmul": {
+        "interpreter": dict(M=45, N=37, K=70),
+        "gpu": dict(M=4096 + 3, N=4096 + 5, K=4096 + 7),
+    },
+    "linear_attention": {
+        "interpreter": dict(B=1, H=2, T=100, K=32, V=32),
+        "gpu": dict(B=4, H=16, T=4096, K=128, V=128),
+    },
+}
+
+
+def sizes(topic: str) -> dict:
+    """The default shapes for ``topic`` in the current mode (a fresh dict each call)."""
+    try:
+        return dict(_SIZES[topic][MODE])
+    except KeyError:
+        raise KeyError(f"no sizes for topic {topic!r}; known: {sorted(_SIZES)}") from None
+
+
+def pick(*, cpu, gpu):
+    """``gpu`` on a GPU, ``cpu`` under the interpreter."""
+    return gpu if ON_GPU else cpu
+
+
+def upcast_for_dot(dtype: torch.dtype) -> bool:
+    """Whether a kernel must upcast its tiles to fp32 before ``tl.dot``.
+
+    Triton's interpreter computes bf16 ``tl.dot`` wrongly (relative error ~1e9, triton 3.6 and 3.9), while
+    fp16 and fp32 dots and bf16 loads and stores are right. Kernels take this as a constexpr.
+    """
+    return INTERPRET and dtype == torch.bfloat16

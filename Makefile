@@ -21,22 +21,30 @@ help:
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(BIN)/python -m pip install -q --upgrade pip
 	@if $(BIN)/python -c "import torch" 2>/dev/null; then :; \
 	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(BIN)/python -m pip install -q "$(TORCH)"; \
 	else \
-	  $(BIN)/python -m pip install -q "$(TORCH)" --extra-index-url $(TORCH_CPU_INDEX) 2>/dev/null \
-	    || $(BIN)/python -m pip install -q "$(TORCH)"; \
-	  $(BIN)/python -c "import torch,sys; sys.exit(torch.version.cuda is not None and not torch.cuda.is_available())" \
-	    || echo "note: this torch is a CUDA build on a machine with no GPU; kernels will run in the interpreter"; \
+	  rm -rf $(VENV)/.torch; \
+	  if $(BIN)/python -m pip download -q --no-deps --no-index -d $(VENV)/.torch "$(TORCH)" 2>/dev/null; then \
+	    $(BIN)/python -m pip install -q $(VENV)/.torch/*.whl; \
+	  else \
+	    $(BIN)/python -m pip install -q "$(TORCH)" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
+	  fi; \
+	  rm -rf $(VENV)/.torch; \
 	fi
 	@$(BIN)/python -m pip install -q -e ".[course,test]"
 	@touch $(STAMP)
 
 lab: $(STAMP)
 	@$(BIN)/python -m kernels
-	@$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=course $(LAB_ARGS)
+	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
+	  echo "CUDA found: kernels run on the GPU"; \
+	else \
+	  echo "No CUDA: TRITON_INTERPRET=1 is set for the notebook kernel, kernels run in Triton's interpreter on the CPU"; \
+	  export TRITON_INTERPRET=1; \
+	fi; \
+	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=course $(LAB_ARGS)
 
 test: $(STAMP)
 	@$(BIN)/python -m kernels

@@ -1,0 +1,54 @@
+"""Execute every solution notebook top to bottom on this machine and record the run time of each.
+
+Writes results/gpu/notebooks.json (date, GPU, versions, seconds and status per notebook). Used on the GPU
+machine; runs anywhere (on a CPU machine it records interpreter times).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import sys
+import time
+import traceback
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    import jupytext
+    import nbclient
+    import torch
+    import triton
+
+    import kernels
+
+    rows = []
+    for src in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.py")):
+        nb = jupytext.read(src)
+        t0 = time.perf_counter()
+        try:
+            nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                    resources={"metadata": {"path": str(ROOT / "solutions")}}).execute()
+            status, error = "ok", None
+        except Exception as e:  # noqa: BLE001 - record any failure and go on to the next notebook
+            status, error = "failed", "".join(traceback.format_exception_only(type(e), e))[-2000:]
+        secs = time.perf_counter() - t0
+        rows.append({"notebook": src.stem, "status": status, "seconds": round(secs, 1), "error": error})
+        print(f"{src.stem:32s} {status:7s} {secs:7.1f} s", flush=True)
+    record = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "where": kernels.describe(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "notebooks": rows,
+    }
+    out = ROOT / "results" / ("gpu" if kernels.ON_GPU else "cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "notebooks.json").write_text(json.dumps(record, indent=1) + "\n")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

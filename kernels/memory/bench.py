@@ -1,0 +1,84 @@
+"""Memory-hierarchy benchmark for ``python -m kernels.bench memory``.
+
+One problem per access pattern and parameter; the ``triton`` column runs this topic's kernel for that pattern,
+``torch`` the nearest torch operation where one exists. ``x floor`` is time over ``bytes_moved / copy bandwidth``;
+the JSON also holds each row's useful or requested bytes, so GB/s can be read against the measured copy.
+"""
+
+import torch
+
+from ..bench import Problem, Version
+from ..device import ON_GPU, sizes
+from ..testing import randn, tolerance
+from . import copy, l2_reread, sram_reuse, strided
+from .reference import reference_memory
+
+__all__ = ["problems", "versions", "run_pattern"]
+
+_KERNELS = {
+    "copy": lambda x: copy.copy_memory(x),
+    "strided": lambda x, stride: strided.strided_memory(x, stride=stride),
+    "l2_reread": lambda x, reuse, shift: l2_reread.l2_reread_memory(x, reuse=reuse, shift=shift),
+    "sram_reuse": lambda x, reuse: sram_reuse.sram_reuse_memory(x, reuse=reuse),
+}
+
+_TORCH = {
+    "copy": lambda x: x.clone(),
+    "strided": lambda x, stride: x[::stride].clone(),
+}
+
+
+def run_pattern(pattern: str, x: torch.Tensor, **params) -> torch.Tensor:
+    """This topic's kernel for ``pattern``."""
+    return _KERNELS[pattern](x, **params)
+
+
+def _problem(pattern: str, n: int, dtype=torch.float32, **params) -> Problem:
+    size = dtype.itemsize
+    if pattern == "copy":
+        moved, used, flop = copy.bytes_moved(n, size), copy.bytes_moved(n, size), 0
+    elif pattern == "strided":
+        moved = strided.bytes_moved(n, params["stride"], size)
+        used, flop = strided.useful_bytes(n, params["stride"], size), 0
+    elif pattern == "l2_reread":
+        params["shift"] = l2_reread.shift_for(n, params["reuse"], 2048)
+        moved = l2_reread.bytes_moved(n, size, reuse=params["reuse"], l2_bytes=l2_reread.l2_bytes())
+        used, flop = l2_reread.bytes_read(n, params["reuse"], size), params["reuse"] * n
+    else:
+        moved, used = sram_reuse.bytes_moved(n, size), sram_reuse.bytes_moved(n, size)
+        flop = sram_reuse.flops(n, params["reuse"])
+
+    def make(seed):
+        return dict(pattern=pattern, x=randn(n, dtype=dtype, seed=seed), **params)
+
+    label = " ".join([pattern, f"n={n}", str(dtype)[6:]] + [f"{k}={v}" for k, v in params.items() if k != "shift"])
+    return Problem(label=label, make_inputs=make, reference=reference_memory, bytes=moved, flops=flop,
+                   tol=tolerance(dtype), params=dict(pattern=pattern, n=n, dtype=str(dtype), useful_bytes=used,
+                                                     **params), dtype=dtype)
+
+
+def problems(quick: bool) -> list[Problem]:
+    s = sizes("memory")
+    n, stride, reuse = s["n"], s["stride"], s["reuse"]
+    if not ON_GPU or quick:
+        w = n if not ON_GPU else 2**21 + 17
+        return [_problem("copy", n), _problem("strided", n, stride=stride), _problem("l2_reread", w, reuse=reuse),
+                _problem("sram_reuse", n, reuse=reuse)]
+    fits = 2**21 + 17  # 8 MiB of fp32 in, 8 MiB out: resident in the H200's L2
+    spills = 2**26 + 17  # 256 MiB in: every sweep comes from HBM
+    return ([_problem("copy", n), _problem("copy", n, torch.bfloat16)]
+            + [_problem("strided", n, stride=s) for s in (2, stride, 32)]
+            + [_problem("l2_reread", fits, reuse=r) for r in (1, reuse, 32)]
+            + [_problem("l2_reread", spills, reuse=reuse)]
+            + [_problem("sram_reuse", n, reuse=r) for r in (1, 16, 64, 256)])
+
+
+def _torch_skip(p: Problem) -> str | None:
+    return None if p.params["pattern"] in _TORCH else "no single torch op"
+
+
+def versions() -> list[Version]:
+    return [
+        Version("triton", run_pattern),
+        Version("torch", lambda pattern, x, **params: _TORCH[pattern](x, **params), skip=_torch_skip),
+    ]

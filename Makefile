@@ -57,6 +57,14 @@ test-gpu: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench $(T)
 
+# L=NN builds one lesson; course-check changes nothing and fails if course/ differs from what solutions/ builds.
+.PHONY: course-check
+course: $(STAMP)
+	$(BIN)/python -m kernels.course $(L)
+
+course-check: $(STAMP)
+	$(BIN)/python -m kernels.course --check $(L)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 

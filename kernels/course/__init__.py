@@ -1,0 +1,37 @@
+"""The course build: ``solutions/NN_topic.py`` → nbgrader source → ``nbgrader generate_assignment`` → ``course/``.
+
+``solutions/`` holds the single source of every lesson, in jupytext's percent format with nbgrader's cell metadata
+in each cell header. :func:`build` turns them into the student notebooks in ``course/``; ``build(check=True)``
+rebuilds them in a temporary folder and raises :class:`OutOfSync` if ``course/`` differs. The command line is
+``python -m kernels.course [--check] [LESSON ...]`` (``make course``).
+"""
+
+from .build import (
+    COURSE,
+    GRADER,
+    LESSONS,
+    ROOT,
+    SOLUTIONS,
+    CourseError,
+    OutOfSync,
+    build,
+    graded_cells,
+    lesson_ids,
+    solution_notebook,
+    student_notebook,
+)
+
+__all__ = [
+    "COURSE",
+    "GRADER",
+    "LESSONS",
+    "ROOT",
+    "SOLUTIONS",
+    "CourseError",
+    "OutOfSync",
+    "build",
+    "graded_cells",
+    "lesson_ids",
+    "solution_notebook",
+    "student_notebook",
+]

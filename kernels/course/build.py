@@ -1,0 +1,298 @@
+"""Lesson sources to student notebooks, and the rules every lesson source follows.
+
+A lesson is ``solutions/<id>.py`` (jupytext percent format). Every cell header carries nbgrader's metadata, e.g.
+``# %% nbgrader={"grade": false, "grade_id": "add_kernel", "locked": false, "schema_version": 3,
+"solution": true}``; the ``grade_id`` doubles as the notebook cell id, so ids are stable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+
+__all__ = [
+    "ROOT",
+    "SOLUTIONS",
+    "COURSE",
+    "GRADER",
+    "LESSONS",
+    "KERNELSPEC",
+    "CourseError",
+    "OutOfSync",
+    "lesson_ids",
+    "solution_notebook",
+    "student_notebook",
+    "graded_cells",
+    "build",
+]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "solutions"
+COURSE = ROOT / "course"
+GRADER = ROOT / "grader"
+
+#: The lessons in order; id = file stem = nbgrader assignment id = notebook name.
+LESSONS = (
+    "00_setup",
+    "01_memory_hierarchy",
+    "02_naive_hbm_loops",
+    "03_tiled_sram",
+    "04_chunked_linear_attention",
+    "05_ptx_export_rust",
+)
+
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CHECK = re.compile(r"""^check\(\s*["'](?P<id>[^"']+)["']\s*,.*\)$""")
+_HIDDEN = re.compile(r"\bhidden\s*=\s*True\b")
+_JUPYTEXT_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker", "title", "region_name")
+_BEGIN_SOLUTION, _END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+_BEGIN_HIDDEN, _END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+class CourseError(ValueError):
+    """A lesson source breaks one of the course's rules; the message names the lesson and the cell."""
+
+
+class OutOfSync(AssertionError):
+    """``course/`` differs from what ``solutions/`` builds; run ``make course``."""
+
+
+def lesson_ids(lessons: Iterable[str] | str | None = None) -> list[str]:
+    """Resolve lesson ids (``"00_setup"``, or the number ``"00"``); ``None``: every lesson in ``solutions/``."""
+    present = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.py"))
+    if lessons is None:
+        return present
+    if isinstance(lessons, str):
+        lessons = [lessons]
+    out = []
+    for name in lessons:
+        name = pathlib.Path(name).stem
+        hits = [p for p in present if p == name or p.split("_", 1)[0] == name]
+        if len(hits) != 1:
+            raise CourseError(f"no lesson {name!r} in {SOLUTIONS}; present: {', '.join(present) or 'none'}")
+        out.append(hits[0])
+    return list(dict.fromkeys(out))
+
+
+def _fail(lesson: str, cell, why: str):
+    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "?") if cell is not None else "-"
+    first = cell.source.strip().splitlines()[0][:60] if cell is not None and cell.source.strip() else ""
+    raise CourseError(f"{lesson}: cell {gid!r} ({first!r}): {why}")
+
+
+def _check_test_cell(lesson: str, cell) -> None:
+    lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip()]
+    visible = hidden = 0
+    inside = False
+    for ln in lines:
+        if ln == _BEGIN_HIDDEN:
+            inside = True
+            continue
+        if ln == _END_HIDDEN:
+            inside = False
+            continue
+        m = _CHECK.match(ln)
+        if not m:
+            _fail(lesson, cell, f"a graded cell holds only one-line check(...) calls; found {ln!r}")
+        if not m["id"].startswith(lesson + "."):
+            _fail(lesson, cell, f"check id {m['id']!r} must start with the lesson id {lesson + '.'!r}")
+        is_hidden = bool(_HIDDEN.search(ln))
+        if is_hidden != inside:
+            _fail(lesson, cell, "hidden=True checks go inside the hidden-tests block, visible ones outside it")
+        hidden += is_hidden
+        visible += not is_hidden
+    if inside:
+        _fail(lesson, cell, f"{_BEGIN_HIDDEN} without {_END_HIDDEN}")
+    if not visible and not hidden:
+        _fail(lesson, cell, "a graded cell needs at least one check(...)")
+
+
+def _validate(lesson: str, nb) -> None:
+    seen: set[str] = set()
+    first_code = True
+    widgets = graded = 0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader")
+        if not isinstance(meta, dict):
+            _fail(lesson, cell, "every cell header needs nbgrader metadata (with a grade_id)")
+        if meta.get("schema_version") != 3:
+            _fail(lesson, cell, "nbgrader schema_version must be 3")
+        for key in ("grade", "locked", "solution"):
+            if not isinstance(meta.get(key), bool):
+                _fail(lesson, cell, f"nbgrader metadata needs {key!r}: true or false")
+        gid = meta.get("grade_id")
+        if not isinstance(gid, str) or not _ID.match(gid):
+            _fail(lesson, cell, "grade_id must be 1-64 letters, digits, '_' or '-'")
+        if gid in seen:
+            _fail(lesson, cell, f"duplicate grade_id {gid!r}")
+        seen.add(gid)
+        if meta.get("task", False):
+            _fail(lesson, cell, "task cells are graded by hand; every exercise here is graded by a check")
+        src = cell.source
+        has_solution = _BEGIN_SOLUTION in src or _END_SOLUTION in src
+        has_hidden = _BEGIN_HIDDEN in src or _END_HIDDEN in src
+        if cell.cell_type == "markdown":
+            if meta["solution"] or meta["grade"]:
+                _fail(lesson, cell, "written answers cannot be autograded: make the exercise a function or kernel")
+            if not meta["locked"]:
+                _fail(lesson, cell, "markdown cells are locked (\"locked\": true)")
+        elif cell.cell_type == "code":
+            if first_code:
+                first_code = False
+                if not src.lstrip().startswith("import kernels") or "kernels.describe()" not in src:
+                    _fail(lesson, cell, "the first code cell starts with `import kernels` and prints "
+                                        "kernels.describe()")
+            if meta["solution"]:
+                if meta["grade"]:
+                    _fail(lesson, cell, "a solution cell is not graded itself; grade it from a check cell")
+                if src.count(_BEGIN_SOLUTION) < 1 or src.count(_BEGIN_SOLUTION) != src.count(_END_SOLUTION):
+                    _fail(lesson, cell, f"a solution cell wraps its answer in {_BEGIN_SOLUTION} / {_END_SOLUTION}")
+            elif has_solution:
+                _fail(lesson, cell, "solution delimiters outside a solution cell (\"solution\": true)")
+            if meta["grade"]:
+                graded += 1
+                if not meta["locked"]:
+                    _fail(lesson, cell, "graded cells are locked")
+                if not isinstance(meta.get("points"), (int, float)) or meta["points"] <= 0:
+                    _fail(lesson, cell, "graded cells carry points > 0")
+                _check_test_cell(lesson, cell)
+            elif has_hidden:
+                _fail(lesson, cell, "hidden-test delimiters outside a graded cell")
+            if "widget" in cell.metadata.get("tags", []):
+                widgets += 1
+                if not meta["locked"]:
+                    _fail(lesson, cell, "widget cells are locked")
+        else:
+            _fail(lesson, cell, f"unsupported cell type {cell.cell_type!r}")
+    if first_code:
+        _fail(lesson, None, "no code cells")
+    if not graded:
+        _fail(lesson, None, "no graded check cells")
+    if not widgets:
+        _fail(lesson, None, "no cell tagged 'widget'")
+
+
+def solution_notebook(lesson: str, *, validate: bool = True, source: pathlib.Path | None = None):
+    """The instructor notebook of ``lesson``, read from ``solutions/<lesson>.py`` (or ``source``), normalised
+    (fixed kernelspec, cell id = grade_id, no outputs) and validated against the course's rules."""
+    import jupytext
+    import nbformat
+
+    if source is None:
+        (lesson,) = lesson_ids([lesson])
+        source = SOLUTIONS / f"{lesson}.py"
+    nb = jupytext.read(source, fmt="py:percent")
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}})
+    for cell in nb.cells:
+        for key in _JUPYTEXT_KEYS:
+            cell.metadata.pop(key, None)
+        cell.source = cell.source.strip("\n")
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if isinstance(gid, str) and _ID.match(gid):
+            cell.id = gid
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    if validate:
+        _validate(lesson, nb)
+    return nb
+
+
+def student_notebook(lesson: str, course: pathlib.Path = COURSE):
+    """The committed student notebook ``course/<lesson>.ipynb``."""
+    import nbformat
+
+    return nbformat.read(course / f"{lesson}.ipynb", as_version=4)
+
+
+def graded_cells(nb) -> list[str]:
+    """The grade_ids of the notebook's autograded check cells, in order."""
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def _release(ids: list[str], grader: pathlib.Path, course: pathlib.Path, *, config: pathlib.Path | None,
+             db: str | None, quiet: bool) -> dict[str, pathlib.Path]:
+    import nbformat
+
+    for lesson in ids:
+        path = grader / "source" / lesson / f"{lesson}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(solution_notebook(lesson), path)
+    cmd = [sys.executable, "-m", "kernels.course._nbgrader", "--root", str(grader)]
+    if config is not None and config.exists():
+        cmd += ["--config", str(config)]
+    if db:
+        cmd += ["--db", db]
+    # nbgrader runs the `alembic` script of its environment: put that environment's bin/ on PATH.
+    path = os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")])
+    pypath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PATH=path, PYTHONPATH=pypath)
+    proc = subprocess.run(cmd + ids, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise CourseError(f"nbgrader generate_assignment failed:\n{proc.stdout}\n{proc.stderr}")
+    released = json.loads(proc.stdout.strip().splitlines()[-1])
+    course.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for lesson in ids:
+        dst = course / f"{lesson}.ipynb"
+        shutil.copyfile(released[lesson], dst)
+        out[lesson] = dst
+        if not quiet:
+            print(f"{lesson}: solutions/{lesson}.py -> {dst.relative_to(course.parent)}")
+    return out
+
+
+def _diff(lesson: str, want: pathlib.Path, have: pathlib.Path) -> str:
+    if not have.exists():
+        return f"{lesson}: course/{have.name} is missing"
+    a, b = have.read_text().splitlines(), want.read_text().splitlines()
+    if a == b:
+        return ""
+    lines = list(difflib.unified_diff(a, b, f"course/{have.name} (committed)", f"{have.name} (built)", lineterm=""))
+    more = f"\n... {len(lines) - 40} more diff lines" if len(lines) > 40 else ""
+    return "\n".join(lines[:40]) + more
+
+
+def build(lessons: Iterable[str] | str | None = None, check: bool = False, *, grader: pathlib.Path = GRADER,
+          course: pathlib.Path = COURSE, quiet: bool = False) -> dict[str, pathlib.Path]:
+    """Build the student notebooks of ``lessons`` (default: all) from ``solutions/``; return their paths.
+
+    Writes ``<grader>/source/<id>/<id>.ipynb``, runs ``nbgrader generate_assignment`` in the nbgrader course
+    folder ``grader`` (with its ``nbgrader_config.py`` if present) and copies ``release/<id>/<id>.ipynb`` to
+    ``course/<id>.ipynb``. When building every lesson, notebooks in ``course/`` without a source are removed.
+
+    ``check=True`` changes nothing: it builds into a temporary folder with the same nbgrader configuration and
+    raises :class:`OutOfSync` (with a diff) if ``course/`` is not exactly what ``solutions/`` builds.
+    """
+    ids = lesson_ids(lessons)
+    if not ids:
+        raise CourseError(f"no lessons in {SOLUTIONS}")
+    config = grader / "nbgrader_config.py"
+    stale = sorted(p for p in course.glob("[0-9][0-9]_*.ipynb") if p.stem not in ids) if lessons is None else []
+    if not check:
+        built = _release(ids, grader, course, config=config, db=None, quiet=quiet)
+        for p in stale:
+            p.unlink()
+            if not quiet:
+                print(f"removed {p.relative_to(course.parent)} (no solutions/{p.stem}.py)")
+        return built
+    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
+        tmp = pathlib.Path(tmp)
+        built = _release(ids, tmp / "grader", tmp / "course", config=config,
+                         db=f"sqlite:///{tmp / 'grader' / 'gradebook.db'}", quiet=True)
+        problems = [d for lesson, p in built.items() if (d := _diff(lesson, p, course / p.name))]
+    problems += [f"course/{p.name} has no solutions/{p.stem}.py" for p in stale]
+    if problems:
+        raise OutOfSync("course/ is out of sync with solutions/ (run `make course`):\n" + "\n".join(problems))
+    return {lesson: course / f"{lesson}.ipynb" for lesson in ids}

@@ -1,0 +1,90 @@
+"""Execute lesson notebooks top to bottom and judge their graded cells.
+
+The solution notebook must run without an error anywhere; the untouched student copy must fail every graded
+cell while the setup, widget and prose cells still run (widgets fall back to the package's reference kernels).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from .build import COURSE, graded_cells, solution_notebook, student_notebook
+
+__all__ = ["Executed", "execute", "run_lesson", "problems"]
+
+
+@dataclass
+class Executed:
+    """One notebook run: the executed notebook, its wall time and the error of each failing cell."""
+
+    lesson: str
+    copy: str  # "solution" or "student"
+    nb: object
+    seconds: float
+    errors: dict[str, str] = field(default_factory=dict)  # cell id -> "Name: message"
+
+    def failed(self, cell_id: str) -> bool:
+        return cell_id in self.errors
+
+
+def _errors(nb) -> dict[str, str]:
+    out = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                out[cell.get("id") or f"cell{i}"] = f"{o.get('ename')}: {o.get('evalue')}"[:2000]
+                break
+    return out
+
+
+def execute(nb, *, lesson: str, copy: str, cwd: pathlib.Path | None = None, cell_timeout: int = 600) -> Executed:
+    """Run every cell of ``nb`` in a fresh ``python3`` kernel (errors do not stop the run)."""
+    from nbclient import NotebookClient
+
+    with tempfile.TemporaryDirectory(prefix=f"{lesson}-") as tmp:
+        where = str(cwd or tmp)
+        client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": where}})
+        t0 = time.perf_counter()
+        client.execute()
+        seconds = time.perf_counter() - t0
+    return Executed(lesson, copy, nb, seconds, _errors(nb))
+
+
+def run_lesson(lesson: str, copy: str = "solution", *, course: pathlib.Path = COURSE) -> Executed:
+    """Execute the solution notebook (from ``solutions/``) or the student copy (from ``course/``)."""
+    if copy == "solution":
+        nb = solution_notebook(lesson)
+    elif copy == "student":
+        nb = student_notebook(lesson, course)
+    else:
+        raise ValueError(f"copy must be 'solution' or 'student', got {copy!r}")
+    return execute(nb, lesson=lesson, copy=copy)
+
+
+def problems(run: Executed) -> list[str]:
+    """What is wrong with one run, as messages (empty: all good)."""
+    graded = graded_cells(run.nb)
+    if run.copy == "solution":
+        return [f"{run.lesson} (solution): cell {cid!r} failed: {err}" for cid, err in run.errors.items()]
+    out = [f"{run.lesson} (student copy): graded cell {cid!r} passed without the learner's work"
+           for cid in graded if not run.failed(cid)]
+    for cell in run.nb.cells:
+        cid = cell.get("id")
+        meta = cell.metadata.get("nbgrader", {})
+        needs_no_solution = "widget" in cell.metadata.get("tags", []) or cid == run.nb.cells[_first_code(run.nb)].id
+        if needs_no_solution and run.failed(cid):
+            out.append(f"{run.lesson} (student copy): cell {cid!r} must run without the learner's solutions: "
+                       f"{run.errors[cid]}")
+        if meta.get("grade") and run.failed(cid) and run.errors[cid].startswith("NameError: name 'check'"):
+            out.append(f"{run.lesson} (student copy): graded cell {cid!r} fails only because `check` is undefined")
+    return out
+
+
+def _first_code(nb) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")

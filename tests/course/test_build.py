@@ -1,0 +1,81 @@
+"""The lesson-source rules the course build enforces, each shown failing on a source that breaks it."""
+
+import pytest
+
+from kernels.course import LESSONS, CourseError, graded_cells, lesson_ids, solution_notebook
+
+MD = '# %% [markdown] nbgrader={{"grade": false, "grade_id": "{gid}", "locked": {locked}, "schema_version": 3, ' \
+     '"solution": false}}\n# {text}\n'
+CODE = '# %% nbgrader={{"grade": false, "grade_id": "{gid}", "locked": true, "schema_version": 3, ' \
+       '"solution": false}}{tags}\n{src}\n'
+SOL = '# %% nbgrader={{"grade": false, "grade_id": "{gid}", "locked": false, "schema_version": 3, ' \
+      '"solution": true}}\n{src}\n'
+TEST = '# %% nbgrader={{"grade": true, "grade_id": "{gid}", "locked": true, "points": {points}, ' \
+       '"schema_version": 3, "solution": false}}\n{src}\n'
+
+SETUP = "import kernels\nfrom kernels.checks import check\n\nprint(kernels.describe())"
+ANSWER = "def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"
+CHECKS = ('check("99_demo.f", f)\n### BEGIN HIDDEN TESTS\ncheck("99_demo.f", f, hidden=True)\n'
+          '### END HIDDEN TESTS')
+
+
+def lesson(*, md_locked="true", setup=SETUP, answer=ANSWER, checks=CHECKS, points=1, widget=True, extra=""):
+    tags = ' tags=["widget"]' if widget else ""
+    return "\n".join([
+        MD.format(gid="title", locked=md_locked, text="# 99 · Demo"),
+        CODE.format(gid="setup", tags="", src=setup),
+        SOL.format(gid="f", src=answer),
+        TEST.format(gid="check_f", points=points, src=checks),
+        CODE.format(gid="view", tags=tags, src="print('picture')"),
+        extra,
+    ])
+
+
+def read(tmp_path, text):
+    path = tmp_path / "99_demo.py"
+    path.write_text(text)
+    return solution_notebook("99_demo", source=path)
+
+
+def test_a_good_source_builds_with_stable_ids(tmp_path):
+    nb = read(tmp_path, lesson())
+    assert [c.id for c in nb.cells] == ["title", "setup", "f", "check_f", "view"]
+    assert graded_cells(nb) == ["check_f"]
+    assert nb.metadata.kernelspec.name == "python3" and "jupytext" not in nb.metadata
+    assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(md_locked="false"), "markdown cells are locked"),
+    (dict(setup="print(1)"), "first code cell starts with `import kernels`"),
+    (dict(answer="def f(x):\n    return x"), "BEGIN SOLUTION"),
+    (dict(checks='check("99_demo.f", f)\nassert f(1) == 1'), "one-line check"),
+    (dict(checks='check("98_other.f", f)'), "must start with the lesson id"),
+    (dict(checks='check("99_demo.f", f, hidden=True)'), "hidden=True checks go inside"),
+    (dict(checks='### BEGIN HIDDEN TESTS\ncheck("99_demo.f", f, hidden=True)'), "without ### END HIDDEN"),
+    (dict(points=0), "points > 0"),
+    (dict(widget=False), "no cell tagged 'widget'"),
+    (dict(extra=CODE.format(gid="title", tags="", src="x = 1")), "duplicate grade_id"),
+    (dict(extra=CODE.format(gid="bad id", tags="", src="x = 1")), "grade_id must be"),
+    (dict(extra="# %%\nx = 1\n"), "needs nbgrader metadata"),
+    (dict(extra=CODE.format(gid="leak", tags="", src="### BEGIN SOLUTION\nx = 1\n### END SOLUTION")),
+     "solution delimiters outside"),
+])
+def test_a_broken_source_is_refused_with_a_reason(tmp_path, kwargs, match):
+    with pytest.raises(CourseError, match=match):
+        read(tmp_path, lesson(**kwargs))
+
+
+def test_lesson_ids_resolve_numbers_and_refuse_unknown_ones():
+    present = lesson_ids()
+    assert set(present) <= set(LESSONS)
+    if present:
+        assert lesson_ids(present[0][:2]) == [present[0]]
+    with pytest.raises(CourseError, match="no lesson"):
+        lesson_ids(["77_nothing"])
+
+
+@pytest.mark.parametrize("name", lesson_ids())
+def test_every_lesson_source_follows_the_rules(name):
+    nb = solution_notebook(name)
+    assert graded_cells(nb)

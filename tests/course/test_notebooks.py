@@ -1,0 +1,33 @@
+"""Every lesson runs top to bottom; its graded cells pass on the solution and fail on the untouched student copy.
+
+Each notebook runs once per copy (cached for the session) in a fresh kernel: in the interpreter here, on the
+GPU where there is one.
+"""
+
+import pytest
+
+from kernels.course import lesson_ids
+from kernels.course.run import problems, run_lesson
+
+_runs: dict = {}
+
+
+def executed(name, copy):
+    if (name, copy) not in _runs:
+        _runs[name, copy] = run_lesson(name, copy)
+    return _runs[name, copy]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", lesson_ids())
+def test_solution_runs_top_to_bottom_and_passes_every_graded_cell(name):
+    run = executed(name, "solution")
+    assert not problems(run), "\n".join(problems(run))
+    print(f"{name}: solution notebook ran in {run.seconds:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", lesson_ids())
+def test_untouched_student_copy_fails_every_graded_cell(name):
+    run = executed(name, "student")
+    assert not problems(run), "\n".join(problems(run))

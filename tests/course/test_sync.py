@@ -1,0 +1,33 @@
+"""course/ is exactly what solutions/ builds, and the student copies give nothing away."""
+
+import pytest
+
+from kernels.course import COURSE, LESSONS, build, graded_cells, lesson_ids, solution_notebook, student_notebook
+
+
+def test_course_is_in_sync_with_solutions():
+    build(check=True)
+
+
+def test_every_lesson_has_a_source_and_a_student_copy():
+    missing = [f"solutions/{n}.py" for n in LESSONS if n not in lesson_ids()]
+    missing += [f"course/{n}.ipynb" for n in LESSONS if not (COURSE / f"{n}.ipynb").exists()]
+    assert not missing, f"missing: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("name", lesson_ids())
+def test_student_copy_has_no_solutions_hidden_tests_or_outputs(name):
+    sol, stu = solution_notebook(name), student_notebook(name)
+    assert graded_cells(stu) == graded_cells(sol)
+    for cell in stu.cells:
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "hidden=True"):
+            assert marker not in cell.source, f"{name}: cell {cell.id!r} still holds {marker!r}"
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{name}: cell {cell.id!r} has outputs"
+    answers = {c.id: c.source for c in sol.cells if c.metadata["nbgrader"]["solution"]}
+    for cell in stu.cells:
+        if cell.id in answers:
+            body = answers[cell.id].split("### BEGIN SOLUTION", 1)[1].split("### END SOLUTION", 1)[0]
+            solved = [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 12]
+            leaked = [ln for ln in solved if ln in cell.source]
+            assert not leaked, f"{name}: cell {cell.id!r} gives away {leaked[:3]}"

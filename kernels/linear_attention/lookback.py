@@ -1,0 +1,216 @@
+"""Lookback: one kernel, one pass over HBM, the state scan chained across segments through L2.
+
+Each program owns one segment of ``L`` tokens of one (sequence, head, V-block) chain. Phase A reduces the
+segment's ``Σ kᵀv`` in fp32; the program then waits for its predecessor's inclusive prefix state, publishes its
+own (prefix + local) to a two-slot ring, and in phase B re-reads the segment (K, V mostly from L2) and writes the
+outputs chunk by chunk from the prefix state, kept on-chip. Programs take tickets from an atomic counter in
+segment-major order, so every program waits only on one that has already started: no deadlock. HBM holds no
+per-chunk states. Limits: K <= 256; the fp32 state is cast to the input dtype for ``q·S`` (as chunked kernels do).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ..device import INTERPRET, upcast_for_dot
+from .checks import check_inputs
+
+__all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention"]
+
+SLOTS = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch parameters: segment length ``L`` (tokens per program), chunk ``BT``, V-block ``BV``."""
+
+    L: int
+    BT: int
+    BV: int
+    num_warps: int
+    num_stages: int
+
+
+# (max(K, V) bucket, input element size) -> [(largest mean sequence length, config), ...], first match wins.
+CONFIGS: dict[tuple[int, int], list[tuple[float, Config]]] = {
+    (64, 2): [(8192, Config(256, 64, 64, 4, 2)), (math.inf, Config(512, 64, 64, 4, 2))],
+    (128, 2): [(8192, Config(256, 64, 64, 4, 2)), (math.inf, Config(512, 64, 64, 4, 2))],
+    (256, 2): [(math.inf, Config(256, 64, 32, 4, 2))],
+    (64, 4): [(math.inf, Config(256, 32, 64, 4, 2))],
+    (128, 4): [(math.inf, Config(256, 32, 32, 4, 2))],
+    (256, 4): [(math.inf, Config(256, 32, 16, 4, 1))],
+}
+# Under the interpreter: short segments and chunks, so small test sizes still cross several of each.
+INTERPRETER_CONFIG = Config(L=32, BT=16, BV=16, num_warps=4, num_stages=1)
+
+
+def config_for(K: int, V: int, dtype: torch.dtype, T: float) -> Config:
+    """The table's configuration for head sizes ``K``, ``V``, input ``dtype`` and mean sequence length ``T``."""
+    if INTERPRET:
+        return INTERPRETER_CONFIG
+    d = max(K, V)
+    bucket = next(b for b in (64, 128, 256) if d <= b)
+    size = 4 if dtype == torch.float32 else 2
+    return next(cfg for t_max, cfg in CONFIGS[(bucket, size)] if T <= t_max)
+
+
+@triton.jit
+def _lookback_linear_attention_kernel(
+    # pointers
+    q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr, seg_ptr,
+    # sizes
+    scale, T, B, H,
+    # strides (batch, token, head; the last dimension is unit-stride)
+    stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+    stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+    # meta-parameters
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L: tl.constexpr, BT: tl.constexpr,
+    SLOTS: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
+    ticket = tl.atomic_add(ticket_ptr, 1)
+    NV: tl.constexpr = (V + BV - 1) // BV
+    row = ticket // (H * NV)
+    h = (ticket // NV) % H
+    iv = ticket % NV
+    if IS_VARLEN:
+        n = tl.load(seg_ptr + 2 * row)
+        j = tl.load(seg_ptr + 2 * row + 1)
+        bos = tl.load(cu_ptr + n).to(tl.int32)
+        eos = tl.load(cu_ptr + n + 1).to(tl.int32)
+        b = tl.full([], 0, tl.int32)
+    else:
+        j = row // B
+        n = row % B
+        bos = 0
+        eos = T
+        b = n
+    t0 = bos + j * L
+    t1 = tl.minimum(t0 + L, eos)
+    last = t1 == eos
+    chain = (n * H + h) * NV + iv
+
+    offs_t = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = iv * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+
+    # Phase A: the segment's own Σ kᵀv (the last segment of a chain publishes nothing and skips it).
+    local = tl.zeros([BK, BV], dtype=tl.float32)
+    for s in range(0, tl.where(last, 0, L), BT):
+        rows = (t0 + s + offs_t).to(tl.int64)
+        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)  # [BT, BK]
+        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)  # [BT, BV]
+        if UPCAST:
+            kk = kk.to(tl.float32)
+            vv = vv.to(tl.float32)
+        local = tl.dot(tl.trans(kk), vv, local)
+
+    # The prefix state: the predecessor's published inclusive state, or the initial state.
+    offs_ring = offs_k[:, None] * BV + tl.arange(0, BV)[None, :]  # [BK, BV]
+    offs_state = (n * H + h).to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
+    m_state = mk[:, None] & mv[None, :]
+    if j > 0:
+        slot = chain * SLOTS + (j - 1) % SLOTS
+        while tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu") != j:
+            pass
+        state = tl.load(ring_ptr + slot.to(tl.int64) * BK * BV + offs_ring, cache_modifier=".cg")
+    else:
+        if HAS_H0:
+            state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0)
+        else:
+            state = tl.zeros([BK, BV], dtype=tl.float32)
+    if not last:
+        slot = chain * SLOTS + j % SLOTS
+        tl.store(ring_ptr + slot.to(tl.int64) * BK * BV + offs_ring, state + local)
+        tl.debug_barrier()
+        tl.atomic_xchg(flag_ptr + slot, j + 1, sem="release", scope="gpu")
+
+    # Phase B: outputs chunk by chunk, o = scale·(q S + tril(q kᵀ) v), then S += kᵀ v.
+    causal = offs_t[:, None] >= offs_t[None, :]
+    for s in range(t0, t1, BT):
+        rows = s + offs_t
+        mt = rows < t1
+        rows = rows.to(tl.int64)
+        qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                     other=0.0)  # [BT, BK]
+        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                     other=0.0)  # [BT, BK]
+        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                     other=0.0)  # [BT, BV]
+        if UPCAST:
+            qq = qq.to(tl.float32)
+            kk = kk.to(tl.float32)
+            vv = vv.to(tl.float32)
+        scores = tl.where(causal, tl.dot(qq, tl.trans(kk)), 0.0)  # [BT, BT]
+        out = tl.dot(qq, state.to(qq.dtype))  # [BT, BV]
+        out = tl.dot(scores.to(qq.dtype), vv, out)
+        tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], (out * scale).to(o_ptr.dtype.element_ty),
+                 mask=mt[:, None] & mv[None, :])
+        state = tl.dot(tl.trans(kk), vv, state)
+    if STORE_HT:
+        tl.store(ht_ptr + offs_state, state, mask=m_state & last)
+
+
+def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
+                              config: Config | None = None):
+    """Causal linear attention ``o_t = scale · q_tᵀ S_t``, ``S_t = S_{t-1} + k_t v_tᵀ``, in one pass.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; ``initial_state``: [N, H, K, V]; returns ``(o, final_state or None)``
+    with ``o`` like ``v`` and the fp32 final state [N, H, K, V]. ``config`` overrides the tuned table.
+    """
+    p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
+    B, T, H, K, V, N = p.B, p.T, p.H, p.K, p.V, p.N
+    cfg = config or config_for(K, V, q.dtype, T / N)
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, min(cfg.BV, triton.next_power_of_2(V)))
+    NV = triton.cdiv(V, BV)
+
+    o = torch.empty(B, T, H, V, dtype=v.dtype, device=q.device)
+    ht = torch.empty(N, H, K, V, dtype=torch.float32, device=q.device) if output_final_state else None
+    h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
+    if cu_seqlens is not None:
+        cu = cu_seqlens.tolist()
+        lengths = [b - a for a, b in zip(cu, cu[1:])]
+        # Segment-major order: every sequence's segment j comes before any sequence's segment j + 1.
+        table = sorted(((j, s) for s, n_tok in enumerate(lengths) for j in range(triton.cdiv(n_tok, cfg.L))))
+        seg = torch.tensor([[s, j] for j, s in table], dtype=torch.int32).reshape(-1).to(q.device)
+        rows = len(table)
+        cu_dev = cu_seqlens.to(torch.int32)
+        empty = [s for s, n_tok in enumerate(lengths) if n_tok == 0]
+        if ht is not None and empty:
+            ht[empty] = h0[empty] if h0 is not None else 0.0
+    else:
+        seg, cu_dev = None, None
+        rows = triton.cdiv(T, cfg.L) * B
+    if rows == 0:
+        o.zero_()
+        if ht is not None:
+            ht.copy_(h0 if h0 is not None else torch.zeros_like(ht))
+        return o, ht
+
+    chains = N * H * NV
+    sync = torch.zeros(1 + chains * SLOTS, dtype=torch.int32, device=q.device)
+    ring = torch.empty(chains * SLOTS * BK * BV, dtype=torch.float32, device=q.device)
+    _lookback_linear_attention_kernel[(rows * H * NV,)](
+        q, k, v, o, h0, ht, ring, sync[1:], sync, cu_dev, seg,
+        float(scale), T, B, H,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+        K=K, V=V, BK=BK, BV=BV, L=cfg.L, BT=cfg.BT, SLOTS=SLOTS,
+        HAS_H0=h0 is not None, STORE_HT=ht is not None, IS_VARLEN=cu_seqlens is not None,
+        UPCAST=upcast_for_dot(q.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return o, ht
+

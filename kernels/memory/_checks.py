@@ -27,3 +27,13 @@ def check_count(name: str, value: int, *, lo: int = 1, hi: int = _INT32_LIMIT) -
     if not lo <= value <= hi:
         raise ValueError(f"{name}={value} must lie in [{lo}, {hi}]")
     return value
+
+
+def output(out: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+    """``out`` checked against the kernel's output shape and ``like``'s dtype and device, or a new tensor."""
+    if out is None:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    check_tensor("out", out, dtypes=(like.dtype,), contiguous=True)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    return out

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_vector
+from ._checks import check_vector, output
 
 __all__ = ["copy_memory", "bytes_moved"]
 
@@ -28,9 +28,10 @@ def bytes_moved(n: int, itemsize: int = 4) -> int:
     return 2 * n * itemsize
 
 
-def copy_memory(x: torch.Tensor, *, block_size: int = 4096, num_warps: int = 8) -> torch.Tensor:
-    """A copy of the contiguous float tensor ``x``."""
+def copy_memory(x: torch.Tensor, *, block_size: int = 4096, num_warps: int = 8,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """A copy of the contiguous float tensor ``x`` (into ``out`` if given)."""
     n = check_vector("x", x, block_size)
-    out = torch.empty_like(x)
+    out = output(out, x.shape, x)
     _copy_memory_kernel[(triton.cdiv(n, block_size),)](x, out, n, BLOCK_SIZE=block_size, num_warps=num_warps)
     return out

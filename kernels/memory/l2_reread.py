@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_count, check_vector
+from ._checks import check_count, check_vector, output
 
 __all__ = ["l2_reread_memory", "bytes_moved", "bytes_read", "shift_for", "L2_BYTES", "l2_bytes"]
 
@@ -59,14 +59,14 @@ def bytes_read(n: int, reuse: int, itemsize: int = 4) -> int:
 
 
 def l2_reread_memory(x: torch.Tensor, *, reuse: int, block_size: int = 2048, num_warps: int = 8,
-                     shift: int | None = None) -> torch.Tensor:
+                     shift: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """``Σ_{r<reuse} roll(x, -r·shift)`` for a contiguous 1-D float ``x``, summed in fp32, stored in x's dtype."""
     n = check_vector("x", x, block_size)
     if x.dim() != 1:
         raise ValueError(f"x must be 1-D (the working set), got shape {tuple(x.shape)}")
     check_count("reuse", reuse, hi=2**20)
     shift = shift_for(n, reuse, block_size) if shift is None else check_count("shift", shift, lo=0, hi=n - 1)
-    out = torch.empty_like(x)
+    out = output(out, x.shape, x)
     _l2_reread_memory_kernel[(triton.cdiv(n, block_size),)](x, out, n, shift, reuse, BLOCK_SIZE=block_size,
                                                            num_warps=num_warps)
     return out

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_count, check_vector
+from ._checks import check_count, check_vector, output
 
 __all__ = ["sram_reuse_memory", "bytes_moved", "flops"]
 
@@ -37,13 +37,13 @@ def flops(n: int, reuse: int) -> int:
 
 
 def sram_reuse_memory(x: torch.Tensor, *, reuse: int, a: float = 0.5, block_size: int = 1024,
-                      num_warps: int = 4) -> torch.Tensor:
+                      num_warps: int = 4, out: torch.Tensor | None = None) -> torch.Tensor:
     """``y_R`` of ``y_0 = x, y_{r+1} = a·y_r + x`` for a contiguous float ``x``, in fp32, stored in x's dtype."""
     n = check_vector("x", x, block_size)
     check_count("reuse", reuse, lo=0, hi=2**24)
     if not isinstance(a, (int, float)) or isinstance(a, bool):
         raise TypeError(f"a must be a Python float, got {type(a).__name__}")
-    out = torch.empty_like(x)
+    out = output(out, x.shape, x)
     _sram_reuse_memory_kernel[(triton.cdiv(n, block_size),)](x, out, n, float(a), reuse, BLOCK_SIZE=block_size,
                                                             num_warps=num_warps)
     return out

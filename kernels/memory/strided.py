@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_count, check_vector
+from ._checks import check_count, check_vector, output
 
 __all__ = ["strided_memory", "bytes_moved", "useful_bytes", "SECTOR_BYTES"]
 
@@ -45,12 +45,13 @@ def bytes_moved(n: int, stride: int, itemsize: int = 4, sector: int = SECTOR_BYT
     return read + n_out * itemsize
 
 
-def strided_memory(x: torch.Tensor, *, stride: int, block_size: int = 1024, num_warps: int = 4) -> torch.Tensor:
-    """``x.flatten()[::stride]`` gathered into a new contiguous tensor of ``cdiv(n, stride)`` elements."""
+def strided_memory(x: torch.Tensor, *, stride: int, block_size: int = 1024, num_warps: int = 4,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """``x.flatten()[::stride]`` gathered into a contiguous tensor of ``cdiv(n, stride)`` elements (or ``out``)."""
     n = check_vector("x", x, block_size)
     check_count("stride", stride, hi=n)
     n_out = _n_out(n, stride)
-    out = torch.empty(n_out, dtype=x.dtype, device=x.device)
+    out = output(out, (n_out,), x)
     _strided_memory_kernel[(triton.cdiv(n_out, block_size),)](x, out, n_out, stride, BLOCK_SIZE=block_size,
                                                              num_warps=num_warps)
     return out

@@ -1,0 +1,171 @@
+"""What an exercise is: the spec a lesson fills in and the check engine runs.
+
+A lesson registers its exercises in ``kernels/checks/lessons/lNN_<topic>.py`` (``00_setup`` →
+``l00_setup.py``), one :class:`Exercise` per exercise id ``"<lesson id>.<name>"``. A notebook test cell then reads
+``check("<lesson id>.<name>", obj, ...)``. The engine (``kernels.checks.engine``) owns everything else: fresh
+random inputs, NaN padding and NaN-poisoned outputs, the float64 comparison, messages, provenance, timing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["KINDS", "Case", "Performance", "Exercise", "CheckFailed", "register", "get", "lesson_exercises"]
+
+#: What a student passes to ``check``, argument by argument:
+#: ``kernel`` a ``@triton.jit`` function defined at the top level of the notebook;
+#: ``function`` a Python/torch function defined in the notebook;
+#: ``value`` a plain value (numbers, strings, lists, dicts), such as chosen tile sizes.
+KINDS = ("kernel", "function", "value")
+
+
+class CheckFailed(AssertionError):
+    """A check did not pass; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem instance: sizes, dtype and options, e.g. ``Case("T=37 fp16", dict(T=37, K=16), torch.float16)``.
+
+    ``precision`` names the arithmetic the tolerance assumes: ``"ieee"``, ``"tf32"``, ``"fp16"``, ``"bf16"`` or
+    ``None`` (from ``dtype``). ``gpu_only`` cases are skipped under the interpreter (e.g. bf16 ``tl.dot``).
+    """
+
+    label: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    dtype: torch.dtype = torch.float32
+    precision: str | None = None
+    gpu_only: bool = False
+
+    def __getitem__(self, key: str) -> Any:
+        return self.params[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+
+@dataclass(frozen=True)
+class Performance:
+    """A speed requirement, graded on a GPU only (under the interpreter it is reported as not graded).
+
+    ``baseline(args, inputs, outputs, case)`` runs the version to beat (the naive kernel, or a torch op) the same
+    way ``Exercise.run`` runs the student's. The student's median time must satisfy
+    ``baseline_ms / student_ms >= min_speedup`` (``min_speedup=0.4``: at least 40% of the baseline's speed), and
+    may not beat the hardware floor ``max(bytes / bandwidth, flops / rate)`` (``floor(case) -> (bytes, flops)``)
+    by more than ``slack``: that means skipped work or a timing bug. ``case`` is the timed size (a GPU size).
+    """
+
+    case: Case
+    baseline: Callable[..., Any]
+    min_speedup: float
+    floor: Callable[[Case], tuple[int, int]]
+    baseline_name: str = "the naive version"
+    slack: float = 1.25
+    warmup: int = 10
+    rep: int = 50
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One graded exercise; see ``kernels/checks/README.md`` for a worked example.
+
+    - ``id``: ``"<lesson id>.<name>"``; ``args``: the kind of each object the check cell passes (see :data:`KINDS`).
+    - ``signature``: the documented call, shown in messages (``"add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE)"``).
+    - ``make_inputs(case, gen) -> dict``: inputs on the CPU drawn from ``gen`` (a seeded ``torch.Generator``); the
+      engine moves tensors to the kernel device inside NaN padding. Numbers pass through.
+    - ``outputs(case, inputs) -> {name: (shape, dtype)}``: what a kernel writes; the engine allocates each one full
+      of NaN with NaN guard bands. Function exercises return their outputs instead (``{}`` here).
+    - ``run(args, inputs, outputs, case)``: grader-owned; computes the grid and launches the student's kernel (or
+      calls the function) with the documented signature. ``args`` holds the student's objects, in order. Returns
+      ``None`` (a kernel wrote ``outputs``) or ``{name: tensor or number}`` (a function's results).
+    - ``reference(inputs, case) -> {name: tensor or number}``: float64 oracle; ``inputs`` arrive as float64.
+    - ``tolerance(case) -> float``: relative-error bound; default from ``case.precision`` or ``case.dtype``
+      (``kernels.testing.TOLERANCE``). ``0`` means exact.
+    - ``rule(args, hidden) -> str | None``: for ``value`` arguments, the reason a value is unacceptable, or ``None``.
+    - ``visible`` / ``hidden``: the cases of ``check(...)`` and ``check(..., hidden=True)``; give sizes that are not
+      multiples of the block, and several dtypes. Seeds are drawn fresh on every run.
+    - ``performance``: optional :class:`Performance`; ``points``: (visible, hidden) points, matching the cells.
+    - ``forbid``: dotted prefixes a ``function`` answer may not call (``"kernels."`` is always forbidden).
+    """
+
+    id: str
+    args: tuple[str, ...]
+    signature: str
+    run: Callable[..., Any]
+    visible: Sequence[Case] = ()
+    hidden: Sequence[Case] = ()
+    make_inputs: Callable[[Case, torch.Generator], dict] | None = None
+    outputs: Callable[[Case, dict], dict] | None = None
+    reference: Callable[[dict, Case], dict] | None = None
+    tolerance: Callable[[Case], float] | None = None
+    rule: Callable[[tuple, bool], str | None] | None = None
+    performance: Performance | None = None
+    points: tuple[int, int] = (1, 1)
+    forbid: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self):
+        if not _ID.match(self.id):
+            raise ValueError(f"exercise id {self.id!r} must look like '<NN_lesson>.<name>'")
+        bad = [a for a in self.args if a not in KINDS]
+        if not self.args or bad:
+            raise ValueError(f"{self.id}: args must be a non-empty tuple of {KINDS}, got {self.args!r}")
+        graded = any(a != "value" for a in self.args)
+        if graded and (self.make_inputs is None or self.reference is None or not (self.visible or self.hidden)):
+            raise ValueError(f"{self.id}: kernel and function exercises need make_inputs, reference and cases")
+        if "kernel" in self.args and self.outputs is None:
+            raise ValueError(f"{self.id}: a kernel exercise needs outputs(case, inputs)")
+        if not graded and self.rule is None:
+            raise ValueError(f"{self.id}: a value-only exercise needs a rule")
+
+    @property
+    def lesson(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def cases(self, hidden: bool) -> list[Case]:
+        return list(self.hidden if hidden else self.visible)
+
+
+_ID = re.compile(r"^\d\d_[a-z0-9_]+\.[A-Za-z0-9_]+$")
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def register(*exercises: Exercise) -> None:
+    """Add exercises to the registry (a lesson module calls this at import)."""
+    for ex in exercises:
+        old = _REGISTRY.get(ex.id)
+        if old is not None and old is not ex and old.signature != ex.signature:
+            raise ValueError(f"exercise {ex.id!r} is registered twice with different signatures")
+        _REGISTRY[ex.id] = ex
+
+
+def _module_for(lesson: str) -> str:
+    return f"kernels.checks.lessons.l{lesson}"
+
+
+def get(exercise_id: str) -> Exercise:
+    """The registered exercise, importing its lesson module on first use."""
+    if exercise_id not in _REGISTRY:
+        lesson = exercise_id.split(".", 1)[0]
+        try:
+            importlib.import_module(_module_for(lesson))
+        except ModuleNotFoundError as e:
+            if e.name != _module_for(lesson):
+                raise
+    try:
+        return _REGISTRY[exercise_id]
+    except KeyError:
+        known = ", ".join(sorted(k for k in _REGISTRY if k.startswith(exercise_id.split(".", 1)[0]))) or "none"
+        raise KeyError(f"no exercise {exercise_id!r} (this lesson's: {known})") from None
+
+
+def lesson_exercises(lesson: str) -> dict[str, Exercise]:
+    """Every exercise a lesson registers."""
+    importlib.import_module(_module_for(lesson))
+    return {k: v for k, v in _REGISTRY.items() if k.startswith(lesson + ".")}

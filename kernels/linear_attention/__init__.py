@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import pathlib
 
-from .chunked import chunked_linear_attention
-from .reference import reference_linear_attention
+import torch
 
-__all__ = ["VERSIONS", "chunk_linear_attn", "chunked_linear_attention", "reference_linear_attention"]
+from .chunked import chunked_linear_attention
+from .reference import normalize_linear_attention, reference_linear_attention, split_initial_state
+
+__all__ = ["VERSIONS", "chunk_linear_attn", "chunked_linear_attention", "pick_version", "reference_linear_attention"]
 
 #: Every version, fastest first.
 VERSIONS: dict = {"chunked": chunked_linear_attention}
@@ -24,3 +26,55 @@ if (pathlib.Path(__file__).parent / "lookback.py").exists():
 
     VERSIONS = {"lookback": lookback_linear_attention, **VERSIONS}
     __all__ += ["lookback_linear_attention"]
+
+
+def pick_version(q, k, v, initial_state=None, cu_seqlens=None) -> str:
+    """The name of the fastest registered version that handles this call."""
+    reasons = []
+    for name, fn in VERSIONS.items():
+        supports = getattr(fn, "supports", None)
+        why = supports(q, k, v, initial_state=initial_state, cu_seqlens=cu_seqlens) if supports else None
+        if why is None:
+            return name
+        reasons.append(f"{name}: {why}")
+    raise ValueError("no linear-attention version handles this call (" + "; ".join(reasons) + ")")
+
+
+def _unit_last(x):
+    """fla accepts any layout; the kernels want a unit-stride last dimension."""
+    if isinstance(x, torch.Tensor) and x.dim() and x.shape[-1] > 1 and x.stride(-1) != 1:
+        return x.contiguous()
+    return x
+
+
+@torch.compiler.disable
+def chunk_linear_attn(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | tuple | None = None,
+    output_final_state: bool = False,
+    normalize: bool = True,
+    cu_seqlens: torch.LongTensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal linear attention with fla-core 0.6.0's ``chunk_linear_attn`` signature and return values.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; scale defaults to ``K ** -0.5``. initial_state: [N, H, K, V], or with
+    ``normalize=True`` the tuple ``(kv_state, z_state [N, 1, H, K])``; N is B, or ``len(cu_seqlens) - 1`` for
+    sequences packed into a batch of one. ``normalize=True`` divides ``o_t`` by ``scale · q_t · Σ_{s≤t} k_s``
+    (+1e-10). Returns ``(o [B, T, H, V] in q's dtype, final_state)``: the fp32 state [N, H, K, V] or None, and
+    with ``normalize=True`` the tuple ``(state_or_None, z_state)``.
+    """
+    kv_init, z_init = split_initial_state(initial_state, normalize)
+    if scale is None and isinstance(k, torch.Tensor):
+        scale = k.shape[-1] ** -0.5
+    q, k, v = (_unit_last(x) for x in (q, k, v))
+    if isinstance(kv_init, torch.Tensor):
+        kv_init = kv_init.contiguous()
+    version = VERSIONS[pick_version(q, k, v, initial_state=kv_init, cu_seqlens=cu_seqlens)]
+    o, final_state = version(q, k, v, scale, kv_init, output_final_state, cu_seqlens)
+    if normalize:
+        o, z_state = normalize_linear_attention(o, q, k, scale, z_init, cu_seqlens)
+        return o, (final_state, z_state)
+    return o, final_state

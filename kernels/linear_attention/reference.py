@@ -168,11 +168,12 @@ def reference_linear_attention(q, k, v, scale=None, initial_state=None, output_f
     final_state is the [N, H, K, V] state (float32, or float64 for float64 inputs) or None; with
     ``normalize=True`` it is the tuple ``(final_state_or_None, z_state)``.
     """
-    return _api(_chunked_one, normalize_linear_attention, q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens,
-                chunk=chunk_size)
+    return _api(_chunked_one, normalize_linear_attention, q, k, v, scale, initial_state, output_final_state,
+                normalize, cu_seqlens, chunk=chunk_size)
 
 
 def recurrent_linear_attention(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=True,
                                cu_seqlens=None):
     """The same computation token by token (``S_t = S_{t-1} + k_t v_tᵀ``); slow, and it checks the oracle."""
-    return _api(_recurrent_one, _recurrent_normalize, q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens)
+    return _api(_recurrent_one, _recurrent_normalize, q, k, v, scale, initial_state, output_final_state,
+                normalize, cu_seqlens)

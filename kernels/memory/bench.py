@@ -70,7 +70,7 @@ def problems(quick: bool) -> list[Problem]:
             + [_problem("strided", n, stride=s) for s in (2, stride, 32)]
             + [_problem("l2_reread", fits, reuse=r) for r in (1, reuse, 32)]
             + [_problem("l2_reread", spills, reuse=reuse)]
-            + [_problem("sram_reuse", n, reuse=r) for r in (1, 16, 64, 256)])
+            + [_problem("sram_reuse", spills, reuse=r) for r in (1, 16, 64, 256)])
 
 
 def _torch_skip(p: Problem) -> str | None:

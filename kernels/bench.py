@@ -164,11 +164,12 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                         row["versions"][v.name] = {"status": "WRONG", **entry}
                         continue
                 del result
+                timed = _rotating(v, p, inputs)
                 if ON_GPU:
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
                     base = torch.cuda.memory_allocated()
-                ms = time_ms(_rotating(v, p, inputs))
+                ms = time_ms(timed)
                 entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
                              gbps=p.bytes / (ms * 1e-3) / 1e9)
                 if ON_GPU:
@@ -189,6 +190,8 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     _plot(result, stem.with_suffix(".png"))
     print(format_table(result))
+    if hasattr(mod, "report"):
+        print(mod.report(result))
     return result
 
 

@@ -1,0 +1,148 @@
+"""The linear-attention ladder: ``python -m kernels.bench linear_attention [--quick]``.
+
+Rows: B=4, H=16, D=128, bf16, causal, unnormalised, T = 4k … 256k; then fp16, H=32/D=64, varlen and
+initial/final state. Versions: eager torch chunked, ``torch.compile`` of it, the fused recurrence, fla-core's
+``chunk_linear_attn`` and ``fused_chunk_linear_attn`` (normalize=False) where fla is installed, and every
+registered version. Each is checked against a float64 oracle run on the device (chunk by chunk) before it is
+timed; rows with a state compare the output and the final state, concatenated.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from ..bench import Problem, Version
+from ..device import DEVICE, ON_GPU
+from ..testing import randn, tolerance
+from . import VERSIONS
+from .chunked_torch import chunked_forward, torch_chunked_linear_attention
+from .reference import reference_linear_attention
+
+__all__ = ["problems", "versions", "report", "FLOPS_CHUNK"]
+
+#: The chunk length the FLOP count assumes: per token and head 4·K·V (state update and readout) plus C·(K+V)
+#: for the intra-chunk scores and their product with V, counted in full although half is masked.
+FLOPS_CHUNK = 64
+
+
+def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:
+    """One size; ``lens`` packs sequences of those lengths into a batch of one."""
+    K = V = D
+    if lens is not None:
+        B, T = 1, sum(lens)
+    N = B if lens is None else len(lens)
+
+    def make_inputs(seed: int) -> dict:
+        gen = torch.Generator().manual_seed(seed)
+        q, k, v = (randn(B, T, H, D, dtype=dtype, gen=gen) for _ in range(3))
+        cu = None
+        if lens is not None:
+            cu = torch.tensor([0] + lens, device=DEVICE).cumsum(0)
+        return dict(q=q, k=k, v=v, scale=K ** -0.5, output_final_state=state, cu_seqlens=cu,
+                    initial_state=randn(N, H, K, V, gen=gen) if state else None)
+
+    def reference(q, k, v, scale, initial_state, output_final_state, cu_seqlens):
+        h0 = None if initial_state is None else initial_state.double()
+        return _flat(reference_linear_attention(q.double(), k.double(), v.double(), scale, h0, output_final_state,
+                                                normalize=False, cu_seqlens=cu_seqlens, chunk_size=256))
+
+    size = torch.tensor([], dtype=dtype).element_size()
+    nbytes = B * T * H * (2 * K + 2 * V) * size + (2 * N * H * K * V * 4 if state else 0)
+    flops = B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
+                  state=state)
+    return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype)
+
+
+def problems(quick: bool) -> list[Problem]:
+    if not ON_GPU:
+        return [_problem("T100", 1, 100, 2, 32), _problem("varlen", 1, 0, 2, 32, lens=[37, 0, 64, 3]),
+                _problem("state", 1, 70, 2, 32, torch.float16, state=True)]
+    ts = [4096, 16384] if quick else [4096, 16384, 65536, 262144]
+    rows = [_problem(f"T{t // 1024}k", 4, t, 16, 128) for t in ts]
+    rows += [
+        _problem("T16k fp16", 4, 16384, 16, 128, torch.float16),
+        _problem("T16k H32 D64", 4, 16384, 32, 64),
+        _problem("varlen 64k", 1, 0, 16, 128, lens=[1, 4095, 63, 16384, 0, 8192, 20000, 2048, 14750]),
+        _problem("T16k state", 4, 16384, 16, 128, state=True),
+    ]
+    return rows
+
+
+def _flat(result) -> torch.Tensor:
+    """The output, and the final state after it where there is one: what the oracle checks."""
+    o, ht = result
+    if ht is None:
+        return o
+    return torch.cat([o.flatten().to(ht.dtype), ht.flatten()])
+
+
+def _fixed_length(p: Problem) -> str | None:
+    return "varlen: a python loop over sequences" if p.params["varlen"] else None
+
+
+def _compiled():
+    fwd = torch.compile(chunked_forward)
+
+    def run(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None):
+        o, ht = fwd(q, k, v, scale, initial_state)
+        return o, (ht if output_final_state else None)
+
+    return run
+
+
+def _recurrent():
+    from ..recurrent.fused import fused_recurrent
+
+    def run(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None):
+        return fused_recurrent(q, k, v, scale=scale, initial_state=initial_state,
+                               output_final_state=output_final_state)
+
+    return run
+
+
+def _fla(name: str):
+    mod = importlib.import_module("fla.ops.linear_attn")
+    fn = getattr(mod, name)
+
+    def run(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None):
+        return fn(q, k, v, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+                  normalize=False, cu_seqlens=cu_seqlens)
+
+    return run
+
+
+def versions() -> list[Version]:
+    out = [Version("torch eager (chunked)", torch_chunked_linear_attention, output=_flat)]
+    if ON_GPU:
+        out.append(Version("torch.compile", _compiled(), skip=_fixed_length, output=_flat))
+    if importlib.util.find_spec("kernels.recurrent.fused") is not None:
+        out.append(Version("recurrent (fused)", _recurrent(), skip=_fixed_length, output=_flat))
+    if ON_GPU and importlib.util.find_spec("fla") is not None:
+        out.append(Version("fla chunk", _fla("chunk_linear_attn"), output=_flat))
+        out.append(Version("fla fused_chunk", _fla("fused_chunk_linear_attn"), output=_flat))
+    out += [Version(name, fn, output=_flat) for name, fn in reversed(VERSIONS.items())]
+    return out
+
+
+def report(result: dict) -> str:
+    """A second table: each version's relative error against float64 and its extra peak memory (GPU)."""
+    rows = result["rows"]
+    names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
+    head = ["problem", "QKVO MiB"] + names
+    lines = []
+    for r in rows:
+        io = r["bytes"] / 2**20
+        cells = [r["problem"], f"{io:.0f}"]
+        for n in names:
+            e = r["versions"].get(n, {})
+            err = f"{e['rel_error']:.1e}" if "rel_error" in e else e.get("status", "-")
+            mem = f" +{e['extra_peak_bytes'] / 2**20:.0f}M" if "extra_peak_bytes" in e else ""
+            cells.append(err + mem)
+        lines.append(cells)
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    title = "relative error vs float64 (+ extra peak memory while timing, MiB, with do_bench's 256 MiB L2 flush)"
+    return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines])

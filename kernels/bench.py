@@ -176,6 +176,9 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                     entry["extra_peak_bytes"] = torch.cuda.max_memory_allocated() - base
             except torch.cuda.OutOfMemoryError:
                 entry = {"status": "skipped", "reason": "out of memory"}
+            except Exception as e:  # one failing version must not cost the rest of the run
+                entry = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:500]}
+                print(f"{p.label} / {v.name}: {entry['reason']}", file=sys.stderr)
             row["versions"][v.name] = entry
             _sync()
         rows.append(row)

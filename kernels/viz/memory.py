@@ -1,0 +1,152 @@
+"""Lesson 01: the L2 cliff (bandwidth against working-set size) and coalescing (what one warp's loads fetch).
+
+Both plot bandwidths measured on the learner's GPU (``kernels.viz.measure`` or the lesson's own timings), or,
+with none given, the H200 reference numbers, labelled as such.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib.patches import Rectangle
+
+from .measure import reference
+from .view import Choice, View
+
+__all__ = ["WorkingSetView", "working_set_view", "CoalescingView", "coalescing_view"]
+
+_SECTOR = 32  # bytes: the unit a global load fetches from L2/HBM
+_LINE = 128  # bytes: one cache line, four sectors
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.3g} MiB" if b >= 2**20 else f"{b / 2**10:.3g} KiB"
+
+
+def _tbs(bw: float) -> str:
+    return f"{bw / 1e12:.2f} TB/s" if bw >= 1e11 else f"{bw / 1e9:.1f} GB/s"
+
+
+class WorkingSetView(View):
+    name = "working_set_view"
+    figsize = (9.0, 4.0)
+
+    def __init__(self, measured: dict | None = None, *, copy_bandwidth: float | None = None,
+                 l2_bytes: int | None = None, label: str | None = None):
+        ref = reference()
+        data = measured if measured is not None else ref.get("working_set", {})
+        self.sizes = [int(s) for s in data.get("bytes", [])]
+        self.bw = [float(b) for b in data.get("bandwidth", [])]
+        if len(self.sizes) != len(self.bw):
+            raise ValueError(f"measured['bytes'] has {len(self.sizes)} sizes but 'bandwidth' has {len(self.bw)}")
+        src = measured if measured is not None else ref
+        self.copy_bw = copy_bandwidth or src.get("copy_bandwidth") or ref["copy_bandwidth"]
+        self.l2 = l2_bytes or src.get("l2_bytes") or ref["l2_bytes"]
+        self.label = label or src.get("label") or ("measured" if measured is not None else ref["label"])
+        grid = self.sizes or [2**p for p in range(20, 32)]
+        self.grid = grid
+        start = min(range(len(grid)), key=lambda i: abs(math.log2(grid[i]) - math.log2(self.l2 / 2)))
+        super().__init__({"size": Choice("working set", grid[start], grid, labels=[_mib(s) for s in grid])})
+
+    def draw(self, fig, size):
+        fig.clear()
+        ax, bx = fig.subplots(1, 2, width_ratios=[3, 1])
+        if self.sizes:
+            ax.plot(self.sizes, [b / 1e12 for b in self.bw], "o-", color="#4e79a7", label="re-read bandwidth")
+        ax.axvline(self.l2, color="#e15759", ls="--", label=f"L2 = {_mib(self.l2)}")
+        ax.axhline(self.copy_bw / 1e12, color="#59a14f", ls=":", label=f"HBM copy {_tbs(self.copy_bw)}")
+        here = self.bw[self.sizes.index(size)] if size in self.sizes else None
+        if here is not None:
+            ax.plot([size], [here / 1e12], "o", ms=12, color="#f28e2b", zorder=5)
+        else:
+            ax.axvline(size, color="#f28e2b", lw=3, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("working set (bytes)")
+        ax.set_ylabel("TB/s")
+        ax.set_title(self.label, fontsize=9)
+        ax.legend(fontsize=8, loc="upper right")
+        frac = min(size / self.l2, 4.0)
+        bx.add_patch(Rectangle((0, 0), 1, 1, fill=False, lw=2, edgecolor="#e15759"))
+        bx.add_patch(Rectangle((0.15, 0), 0.7, frac, color="#f28e2b" if size <= self.l2 else "#9c755f", alpha=0.8))
+        bx.set_xlim(0, 1)
+        bx.set_ylim(0, 4.1)
+        bx.set_xticks([])
+        bx.set_ylabel("working set / L2")
+        bx.set_title("fits in L2?" if size <= self.l2 else "spills to HBM", fontsize=9)
+        where = "fits in" if size <= self.l2 else "does not fit in"
+        if here is None:
+            return (f"working set {_mib(size)} {where} L2 ({_mib(self.l2)}). No re-read curve measured here yet: "
+                    f"run kernels.viz.measure.working_set() on a GPU and pass it in. [{self.label}]")
+        return (f"working set {_mib(size)} {where} L2 ({_mib(self.l2)}): re-reads run at {_tbs(here)}, "
+                f"{here / self.copy_bw:.2f}x the HBM copy bandwidth ({_tbs(self.copy_bw)}). [{self.label}]")
+
+
+class CoalescingView(View):
+    name = "coalescing_view"
+    figsize = (9.5, 4.0)
+
+    def __init__(self, measured: dict | None = None, *, itemsize: int = 4, label: str | None = None):
+        ref = reference()
+        data = measured if measured is not None else ref.get("strided", {})
+        self.strides = [int(s) for s in data.get("stride", [])]
+        self.bw = [float(b) for b in data.get("bandwidth", [])]
+        if len(self.strides) != len(self.bw):
+            raise ValueError(f"measured['stride'] has {len(self.strides)} values but 'bandwidth' has {len(self.bw)}")
+        self.itemsize = itemsize
+        self.label = label or (measured or {}).get("label") or (ref["label"] if measured is None else "measured")
+        options = self.strides or [1, 2, 4, 8, 16, 32]
+        super().__init__({"stride": Choice("stride (elements)", options[0], options)})
+
+    def draw(self, fig, stride):
+        fig.clear()
+        ax, bx = fig.subplots(1, 2, width_ratios=[2.2, 1])
+        lanes = np.arange(32)
+        addr = lanes * stride * self.itemsize  # bytes from the warp's first element
+        sectors = np.unique(addr // _SECTOR)
+        span = int(addr.max() // _LINE + 1) * _LINE
+        per_row = 512
+        rows = -(-span // per_row)
+        for sct in range(span // _SECTOR):
+            r, c = divmod(sct * _SECTOR, per_row)
+            ax.add_patch(Rectangle((c, -r), _SECTOR, 0.8, facecolor="#f28e2b" if sct in set(sectors) else "#eeeeee",
+                                   edgecolor="white", lw=0.5))
+        for a in addr:
+            r, c = divmod(int(a), per_row)
+            ax.add_patch(Rectangle((c, -r + 0.1), self.itemsize, 0.6, color="#08519c"))
+        ax.set_xlim(0, per_row)
+        ax.set_ylim(-rows + 0.5, 1)
+        ax.set_yticks([])
+        ax.set_xlabel(f"byte within a {per_row} B row of memory (grey/orange boxes: 32 B sectors)")
+        ax.set_title(f"one warp, 32 lanes, stride {stride}: blue = bytes used, orange = sectors fetched", fontsize=9)
+        useful = 32 * self.itemsize
+        fetched = sectors.size * _SECTOR
+        if self.bw:
+            i = self.strides.index(stride)
+            colours = ["#f28e2b" if j == i else "#4e79a7" for j in range(len(self.bw))]
+            bx.bar([str(s) for s in self.strides], [b / 1e12 for b in self.bw], color=colours)
+            bx.set_xlabel("stride")
+            bx.set_ylabel("useful TB/s")
+            bx.set_title(self.label, fontsize=8)
+            meas = (f"measured {_tbs(self.bw[i])} useful bandwidth, {self.bw[i] / self.bw[0]:.2f}x of stride "
+                    f"{self.strides[0]}")
+        else:
+            bx.text(0.5, 0.5, "no strided timings\nmeasured here", ha="center", va="center")
+            bx.set_axis_off()
+            meas = "no timings measured here: run kernels.viz.measure.strided() on a GPU and pass it in"
+        return (f"stride {stride}: 32 lanes use {useful} B but fetch {sectors.size} sectors = {fetched} B "
+                f"({useful / fetched:.0%} of the bytes moved are used). {meas}. [{self.label}]")
+
+
+def working_set_view(measured: dict | None = None, *, copy_bandwidth: float | None = None,
+                     l2_bytes: int | None = None, label: str | None = None) -> WorkingSetView:
+    """The L2 cliff (lesson 01). ``measured = {"bytes": [...], "bandwidth": [... bytes/s]}`` from the lesson's
+    timings or :func:`kernels.viz.measure.working_set`; ``None``: the labelled H200 reference. Control: ``size``."""
+    return WorkingSetView(measured, copy_bandwidth=copy_bandwidth, l2_bytes=l2_bytes, label=label)
+
+
+def coalescing_view(measured: dict | None = None, *, itemsize: int = 4, label: str | None = None) -> CoalescingView:
+    """Coalescing (lesson 01): the sectors one warp's strided load fetches, beside measured useful bandwidth per
+    stride, ``measured = {"stride": [...], "bandwidth": [...]}`` (``None``: the H200 reference). Control:
+    ``stride``."""
+    return CoalescingView(measured, itemsize=itemsize, label=label)

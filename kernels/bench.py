@@ -131,11 +131,12 @@ def _env() -> dict:
     return env
 
 
-def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None) -> dict:
-    """Benchmark one topic; return (and write) the results."""
+def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None,
+        extra: list[Version] | None = None) -> dict:
+    """Benchmark one topic; return (and write) the results. ``extra``: more versions (a lesson's own kernel)."""
     mod = importlib.import_module(f"kernels.{topic}.bench")
     problems: list[Problem] = mod.problems(quick)
-    versions: list[Version] = [v for v in mod.versions() if not only or v.name in only]
+    versions: list[Version] = [v for v in [*mod.versions(), *(extra or [])] if not only or v.name in only]
     bw = copy_bandwidth()
     rates: dict[torch.dtype, float] = {}
     rows = []

@@ -89,10 +89,9 @@ def _chunked_linear_attention_kernel(
 
 
 def _blocks(K: int, V: int) -> tuple[int, int, int]:
+    """``BK`` covers the key head; ``BV`` splits V over programs (small under the interpreter, to test the split)."""
     BK = max(16, triton.next_power_of_2(K))
-    BV = max(16, triton.next_power_of_2(V))
-    if not INTERPRET:
-        BV = min(BV, 64 if BK <= 128 else 32)
+    BV = min(max(16, triton.next_power_of_2(V)), 32 if INTERPRET or BK > 128 else 64)
     return BK, BV, 4 if BK * BV <= 128 * 64 else 8
 
 

@@ -21,13 +21,12 @@ from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
 from . import expr
+from .manifest import FORMAT, FORMAT_VERSION
 from .ptx import PtxVersionError, check_loadable, max_isa_for_cuda, ptx_entry, ptx_isa, ptx_target
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "KernelSpec", "ExportError", "interpreting", "compile_kernel",
            "export_here", "DTYPES", "SCALAR_TYPES"]
 
-FORMAT = "gpu-kernel-workbook/kernel-manifest"
-FORMAT_VERSION = 1
 #: Element types a pointer parameter may point to, with their sizes in bytes.
 DTYPES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u8": 1,
           "u16": 2, "u32": 4, "u64": 8}

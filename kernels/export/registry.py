@@ -12,12 +12,14 @@ from .aot import ExportError, KernelSpec
 __all__ = ["KERNELS", "get"]
 
 
-def _float_precision(dtype: str, cx: dict) -> dict:
-    """Compiled for a GPU: no interpreter upcast; fp32 dots in IEEE fp32 unless asked otherwise."""
-    out = {"UPCAST": False}
-    if "PRECISION" not in cx or cx["PRECISION"] is None:
-        out["PRECISION"] = "ieee" if dtype == "fp32" else None
-    return out
+def _matmul_precision(dtype: str, cx: dict) -> dict:
+    """As ``tiled_matmul`` launches it on a GPU: no interpreter upcast, TF32 dots unless asked otherwise."""
+    return {"UPCAST": False, "DOT_PRECISION": cx.get("DOT_PRECISION") or "tf32"}
+
+
+def _attention_precision(dtype: str, cx: dict) -> dict:
+    """As ``chunked_linear_attention`` launches it on a GPU: IEEE fp32 dots for fp32 inputs."""
+    return {"UPCAST": False, "PRECISION": cx.get("PRECISION") or ("ieee" if dtype == "fp32" else None)}
 
 
 def _check_blocks(*names: str, lo: int = 16):
@@ -75,12 +77,12 @@ KERNELS: dict[str, KernelSpec] = {
         values={"stride_am": "K", "stride_ak": "1", "stride_bk": "N", "stride_bn": "1", "stride_cm": "N",
                 "stride_cn": "1"},
         grid=("cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)",),
-        constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8},
+        constexprs={"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8},
         requires=("M >= 1", "N >= 1", "K >= 1", "M*K <= 2147483647", "K*N <= 2147483647", "M*N <= 2147483647"),
         dtypes=("fp16", "bf16", "fp32"),
         num_warps=8,
         num_stages=3,
-        derived=_float_precision,
+        derived=_matmul_precision,
         check=_check_blocks("BLOCK_M", "BLOCK_N", "BLOCK_K", lo=16),
         doc="C = A @ B for row-major A [M, K], B [K, N]; C [M, N] in A's dtype; grouped tile order",
     ),
@@ -105,8 +107,8 @@ KERNELS: dict[str, KernelSpec] = {
                   "B*T*H*K <= 2147483647", "B*T*H*V <= 2147483647"),
         dtypes=("bf16", "fp16", "fp32"),
         num_warps=4,
-        num_stages=2,
-        derived=_float_precision,
+        num_stages=3,
+        derived=_attention_precision,
         check=_check_linear_attention,
         doc="causal chunked linear attention, unnormalised: q, k [B, T, H, K], v, o [B, T, H, V]; "
             "one program per (V-block, sequence x head)",

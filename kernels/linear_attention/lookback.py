@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
+from ..validate import check_power_of_two
 from .checks import check_inputs
 
 __all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention"]
@@ -107,7 +108,7 @@ def _lookback_linear_attention_kernel(
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
 
     # Phase A: the segment's own Σ kᵀv (the last segment of a chain publishes nothing and skips it).
-    local = tl.zeros([BK, BV], dtype=tl.float32)
+    local = tl.full([BK, BV], 0.0, dtype=tl.float32)
     for s in range(0, tl.where(last, 0, L), BT):
         rows = (t0 + s + offs_t).to(tl.int64)
         kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)  # [BT, BK]
@@ -130,7 +131,7 @@ def _lookback_linear_attention_kernel(
         if HAS_H0:
             state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0)
         else:
-            state = tl.zeros([BK, BV], dtype=tl.float32)
+            state = tl.full([BK, BV], 0.0, dtype=tl.float32)
     if not last:
         slot = chain * SLOTS + j % SLOTS
         tl.store(ring_ptr + slot.to(tl.int64) * BK * BV + offs_ring, state + local)
@@ -163,6 +164,16 @@ def _lookback_linear_attention_kernel(
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
 
 
+def _check_config(cfg: Config) -> None:
+    check_power_of_two("BT", cfg.BT, lo=16, hi=256)
+    check_power_of_two("BV", cfg.BV, lo=16, hi=256)
+    check_power_of_two("num_warps", cfg.num_warps, lo=1, hi=16)
+    if cfg.L < cfg.BT or cfg.L % cfg.BT:
+        raise ValueError(f"segment length L={cfg.L} must be a positive multiple of the chunk BT={cfg.BT}")
+    if cfg.num_stages < 1:
+        raise ValueError(f"num_stages={cfg.num_stages} must be at least 1")
+
+
 def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
                               config: Config | None = None):
     """Causal linear attention ``o_t = scale · q_tᵀ S_t``, ``S_t = S_{t-1} + k_t v_tᵀ``, in one pass.
@@ -173,6 +184,7 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     B, T, H, K, V, N = p.B, p.T, p.H, p.K, p.V, p.N
     cfg = config or config_for(K, V, q.dtype, T / N)
+    _check_config(cfg)
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, min(cfg.BV, triton.next_power_of_2(V)))
     NV = triton.cdiv(V, BV)

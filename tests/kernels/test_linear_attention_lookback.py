@@ -1,0 +1,203 @@
+"""The lookback kernel beyond the shared version tests: long chains of segments, V split into blocks, every
+launch configuration in the tuned table, varlen segment tables, repeated launches (the ticket counter and ring
+flags start fresh each call), the workspace bound, and on a GPU full-size problems and determinism.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.device import DEVICE, ON_GPU, pick
+from kernels.linear_attention import lookback as lb
+from kernels.linear_attention.lookback import CONFIGS, Config, config_for, lookback_linear_attention
+from kernels.linear_attention.reference import reference_linear_attention
+from kernels.testing import assert_close, check_bad_input, poisoned, randn, tolerance
+
+
+@pytest.fixture
+def allocations(monkeypatch):
+    """Float buffers the kernel's wrapper allocates come NaN-filled inside NaN guard bands; returns the list."""
+    made = []
+    empty = torch.empty
+
+    def fake_empty(*size, dtype=None, device=None, **kw):
+        dt = dtype or torch.get_default_dtype()
+        if kw or not dt.is_floating_point:
+            return empty(*size, dtype=dtype, device=device, **kw)
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
+        p = poisoned(*shape, dtype=dt, device=device or DEVICE)
+        made.append(p)
+        return p.out
+
+    monkeypatch.setattr(lb.torch, "empty", fake_empty)
+    return made
+
+
+def case(B, T, H, K, V, dtype, *, seed, h0=True, cu=None):
+    q, k, v = (randn(B, T, H, d, dtype=dtype, seed=seed + i) for i, d in enumerate((K, K, V)))
+    N = B if cu is None else len(cu) - 1
+    state = randn(N, H, K, V, seed=seed + 3) if h0 else None
+    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device=DEVICE)
+    return q, k, v, K**-0.5, state, cu_t
+
+
+def check(args, made=(), *, config=None, tol=None):
+    q, k, v, scale, h0, cu = args
+    o, ht = lookback_linear_attention(q, k, v, scale, h0, True, cu, config=config)
+    d = (lambda x: None if x is None else x.double())
+    ro, rht = reference_linear_attention(d(q), d(k), d(v), scale, d(h0), True, normalize=False, cu_seqlens=cu,
+                                         chunk_size=32)
+    for p in made:  # o and the final state are checked for NaN below; the ring is scratch, partly unused
+        assert p.guards_intact(), "the kernel wrote out of bounds (into a guard band)"
+    tol = tol or tolerance(q.dtype, tf32=ON_GPU)
+    assert_close("o", ro, o, tol)
+    assert_close("final_state", rht, ht, tol)
+    return o, ht
+
+
+# Launch configurations that stress the chain: one-chunk segments, V split into blocks with a ragged last block,
+# segments longer than a chunk.
+CHAIN_CONFIGS = {
+    "L16_BT16_BV16": Config(16, 16, 16, 4, 1),
+    "L64_BT32_BV32": Config(64, 32, 32, 4, 1),
+    "L48_BT16_BV64": Config(48, 16, 64, 4, 1),
+}
+
+
+@pytest.mark.parametrize("cfg", CHAIN_CONFIGS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_long_chains(cfg, dtype, allocations):
+    """T = 203 crosses 4-13 segments; V = 40 leaves a ragged V block; every chain starts from an initial state."""
+    check(case(2, 203, 2, 32, 40, dtype, seed=1), allocations, config=CHAIN_CONFIGS[cfg])
+
+
+@pytest.mark.parametrize("cfg", CHAIN_CONFIGS)
+def test_varlen_segment_table(cfg, allocations):
+    """Empty sequences, one token, exactly one segment, a segment plus one token, and a long one."""
+    L = CHAIN_CONFIGS[cfg].L
+    lengths = [0, 1, L, L + 1, 0, 3 * L + 5, 7]
+    cu = [0] + [sum(lengths[: i + 1]) for i in range(len(lengths))]
+    check(case(1, cu[-1], 2, 32, 32, torch.float16, seed=2, cu=cu), allocations, config=CHAIN_CONFIGS[cfg])
+
+
+def test_without_initial_or_final_state(allocations):
+    q, k, v, scale, _, _ = case(1, 90, 2, 16, 16, torch.float32, seed=3, h0=False)
+    o, ht = lookback_linear_attention(q, k, v, scale)
+    assert ht is None
+    ro, _ = reference_linear_attention(q.double(), k.double(), v.double(), scale, normalize=False)
+    assert_close("o", ro, o, tolerance(torch.float32, tf32=ON_GPU))
+    for p in allocations:
+        assert p.guards_intact()
+
+
+def test_repeated_calls_start_fresh():
+    """The ticket counter and flags are zeroed per call: a second, differently shaped call is right, and a
+    repeat of the first gives the same bits (each program's arithmetic has a fixed order)."""
+    cfg = Config(32, 16, 16, 4, 1)
+    a = case(1, 120, 2, 16, 32, torch.float32, seed=4)
+    o1, h1 = check(a, config=cfg)
+    check(case(2, 50, 3, 16, 16, torch.float32, seed=5), config=cfg)
+    o2, h2 = lookback_linear_attention(*a[:5], True, a[5], config=cfg)
+    assert torch.equal(o1, o2) and torch.equal(h1, h2)
+
+
+def test_workspace_is_independent_of_T(allocations):
+    """Besides o and the final state, the wrapper allocates only the ring: SLOTS states per chain, any T."""
+    q, k, v, scale, h0, cu = case(1, 300, 2, 32, 32, torch.float32, seed=6)
+    cfg = Config(32, 16, 16, 4, 1)
+    lookback_linear_attention(q, k, v, scale, h0, True, cu, config=cfg)
+    sizes = sorted(p.out.numel() for p in allocations)
+    o_size, ht_size = v.numel(), h0.numel()
+    ring = [n for n in sizes if n not in (o_size, ht_size)]
+    assert ring == [1 * 2 * 2 * lb.SLOTS * 32 * 16], sizes  # N * H * NV chains, SLOTS [BK, BV] tiles each
+
+
+def test_config_table():
+    """Every table entry is a valid launch configuration, and every head size and dtype finds one."""
+    for key, rows in CONFIGS.items():
+        assert rows[-1][0] == math.inf, f"{key}: the last row must cover every T"
+        for _, cfg in rows:
+            lb._check_config(cfg)
+    for d in (16, 64, 100, 128, 256):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for T in (1, 4096, 10**6):
+                lb._check_config(config_for(d, d, dtype, T))
+
+
+def test_bad_config():
+    q, k, v, scale, h0, _ = case(1, 20, 2, 16, 16, torch.float32, seed=7)
+    for cfg, match in ((Config(40, 32, 16, 4, 1), "multiple"), (Config(64, 24, 16, 4, 1), "BT"),
+                       (Config(64, 32, 8, 4, 1), "BV"), (Config(64, 32, 16, 3, 1), "num_warps"),
+                       (Config(64, 32, 16, 4, 0), "num_stages")):
+        check_bad_input(lookback_linear_attention, q, k, v, scale, h0, True, config=cfg, match=match)
+
+
+def test_bad_head_size():
+    q = randn(1, 8, 1, 300)
+    check_bad_input(lookback_linear_attention, q, q, randn(1, 8, 1, 16), 0.1, match="limit 256")
+
+
+# On the GPU: the tuned table at full size, and the properties a data race would break.
+
+def _gpu_case(B, T, H, D, dtype, cu=None, seed=11):
+    return case(B, T, H, D, D, dtype, seed=seed, cu=cu)
+
+
+def _check_gpu(args):
+    q, k, v, scale, h0, cu = args
+    o, ht = lookback_linear_attention(q, k, v, scale, h0, True, cu)
+    d = (lambda x: None if x is None else x.double())
+    ro, rht = reference_linear_attention(d(q), d(k), d(v), scale, d(h0), True, normalize=False, cu_seqlens=cu,
+                                         chunk_size=256)
+    assert_close("o", ro, o, tolerance(q.dtype))
+    assert_close("final_state", rht, ht, tolerance(q.dtype))
+    return o, ht
+
+
+GPU_SHAPES = pick(cpu=[], gpu=[(4, 4096, 16, 128, torch.bfloat16), (2, 65536 + 37, 16, 128, torch.bfloat16),
+                               (1, 20000 - 3, 16, 128, torch.float16), (4, 16384, 32, 64, torch.bfloat16),
+                               (2, 5000, 8, 64, torch.float32)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}_T{}_H{}_D{}_{}".format(*s[:4], str(s[4])[6:]))
+def test_gpu_table_configs(shape):
+    _check_gpu(_gpu_case(*shape))
+
+
+@pytest.mark.gpu
+def test_gpu_varlen():
+    g = torch.Generator().manual_seed(12)
+    T = 65536
+    cuts = torch.randperm(T - 1, generator=g)[:15].add(1).sort().values.tolist()
+    cu = [0, 0, *cuts, T]  # includes an empty sequence
+    _check_gpu(_gpu_case(1, T, 16, 128, torch.bfloat16, cu=cu))
+
+
+@pytest.mark.gpu
+def test_gpu_deterministic_across_launches():
+    """Twenty launches, bit-identical: a stale flag or ring slot read anywhere would change some bits."""
+    args = _gpu_case(4, 16384 + 5, 16, 128, torch.bfloat16, seed=13)
+    o0, h0 = _check_gpu(args)
+    q, k, v, scale, s0, _ = args
+    for _ in range(20):
+        o, ht = lookback_linear_attention(q, k, v, scale, s0, True)
+        assert torch.equal(o, o0) and torch.equal(ht, h0)
+
+
+@pytest.mark.gpu
+def test_gpu_extra_memory_bound():
+    """No O(T·D²) intermediate: the extra memory beyond o stays under 1/8 of the inputs' size."""
+    q, k, v, scale, _, _ = _gpu_case(4, 65536, 16, 128, torch.bfloat16, seed=14)
+    lookback_linear_attention(q, k, v, scale)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    o, _ = lookback_linear_attention(q, k, v, scale)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base - o.numel() * o.element_size()
+    inputs = 3 * q.numel() * q.element_size()
+    assert extra <= inputs / 8, f"extra {extra / 2**20:.1f} MiB > 1/8 of the inputs' {inputs / 2**20:.0f} MiB"

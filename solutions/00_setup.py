@@ -95,7 +95,7 @@ print("vector sizes for this mode:", sizes("vector_add"))
 #    *writes* past the end of `out` into whatever lives there. Every kernel in this course masks its edges.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_md", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · Vector add (2 points)
+# ## Exercise 1 · Vector add (2 + 2 points)
 #
 # Write `add_kernel` so that `out[i] = x[i] + y[i]` for every `0 <= i < n_elements`. The signature is fixed,
 # because the checker launches your kernel itself:
@@ -113,13 +113,11 @@ print("vector sizes for this mode:", sizes("vector_add"))
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     ### BEGIN SOLUTION
-    pid = tl.program_id(axis=0)
-    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)  # [BLOCK_SIZE]
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)  # [BLOCK_SIZE]
     mask = offs < n_elements
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    out = x.to(tl.float32) + y.to(tl.float32)
-    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
+    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+    y = tl.load(y_ptr + offs, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offs, (x + y).to(out_ptr.dtype.element_ty), mask=mask)
     ### END SOLUTION
 
 
@@ -154,6 +152,9 @@ print(f"{triton.cdiv(1000, 256)} programs; largest |difference| from torch: {(ou
 
 # %% nbgrader={"grade": true, "grade_id": "check_add", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("00_setup.vector_add", add_kernel)
+
+# %% nbgrader={"grade": true, "grade_id": "check_add_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other dtypes, odd sizes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("00_setup.vector_add", add_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -195,7 +196,7 @@ view
 # argument instead of assuming `N`. Getting this wrong is the most common bug in matrix kernels, and the checks
 # of every later lesson pass such views.
 #
-# ## Exercise 2 · Add a bias to every row (2 points)
+# ## Exercise 2 · Add a bias to every row (2 + 2 points)
 #
 # Write `add_bias_kernel` so that `out[m, n] = x[m, n] + bias[n]`. The checker launches it on a 2-D grid with
 # one program per (row, block of columns):
@@ -223,6 +224,9 @@ def add_bias_kernel(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_om, BLOCK_
 
 # %% nbgrader={"grade": true, "grade_id": "check_add_bias", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("00_setup.add_bias", add_bias_kernel)
+
+# %% nbgrader={"grade": true, "grade_id": "check_add_bias_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other dtypes, odd sizes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("00_setup.add_bias", add_bias_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -242,9 +246,11 @@ check("00_setup.add_bias", add_bias_kernel, hidden=True)
 #   `‖out − ref‖ / ‖ref‖`, against a tolerance set by the dtype (1e-5 for fp32, 5e-3 for fp16, 3e-2 for bf16).
 # - **Your own work**: the result must come from your `@triton.jit` kernel. Calling a torch operation, or one of
 #   the `kernels` package's kernels, does not pass.
-# - **Visible and hidden tests**: what you see runs here; when your notebook is graded, the same cell also runs
-#   hidden cases (other dtypes, odd shapes, new seeds). Each check cell carries the points shown in the
-#   exercise heading.
+# - **Visible and hidden tests**: the visible check runs here and now. The cell after it holds only a comment in
+#   your copy; when your notebook is graded, the hidden checks are put back into it and run other dtypes, odd
+#   shapes and fresh seeds. The exercise heading shows both cells' points: "2 + 2" is two for the visible
+#   check and two for the hidden one. Locked cells (checks, setup, widgets) are restored before grading, so
+#   editing them changes nothing.
 #
 # On failure a check raises an error naming the case (shape, dtype, block size) and what went wrong (elements
 # never written, out-of-bounds writes, the largest error and where). The cell below feeds the checker a kernel

@@ -91,7 +91,7 @@ def _fail(lesson: str, cell, why: str):
 
 
 def _check_test_cell(lesson: str, cell) -> None:
-    lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.strip().startswith("# ")]
     visible = hidden = 0
     inside = False
     for ln in lines:
@@ -103,7 +103,7 @@ def _check_test_cell(lesson: str, cell) -> None:
             continue
         m = _CHECK.match(ln)
         if not m:
-            _fail(lesson, cell, f"a graded cell holds only one-line check(...) calls; found {ln!r}")
+            _fail(lesson, cell, f"a graded cell holds only one-line check(...) calls (and comments); found {ln!r}")
         if not m["id"].startswith(lesson + "."):
             _fail(lesson, cell, f"check id {m['id']!r} must start with the lesson id {lesson + '.'!r}")
         is_hidden = bool(_HIDDEN.search(ln))

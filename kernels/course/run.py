@@ -6,14 +6,15 @@ cell while the setup, widget and prose cells still run (widgets fall back to the
 
 from __future__ import annotations
 
+import os
 import pathlib
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-from .build import COURSE, graded_cells, solution_notebook, student_notebook
+from .build import COURSE, ROOT, graded_cells, solution_notebook, student_notebook
 
-__all__ = ["Executed", "execute", "run_lesson", "problems"]
+__all__ = ["Executed", "execute", "restore_locked", "run_lesson", "problems"]
 
 
 @dataclass
@@ -50,18 +51,31 @@ def execute(nb, *, lesson: str, copy: str, cwd: pathlib.Path | None = None, cell
         where = str(cwd or tmp)
         client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                                 resources={"metadata": {"path": where}})
+        # the kernel imports this checkout's `kernels`, installed or not
+        pypath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         t0 = time.perf_counter()
-        client.execute()
+        client.execute(env=dict(os.environ, PYTHONPATH=pypath))
         seconds = time.perf_counter() - t0
     return Executed(lesson, copy, nb, seconds, _errors(nb))
 
 
+def restore_locked(student, source):
+    """What autograding runs: the student's notebook with every locked cell (checks with their hidden tests,
+    setup, widgets, prose) put back from the source, as nbgrader's autograde does; answer cells stay as they are."""
+    locked = {c.id: c.source for c in source.cells if c.metadata.get("nbgrader", {}).get("locked")}
+    for cell in student.cells:
+        if cell.get("id") in locked:
+            cell.source = locked[cell.id]
+    return student
+
+
 def run_lesson(lesson: str, copy: str = "solution", *, course: pathlib.Path = COURSE) -> Executed:
-    """Execute the solution notebook (from ``solutions/``) or the student copy (from ``course/``)."""
+    """Execute the solution notebook (from ``solutions/``) or the untouched student copy (from ``course/``) as
+    it is graded, locked cells restored (:func:`restore_locked`)."""
     if copy == "solution":
         nb = solution_notebook(lesson)
     elif copy == "student":
-        nb = student_notebook(lesson, course)
+        nb = restore_locked(student_notebook(lesson, course), solution_notebook(lesson))
     else:
         raise ValueError(f"copy must be 'solution' or 'student', got {copy!r}")
     return execute(nb, lesson=lesson, copy=copy)

@@ -1,0 +1,81 @@
+"""Lesson 00 (setup): a masked vector add on a 1-D grid, and a row-bias add on a 2-D grid with row strides."""
+
+import torch
+import triton
+
+from ...device import pick
+from ...testing import randn
+from ..spec import Case, Exercise, register
+
+__all__ = ["VECTOR_ADD", "ADD_BIAS"]
+
+
+def _vector_inputs(case, gen):
+    n = case["n"]
+    return {"x": randn(n, gen=gen, dtype=case.dtype, device="cpu"),
+            "y": randn(n, gen=gen, dtype=case.dtype, device="cpu"), "n": n}
+
+
+def _vector_run(args, inputs, outputs, case):
+    (kernel,) = args
+    block = case["BLOCK_SIZE"]
+    kernel[(triton.cdiv(inputs["n"], block),)](inputs["x"], inputs["y"], outputs["out"], inputs["n"],
+                                               BLOCK_SIZE=block)
+
+
+VECTOR_ADD = Exercise(
+    id="00_setup.vector_add",
+    args=("kernel",),
+    signature="add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr), "
+              "launched on grid (cdiv(n_elements, BLOCK_SIZE),)",
+    description="out[i] = x[i] + y[i] for i < n_elements, added in fp32, stored in out's dtype",
+    make_inputs=_vector_inputs,
+    outputs=lambda case, inputs: {"out": ((case["n"],), case.dtype)},
+    run=_vector_run,
+    reference=lambda inputs, case: {"out": inputs["x"] + inputs["y"]},
+    visible=[Case("n=1000 BLOCK_SIZE=128 fp32", dict(n=1000, BLOCK_SIZE=128)),
+             Case("n=777 BLOCK_SIZE=1024 fp32", dict(n=777, BLOCK_SIZE=1024))],
+    hidden=[Case("n=1 BLOCK_SIZE=16 fp32", dict(n=1, BLOCK_SIZE=16)),
+            Case("n=4097 BLOCK_SIZE=128 fp16", dict(n=4097, BLOCK_SIZE=128), torch.float16),
+            Case("n=3000 BLOCK_SIZE=1024 bf16", dict(n=3000, BLOCK_SIZE=1024), torch.bfloat16),
+            Case("n=65537 BLOCK_SIZE=2048 fp32", dict(n=65537, BLOCK_SIZE=2048))]
+    + pick(cpu=[], gpu=[Case("n=2**24+3 BLOCK_SIZE=1024 fp32", dict(n=2**24 + 3, BLOCK_SIZE=1024))]),
+    points=(2, 2),
+)
+
+
+def _bias_inputs(case, gen):
+    M, N, ld = case["M"], case["N"], case["ld"]
+    wide = randn(M, ld, gen=gen, dtype=case.dtype, device="cpu")
+    return {"x": wide[:, :N], "bias": randn(N, gen=gen, dtype=case.dtype, device="cpu")}
+
+
+def _bias_run(args, inputs, outputs, case):
+    (kernel,) = args
+    x, bias, out = inputs["x"], inputs["bias"], outputs["out"]
+    M, N = x.shape
+    block = case["BLOCK_N"]
+    kernel[(M, triton.cdiv(N, block))](x, bias, out, M, N, x.stride(0), out.stride(0), BLOCK_N=block)
+
+
+ADD_BIAS = Exercise(
+    id="00_setup.add_bias",
+    args=("kernel",),
+    signature="add_bias_kernel(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_om, BLOCK_N: tl.constexpr), "
+              "launched on grid (M, cdiv(N, BLOCK_N)); x is a view whose row stride exceeds N",
+    description="out[m, n] = x[m, n] + bias[n], added in fp32, stored in out's dtype",
+    make_inputs=_bias_inputs,
+    outputs=lambda case, inputs: {"out": ((case["M"], case["N"]), case.dtype)},
+    run=_bias_run,
+    reference=lambda inputs, case: {"out": inputs["x"] + inputs["bias"][None, :]},
+    visible=[Case("M=37 N=300 row stride 320 BLOCK_N=128 fp32", dict(M=37, N=300, ld=320, BLOCK_N=128))],
+    hidden=[Case("M=1 N=1 row stride 8 BLOCK_N=16 fp32", dict(M=1, N=1, ld=8, BLOCK_N=16)),
+            Case("M=19 N=1000 row stride 1024 BLOCK_N=256 fp16", dict(M=19, N=1000, ld=1024, BLOCK_N=256),
+                 torch.float16),
+            Case("M=5 N=129 row stride 200 BLOCK_N=64 bf16", dict(M=5, N=129, ld=200, BLOCK_N=64), torch.bfloat16)]
+    + pick(cpu=[], gpu=[Case("M=4099 N=5000 row stride 5120 BLOCK_N=1024 fp32",
+                             dict(M=4099, N=5000, ld=5120, BLOCK_N=1024))]),
+    points=(2, 2),
+)
+
+register(VECTOR_ADD, ADD_BIAS)

@@ -1,0 +1,162 @@
+"""Lesson 01 (memory hierarchy): a grid-stride copy (correct, then fast on a GPU), a column read of a row-major
+matrix (the uncoalesced pattern), and the sector count that predicts its slowdown."""
+
+import torch
+import triton
+
+from ...device import ON_GPU, pick
+from ...testing import randn
+from ..spec import Case, CheckFailed, Exercise, Performance, register
+
+__all__ = ["COPY", "COPY_SPEED", "COLUMN", "SECTOR_BYTES"]
+
+_SMS = torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 1
+
+
+def _copy_inputs(case, gen):
+    return {"x": randn(case["n"], gen=gen, dtype=case.dtype, device="cpu")}
+
+
+def _copy_run(args, inputs, outputs, case):
+    (kernel,) = args
+    kernel[(case["P"],)](inputs["x"], outputs["out"], case["n"], BLOCK_SIZE=case["BLOCK_SIZE"],
+                         num_warps=case.get("num_warps", 4))
+
+
+def _copy_outputs(case, inputs):
+    return {"out": ((case["n"],), case.dtype)}
+
+
+_COPY_SIGNATURE = ("copy_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr), launched on grid (P,) "
+                   "with P <= cdiv(n_elements, BLOCK_SIZE): a grid-stride loop")
+
+COPY = Exercise(
+    id="01_memory_hierarchy.copy",
+    args=("kernel",),
+    signature=_COPY_SIGNATURE,
+    description="out[i] = x[i] for i < n_elements, whatever the number of programs P",
+    make_inputs=_copy_inputs,
+    outputs=_copy_outputs,
+    run=_copy_run,
+    reference=lambda inputs, case: {"out": inputs["x"]},
+    visible=[Case("n=10000 BLOCK_SIZE=512 P=3 fp32", dict(n=10000, BLOCK_SIZE=512, P=3)),
+             Case("n=1000 BLOCK_SIZE=1024 P=1 fp32", dict(n=1000, BLOCK_SIZE=1024, P=1))],
+    hidden=[Case("n=1 BLOCK_SIZE=16 P=1 fp32", dict(n=1, BLOCK_SIZE=16, P=1)),
+            Case("n=5003 BLOCK_SIZE=128 P=7 fp16", dict(n=5003, BLOCK_SIZE=128, P=7), torch.float16),
+            Case("n=3001 BLOCK_SIZE=256 P=12 bf16", dict(n=3001, BLOCK_SIZE=256, P=12), torch.bfloat16),
+            Case("n=65541 BLOCK_SIZE=1024 P=5 fp32", dict(n=65541, BLOCK_SIZE=1024, P=5))]
+    + pick(cpu=[], gpu=[Case("n=2**24+3 BLOCK_SIZE=4096 P=8·SMs fp32",
+                             dict(n=2**24 + 3, BLOCK_SIZE=4096, P=8 * _SMS, num_warps=8))]),
+    points=(2, 2),
+)
+
+_SPEED_N = 2**28 + 17
+
+COPY_SPEED = Exercise(
+    id="01_memory_hierarchy.copy_speed",
+    args=("kernel",),
+    signature=_COPY_SIGNATURE,
+    description="the grid-stride copy at >= 80% of the speed of torch's copy on 2**28 fp32 elements (GPU only)",
+    make_inputs=_copy_inputs,
+    outputs=_copy_outputs,
+    run=_copy_run,
+    reference=lambda inputs, case: {"out": inputs["x"]},
+    visible=[Case("n=4099 BLOCK_SIZE=256 P=4 fp32", dict(n=4099, BLOCK_SIZE=256, P=4))],
+    performance=Performance(
+        case=Case("n=2**28+17 BLOCK_SIZE=4096 P=8·SMs fp32 (2 GiB moved)",
+                  dict(n=_SPEED_N, BLOCK_SIZE=4096, P=8 * _SMS, num_warps=8)),
+        baseline=lambda args, inputs, outputs, case: outputs["out"].copy_(inputs["x"]),
+        baseline_name="torch's copy (out.copy_(x))",
+        min_speedup=0.8,
+        floor=lambda case: (2 * case["n"] * case.dtype.itemsize, 0),
+    ),
+    points=(2, 0),
+)
+
+
+def _column_inputs(case, gen):
+    M, ld = case["M"], case["ld"]
+    col = int(torch.randint(ld, (1,), generator=gen))
+    return {"x": randn(M, ld, gen=gen, dtype=case.dtype, device="cpu"), "col": col}
+
+
+def _column_run(args, inputs, outputs, case):
+    (kernel,) = args
+    x = inputs["x"]
+    block = case["BLOCK_M"]
+    kernel[(triton.cdiv(x.shape[0], block),)](x, outputs["out"], x.shape[0], x.stride(0), inputs["col"],
+                                              BLOCK_M=block)
+
+
+COLUMN = Exercise(
+    id="01_memory_hierarchy.column",
+    args=("kernel",),
+    signature="column_kernel(x_ptr, out_ptr, M, stride_m, col, BLOCK_M: tl.constexpr), launched on grid "
+              "(cdiv(M, BLOCK_M),); x is row-major [M, ld] with row stride stride_m",
+    description="out[m] = x[m, col] for m < M",
+    make_inputs=_column_inputs,
+    outputs=lambda case, inputs: {"out": ((case["M"],), case.dtype)},
+    run=_column_run,
+    reference=lambda inputs, case: {"out": inputs["x"][:, int(inputs["col"])]},
+    visible=[Case("M=1000 row stride 33 BLOCK_M=128 fp32", dict(M=1000, ld=33, BLOCK_M=128))],
+    hidden=[Case("M=1 row stride 1 BLOCK_M=16 fp32", dict(M=1, ld=1, BLOCK_M=16)),
+            Case("M=777 row stride 8 BLOCK_M=256 fp16", dict(M=777, ld=8, BLOCK_M=256), torch.float16),
+            Case("M=300 row stride 129 BLOCK_M=64 bf16", dict(M=300, ld=129, BLOCK_M=64), torch.bfloat16),
+            Case("M=5000 row stride 2 BLOCK_M=1024 fp32", dict(M=5000, ld=2, BLOCK_M=1024))],
+    points=(2, 1),
+)
+
+
+def _sectors_reference(n: int, stride: int, itemsize: int) -> int:
+    """Brute force: every 32-byte sector holding a byte of one of the n elements."""
+    touched = set()
+    for i in range(n):
+        first = i * stride * itemsize
+        touched.update({first // 32, (first + itemsize - 1) // 32})
+    return 32 * len(touched)
+
+
+def _sector_inputs(case, gen):
+    fixed = list(case.get("fixed", ()))
+    count = case.get("count", 0)
+    ns = torch.randint(1, case.get("max_n", 2000), (count,), generator=gen).tolist()
+    strides = torch.randint(1, 70, (count,), generator=gen).tolist()
+    sizes = [(1, 2, 4, 8)[i] for i in torch.randint(4, (count,), generator=gen).tolist()]
+    return {"reads": fixed + list(zip(ns, strides, sizes))}
+
+
+def _sector_run(args, inputs, outputs, case):
+    (fn,) = args
+    got = []
+    for n, stride, itemsize in inputs["reads"]:
+        value = fn(n, stride, itemsize)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CheckFailed(f"sector_bytes({n}, {stride}, {itemsize}) returned {value!r}; expected an int")
+        got.append(value)
+    return {"bytes": torch.tensor(got, dtype=torch.float64)}
+
+
+def _sector_reference(inputs, case):
+    return {"bytes": torch.tensor([_sectors_reference(*r) for r in inputs["reads"]], dtype=torch.float64)}
+
+
+SECTOR_BYTES = Exercise(
+    id="01_memory_hierarchy.sector_bytes",
+    args=("function",),
+    signature="sector_bytes(n, stride, itemsize) -> int",
+    description="bytes of the 32-byte sectors holding n elements of itemsize bytes, stride elements apart, "
+                "the first at a sector boundary",
+    make_inputs=_sector_inputs,
+    outputs=lambda case, inputs: {},
+    run=_sector_run,
+    reference=_sector_reference,
+    tolerance=lambda case: 0,
+    visible=[Case("a coalesced warp, a stride-8 warp and 20 random reads",
+                  dict(fixed=[(32, 1, 4), (32, 8, 4), (32, 2, 4)], count=20))],
+    hidden=[Case("edge cases", dict(fixed=[(1, 1, 1), (1, 64, 8), (2, 31, 1), (2, 32, 1), (33, 1, 1),
+                                           (5, 4, 8), (4, 16, 2), (1000, 7, 4)])),
+            Case("200 random reads", dict(count=200, max_n=5000))],
+    points=(1, 1),
+)
+
+register(COPY, COPY_SPEED, COLUMN, SECTOR_BYTES)

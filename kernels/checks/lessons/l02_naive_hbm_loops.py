@@ -1,0 +1,211 @@
+"""Lesson 02 (naive HBM-bound loops): causal linear attention as a recurrence, first with the state round-tripping
+through a global buffer every step (one program per batch-head), then with the state in registers (V split over
+programs), and the byte counts of both.
+
+Both kernels share one signature: ``(q, k, v, o, s, scale, T, H, K, V, stride_qb, stride_qt, stride_qh,
+stride_vb, stride_vt, stride_vh, BK, BV)``; ``s`` is a contiguous fp32 ``[B·H, K, V]`` buffer that must hold the
+final state ``S_T`` afterwards.
+"""
+
+import torch
+import triton
+
+from ...device import ON_GPU, sizes
+from ...recurrent import naive_recurrent
+from ...recurrent.reference import reference_recurrent_loop
+from ...testing import randn
+from ..spec import Case, CheckFailed, Exercise, Performance, register
+
+__all__ = ["NAIVE", "FUSED", "FUSED_SPEED", "BYTES"]
+
+_SIGNATURE = ("{name}(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V, stride_qb, stride_qt, stride_qh, "
+              "stride_vb, stride_vt, stride_vh, BK: tl.constexpr, BV: tl.constexpr)")
+
+
+def _inputs(case, gen):
+    B, T, H, K, V = (case[d] for d in "BTHKV")
+    dt = case.dtype
+    if case.get("packed", False):
+        qk = randn(B, T, H, 2 * K + case.get("pad", 0), gen=gen, dtype=dt, device="cpu")
+        q, k = qk[..., :K], qk[..., K:2 * K]
+    else:
+        q, k = (randn(B, T, H, K, gen=gen, dtype=dt, device="cpu") for _ in range(2))
+    return {"q": q, "k": k, "v": randn(B, T, H, V, gen=gen, dtype=dt, device="cpu"), "scale": K**-0.5}
+
+
+def _outputs(case, inputs):
+    B, T, H, K, V = (case[d] for d in "BTHKV")
+    return {"o": ((B, T, H, V), case.dtype), "s": ((B * H, K, V), torch.float32)}
+
+
+def _reference(inputs, case):
+    B, T, H, K, V = (case[d] for d in "BTHKV")
+    o, s = reference_recurrent_loop(inputs["q"], inputs["k"], inputs["v"], scale=float(inputs["scale"]),
+                                    output_final_state=True)
+    return {"o": o, "s": s.reshape(B * H, K, V)}
+
+
+def _strides(q, k, v, o):
+    if q.stride() != k.stride():
+        raise CheckFailed("internal: q and k must share strides")
+    if v.stride()[:3] != o.stride()[:3]:
+        raise CheckFailed("internal: v and o must share strides")
+    return q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2)
+
+
+def _launch(kernel, grid, inputs, outputs, case, BV):
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    o, s = outputs["o"], outputs["s"]
+    B, T, H, K, V = (case[d] for d in "BTHKV")
+    kernel[grid](q, k, v, o, s, float(inputs["scale"]), T, H, K, V, *_strides(q, k, v, o),
+                 BK=triton.next_power_of_2(K), BV=BV)
+
+
+def _naive_run(args, inputs, outputs, case):
+    (kernel,) = args
+    _launch(kernel, (case["B"] * case["H"],), inputs, outputs, case, triton.next_power_of_2(case["V"]))
+
+
+def _fused_run(args, inputs, outputs, case):
+    (kernel,) = args
+    BV = case["BV"]
+    _launch(kernel, (triton.cdiv(case["V"], BV), case["B"] * case["H"]), inputs, outputs, case, BV)
+
+
+def _shape(label, B, T, H, K, V, dtype=torch.float32, **extra):
+    return Case(f"B={B} T={T} H={H} K={K} V={V} {str(dtype)[6:]}{label}", dict(B=B, T=T, H=H, K=K, V=V, **extra),
+                dtype)
+
+
+NAIVE = Exercise(
+    id="02_naive_hbm_loops.naive",
+    args=("kernel",),
+    signature=_SIGNATURE.format(name="naive_kernel") + ", launched on grid (B*H,) with BK, BV = next powers of "
+                                                       "two of K, V",
+    description="o_t = scale * q_t^T S_t with S_t = S_{t-1} + k_t v_t^T, S_0 = 0, the state kept in s (which "
+                "holds S_T at the end)",
+    make_inputs=_inputs,
+    outputs=_outputs,
+    run=_naive_run,
+    reference=_reference,
+    visible=[_shape("", 1, 37, 2, 16, 16), _shape("", 2, 20, 1, 24, 40)],
+    hidden=[_shape("", 1, 1, 1, 3, 5),
+            _shape(" q,k packed", 1, 50, 3, 32, 48, torch.float16, packed=True, pad=8),
+            _shape("", 2, 29, 2, 16, 17, torch.bfloat16),
+            _shape(" q,k packed", 1, 64, 2, 64, 64, packed=True)],
+    points=(3, 2),
+)
+
+FUSED = Exercise(
+    id="02_naive_hbm_loops.fused",
+    args=("kernel",),
+    signature=_SIGNATURE.format(name="fused_kernel") + ", launched on grid (cdiv(V, BV), B*H) with BK = "
+                                                       "next_power_of_2(K)",
+    description="the same recurrence with the state in registers, V split in blocks of BV over programs, the "
+                "final state written to s once",
+    make_inputs=_inputs,
+    outputs=_outputs,
+    run=_fused_run,
+    reference=_reference,
+    visible=[_shape(" BV=16", 1, 37, 2, 16, 40, BV=16), _shape(" BV=32", 2, 20, 1, 24, 32, BV=32)],
+    hidden=[_shape(" BV=16", 1, 1, 1, 3, 5, BV=16),
+            _shape(" q,k packed BV=16", 1, 50, 3, 32, 48, torch.float16, packed=True, pad=8, BV=16),
+            _shape(" BV=32", 2, 29, 2, 16, 70, torch.bfloat16, BV=32),
+            _shape(" q,k packed BV=32", 1, 64, 2, 64, 64, packed=True, BV=32)],
+    points=(3, 2),
+)
+
+
+def _naive_baseline(args, inputs, outputs, case):
+    naive_recurrent(inputs["q"], inputs["k"], inputs["v"], scale=float(inputs["scale"]))
+
+
+def _floor(case):
+    B, T, H, K, V = (case[d] for d in "BTHKV")
+    return (B * T * H * (2 * K + 2 * V) * case.dtype.itemsize + B * H * K * V * 4, 4 * B * T * H * K * V)
+
+
+_GPU = sizes("recurrent") if ON_GPU else dict(B=4, H=16, T=2048, K=64, V=64)
+
+FUSED_SPEED = Exercise(
+    id="02_naive_hbm_loops.fused_speed",
+    args=("kernel",),
+    signature=FUSED.signature,
+    description="the fused kernel at least 3x as fast as the package's naive kernel at B=4 H=16 T=2048 K=V=64 bf16 "
+                "(GPU only)",
+    make_inputs=_inputs,
+    outputs=_outputs,
+    run=_fused_run,
+    reference=_reference,
+    visible=[_shape(" BV=16", 1, 21, 2, 16, 24, BV=16)],
+    performance=Performance(
+        case=_shape(" BV=32", _GPU["B"], _GPU["T"], _GPU["H"], _GPU["K"], _GPU["V"], torch.bfloat16, BV=32),
+        baseline=_naive_baseline,
+        baseline_name="the package's naive kernel (kernels.recurrent.naive_recurrent)",
+        min_speedup=3.0,
+        floor=_floor,
+    ),
+    points=(2, 0),
+)
+
+
+def _count_reference(B, T, H, K, V, itemsize, BV):
+    state = B * H * K * V * 4
+    naive = B * T * H * (2 * K + 2 * V) * itemsize + state + 2 * T * state
+    fused = B * T * H * (2 * K * -(-V // BV) + 2 * V) * itemsize + state
+    return naive, fused
+
+
+def _count_inputs(case, gen):
+    fixed = list(case.get("fixed", ()))
+    shapes = []
+    for _ in range(case.get("count", 0)):
+        B, T, H = (int(torch.randint(1, hi, (1,), generator=gen)) for hi in (9, 5000, 33))
+        K, V = (int(torch.randint(1, 257, (1,), generator=gen)) for _ in range(2))
+        itemsize = (2, 4)[int(torch.randint(2, (1,), generator=gen))]
+        BV = (16, 32, 64, 128)[int(torch.randint(4, (1,), generator=gen))]
+        shapes.append((B, T, H, K, V, itemsize, BV))
+    return {"shapes": fixed + shapes}
+
+
+def _as_int(name, args, value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckFailed(f"{name}{args} returned {value!r}; expected an int")
+    return value
+
+
+def _count_run(args, inputs, outputs, case):
+    naive_fn, fused_fn = args
+    naive, fused = [], []
+    for B, T, H, K, V, itemsize, BV in inputs["shapes"]:
+        naive.append(_as_int("naive_bytes", (B, T, H, K, V, itemsize), naive_fn(B, T, H, K, V, itemsize)))
+        fused.append(_as_int("fused_bytes", (B, T, H, K, V, itemsize, BV), fused_fn(B, T, H, K, V, itemsize, BV)))
+    return {"naive_bytes": torch.tensor(naive, dtype=torch.float64),
+            "fused_bytes": torch.tensor(fused, dtype=torch.float64)}
+
+
+def _count_ref(inputs, case):
+    counts = [_count_reference(*s) for s in inputs["shapes"]]
+    return {"naive_bytes": torch.tensor([c[0] for c in counts], dtype=torch.float64),
+            "fused_bytes": torch.tensor([c[1] for c in counts], dtype=torch.float64)}
+
+
+BYTES = Exercise(
+    id="02_naive_hbm_loops.bytes",
+    args=("function", "function"),
+    signature="naive_bytes(B, T, H, K, V, itemsize) -> int, fused_bytes(B, T, H, K, V, itemsize, BV) -> int",
+    description="the global-memory bytes the naive and fused kernels ask for",
+    make_inputs=_count_inputs,
+    outputs=lambda case, inputs: {},
+    run=_count_run,
+    reference=_count_ref,
+    tolerance=lambda case: 0,
+    visible=[Case("the GPU size and 10 random shapes", dict(fixed=[(4, 2048, 16, 64, 64, 2, 64),
+                                                                   (4, 2048, 16, 64, 64, 2, 32)], count=10))],
+    hidden=[Case("edge shapes", dict(fixed=[(1, 1, 1, 1, 1, 4, 16), (1, 37, 2, 16, 16, 4, 16),
+                                            (2, 100, 3, 100, 72, 2, 32), (1, 5, 1, 3, 129, 4, 128)])),
+            Case("100 random shapes", dict(count=100))],
+    points=(1, 1),
+)
+
+register(NAIVE, FUSED, FUSED_SPEED, BYTES)

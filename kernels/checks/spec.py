@@ -152,12 +152,7 @@ def _module_for(lesson: str) -> str:
 def get(exercise_id: str) -> Exercise:
     """The registered exercise, importing its lesson module on first use."""
     if exercise_id not in _REGISTRY:
-        lesson = exercise_id.split(".", 1)[0]
-        try:
-            importlib.import_module(_module_for(lesson))
-        except ModuleNotFoundError as e:
-            if e.name != _module_for(lesson):
-                raise
+        _import_lesson(exercise_id.split(".", 1)[0])
     try:
         return _REGISTRY[exercise_id]
     except KeyError:
@@ -165,7 +160,19 @@ def get(exercise_id: str) -> Exercise:
         raise KeyError(f"no exercise {exercise_id!r} (this lesson's: {known})") from None
 
 
+def _import_lesson(lesson: str) -> bool:
+    """Import the lesson's module: ``kernels.checks.lessons.lNN_topic``, else a top-level ``lNN_topic`` (fixtures)."""
+    for name in (_module_for(lesson), f"l{lesson}"):
+        try:
+            importlib.import_module(name)
+            return True
+        except ModuleNotFoundError as e:
+            if e.name not in (name, "kernels.checks.lessons." + name):
+                raise
+    return False
+
+
 def lesson_exercises(lesson: str) -> dict[str, Exercise]:
     """Every exercise a lesson registers."""
-    importlib.import_module(_module_for(lesson))
+    _import_lesson(lesson)
     return {k: v for k, v in _REGISTRY.items() if k.startswith(lesson + ".")}

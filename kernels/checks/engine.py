@@ -1,0 +1,452 @@
+"""The check engine: inputs, padding, poisoning, running, comparing, timing and the messages.
+
+The steps are separate functions because the grader runs them in separate processes: the trusted side draws the
+seed, makes the inputs, computes the float64 reference and judges (:func:`case_inputs`, :func:`reference`,
+:func:`verdict`, :func:`perf_verdict`); the sandboxed side only runs the student's objects on those inputs
+(:func:`run_case`, :func:`time_performance`). :func:`check` chains them in one process, for the notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from dataclasses import dataclass, field
+
+import torch
+
+from ..device import DEVICE, INTERPRET, ON_GPU
+from ..testing import TOLERANCE, Poisoned, generator
+from . import provenance
+from .spec import Case, CheckFailed, Exercise, get
+
+__all__ = [
+    "GRADING_ENV",
+    "Outcome",
+    "check",
+    "resolve_live",
+    "check_value",
+    "draw_seed",
+    "case_inputs",
+    "reference",
+    "tolerance",
+    "pad_inputs",
+    "alloc_outputs",
+    "run_case",
+    "verdict",
+    "time_performance",
+    "perf_verdict",
+    "describe_case",
+    "active_cases",
+]
+
+#: Set in the grader's sandbox: graded cells there are judged outside the notebook, so ``check`` does nothing.
+GRADING_ENV = "KERNELS_GRADING"
+_GUARD_MIN = 256
+
+
+@dataclass
+class Outcome:
+    """What one check call found: ``passed``, the lines to show, and timing details when graded for speed."""
+
+    exercise: str
+    passed: bool
+    lines: list[str] = field(default_factory=list)
+    cases: int = 0
+    not_graded: list[str] = field(default_factory=list)
+    perf: dict | None = None
+
+    @property
+    def message(self) -> str:
+        return "\n".join(self.lines)
+
+
+# ---- cases, seeds, inputs ----------------------------------------------------------------------------------
+
+def draw_seed() -> int:
+    """A fresh seed, unknown before the check runs."""
+    return secrets.randbits(48)
+
+
+def active_cases(ex: Exercise, hidden: bool) -> tuple[list[tuple[int, Case]], list[str]]:
+    """The cases to run here (index, case) and the labels skipped because they need a GPU."""
+    run, skipped = [], []
+    for i, case in enumerate(ex.cases(hidden)):
+        if case.gpu_only and not ON_GPU:
+            skipped.append(case.label)
+        else:
+            run.append((i, case))
+    return run, skipped
+
+
+def tolerance(ex: Exercise, case: Case) -> float:
+    """The relative-error bound for ``case``: the exercise's own, else by precision, else by dtype."""
+    if ex.tolerance is not None:
+        return float(ex.tolerance(case))
+    if case.precision is not None:
+        return TOLERANCE[case.precision]
+    names = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+    return TOLERANCE[names.get(case.dtype, "ieee")]
+
+
+def _precision_name(case: Case) -> str:
+    if case.precision:
+        return case.precision
+    return {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}.get(case.dtype, "ieee fp32")
+
+
+def describe_case(ex: Exercise, case: Case, seed: int | None = None) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in case.params.items())
+    dtype = str(case.dtype).replace("torch.", "")
+    tail = f"; seed {seed}" if seed is not None else ""
+    return (f"case {case.label!r} ({params}{'; ' if params else ''}{dtype}, tolerance {tolerance(ex, case):.0e} "
+            f"[{_precision_name(case)}]{tail})")
+
+
+def case_inputs(ex: Exercise, case: Case, seed: int) -> dict:
+    """The case's inputs on the CPU, drawn from ``seed``."""
+    inputs = ex.make_inputs(case, generator(seed))
+    return {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+
+def reference(ex: Exercise, case: Case, cpu_inputs: dict) -> dict:
+    """The float64 reference outputs on the CPU."""
+    f64 = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+           for k, v in cpu_inputs.items()}
+    out = ex.reference(f64, case)
+    return {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+
+
+def _guard(n: int) -> int:
+    return max(_GUARD_MIN, min(n // 4, 1 << 16))
+
+
+def _fill(dtype: torch.dtype):
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).min
+
+
+def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]:
+    """Inputs moved to ``device``, each inside a NaN-filled buffer (same strides), so stray reads load NaN."""
+    device = DEVICE if device is None else device
+    views, buffers = {}, []
+    for k, v in cpu_inputs.items():
+        if not isinstance(v, torch.Tensor):
+            views[k] = v
+            continue
+        if v.numel() == 0 or any(s < 0 for s in v.stride()):
+            views[k] = v.to(device)
+            continue
+        span = 1 + sum((n - 1) * s for n, s in zip(v.shape, v.stride()))
+        g = _guard(span)
+        buf = torch.full((span + 2 * g,), _fill(v.dtype), dtype=v.dtype, device=device)
+        view = buf.as_strided(v.shape, v.stride(), g)
+        view.copy_(v)
+        views[k] = view
+        buffers.append(buf)
+    return views, buffers
+
+
+def _poisoned(shape, dtype, device) -> Poisoned:
+    n = math.prod(shape)
+    g = _guard(n)
+    buf = torch.full((n + 2 * g,), _fill(dtype), dtype=dtype, device=device)
+    return Poisoned(buf, buf[g: g + n].view(shape), g)
+
+
+def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> dict[str, Poisoned]:
+    """The outputs a kernel writes, full of NaN, with NaN guard bands."""
+    if ex.outputs is None:
+        return {}
+    device = DEVICE if device is None else device
+    return {k: _poisoned(tuple(shape), dtype, device) for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items()}
+
+
+def _sync():
+    if ON_GPU:
+        torch.cuda.synchronize()
+
+
+def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=None):
+    """Run the student's objects on one case; return (poisoned outputs, returned results)."""
+    inputs, _ = pad_inputs(cpu_inputs, device)
+    outs = alloc_outputs(ex, case, cpu_inputs, device)
+    result = ex.run(args, inputs, {k: p.out for k, p in outs.items()}, case)
+    _sync()
+    if result is not None and not isinstance(result, dict):
+        raise CheckFailed(f"the exercise's run() returned a {type(result).__name__}, not a dict")
+    return outs, (result or {})
+
+
+# ---- judging -----------------------------------------------------------------------------------------------
+
+def _first(mask: torch.Tensor) -> tuple:
+    return tuple(int(i) for i in mask.nonzero()[0])
+
+
+def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float) -> str | None:
+    o = got.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    if tuple(o.shape) != tuple(r.shape):
+        return f"{name}: shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+    bad = ~torch.isfinite(o)
+    if bad.any():
+        return (f"{name}: {int(bad.sum())} of {o.numel()} elements are NaN or inf, first at {_first(bad)}; "
+                "an element that was never written, a load outside the inputs (they are padded with NaN) or "
+                "an overflow")
+    if o.numel() == 0:
+        return None
+    diff = (o - r).abs()
+    denom = r.norm().item()
+    err = diff.norm().item() / denom if denom > 0 else diff.norm().item()
+    if tol == 0:
+        if not torch.equal(o, r):
+            wrong = diff > 0
+            idx = _first(wrong)
+            return (f"{name}: {int(wrong.sum())} of {o.numel()} values differ (exact answer expected); first at "
+                    f"{idx}: got {o[idx].item():.10g}, expected {r[idx].item():.10g}")
+        return None
+    if not err <= tol:
+        idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+        off = diff > (tol * (r.abs().max().item() or 1.0))
+        share = f"{int(off.sum())} of {o.numel()} elements are off" if off.any() else "errors spread thinly"
+        return (f"{name}: relative error {err:.3e} > tolerance {tol:.0e} ({share}); largest difference "
+                f"{diff.max().item():.3e} at {idx}: got {o[idx].item():.6g}, expected {r[idx].item():.6g}")
+    return None
+
+
+def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: dict) -> list[str]:
+    """Everything wrong with one case's outputs (empty: it passed)."""
+    tol = tolerance(ex, case)
+    problems = []
+    for name, want in ref.items():
+        if name in outs:
+            p = outs[name]
+            head = p.buffer[: p.guard]
+            tail = p.buffer[p.buffer.numel() - p.guard:]
+            fill = _fill(p.buffer.dtype)
+            if p.buffer.dtype.is_floating_point:
+                intact = bool(torch.isnan(head).all() and torch.isnan(tail).all())
+            else:
+                intact = bool((head == fill).all() and (tail == fill).all())
+            if not intact:
+                before = int((~torch.isnan(head)).sum()) if p.buffer.dtype.is_floating_point else 0
+                after = int((~torch.isnan(tail)).sum()) if p.buffer.dtype.is_floating_point else 0
+                problems.append(f"{name}: the kernel wrote out of bounds ({before} elements before the start of "
+                                f"{name}, {after} after its end); check your masks")
+            if p.out.is_floating_point():
+                unwritten = torch.isnan(p.out)
+                if unwritten.any():
+                    problems.append(f"{name}: output not written: {int(unwritten.sum())} of {p.out.numel()} "
+                                    f"elements still hold the NaN poison, first at {_first(unwritten)}")
+                    continue
+            msg = _compare(name, p.out, want, tol)
+        elif name in result:
+            got = result[name]
+            if isinstance(want, torch.Tensor):
+                if not isinstance(got, torch.Tensor):
+                    problems.append(f"{name}: expected a tensor of shape {tuple(want.shape)}, got a "
+                                    f"{type(got).__name__}")
+                    continue
+                msg = _compare(name, got, want, tol)
+            else:
+                if isinstance(got, torch.Tensor) and got.numel() == 1:
+                    got = got.item()
+                if not isinstance(got, (int, float)) or isinstance(got, bool):
+                    problems.append(f"{name}: expected a number, got {type(got).__name__} {got!r:.80}")
+                    continue
+                msg = _compare(name, torch.tensor(float(got)), torch.tensor(float(want)), tol)
+                if msg:
+                    msg = f"{name}: got {got!r}, expected {want!r}" + (f" (tolerance {tol:.0e})" if tol else "")
+        else:
+            problems.append(f"{name}: not returned" if ex.outputs is None else f"{name}: not produced")
+            continue
+        if msg:
+            problems.append(msg)
+    return problems
+
+
+def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
+    """A value argument must be plain data; then the exercise's rule decides."""
+    for v in values:
+        if v is None:
+            continue
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            return f"a value must be plain data (numbers, strings, lists, dicts); got a {type(v).__name__}"
+    if ex.rule is None:
+        return None
+    return ex.rule(values, hidden)
+
+
+# ---- speed (GPU only) --------------------------------------------------------------------------------------
+
+def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
+    """Time the student's run and the baseline on the performance case; also compare their outputs there."""
+    import triton.testing
+
+    from ..bench import copy_bandwidth, matmul_rate
+
+    perf = ex.performance
+    case = perf.case
+    cpu = case_inputs(ex, case, seed)
+    inputs, _ = pad_inputs(cpu)
+    mine = alloc_outputs(ex, case, cpu)
+    base = alloc_outputs(ex, case, cpu)
+    got = ex.run(args, inputs, {k: p.out for k, p in mine.items()}, case) or {}
+    want = perf.baseline(args, inputs, {k: p.out for k, p in base.items()}, case) or {}
+    _sync()
+    tol = tolerance(ex, case)
+    mismatch = []
+    for k in mine:
+        msg = _compare(k, mine[k].out, base[k].out.double(), max(tol, 1e-6) * 2)
+        if msg:
+            mismatch.append(msg)
+    for k in got:
+        if isinstance(got[k], torch.Tensor) and isinstance(want.get(k), torch.Tensor):
+            msg = _compare(k, got[k], want[k].double(), max(tol, 1e-6) * 2)
+            if msg:
+                mismatch.append(msg)
+    t_student = float(triton.testing.do_bench(lambda: ex.run(args, inputs, {k: p.out for k, p in mine.items()},
+                                                             case), warmup=perf.warmup, rep=perf.rep,
+                                              return_mode="median"))
+    t_base = float(triton.testing.do_bench(lambda: perf.baseline(args, inputs, {k: p.out for k, p in base.items()},
+                                                                 case), warmup=perf.warmup, rep=perf.rep,
+                                           return_mode="median"))
+    nbytes, flops = perf.floor(case)
+    bw = copy_bandwidth(512 * 2**20)
+    rate = matmul_rate(case.dtype if case.dtype in (torch.float16, torch.bfloat16) else torch.float32) if flops else 0
+    floor_ms = max(nbytes / bw * 1e3, flops / rate * 1e3 if rate else 0.0)
+    return {"student_ms": t_student, "baseline_ms": t_base, "floor_ms": floor_ms, "bandwidth_Bps": bw,
+            "mismatch": mismatch, "case": case.label}
+
+
+def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
+    """Judge the timings (on the trusted side): speedup threshold, the hardware floor, the output at size."""
+    perf = ex.performance
+    problems = list(timing.get("mismatch", []))
+    if problems:
+        return [f"at the timed size ({timing['case']}) the output differs from {perf.baseline_name}'s: "
+                + "; ".join(problems)]
+    s, b, floor = timing["student_ms"], timing["baseline_ms"], timing["floor_ms"]
+    if not (s > 0 and b > 0 and math.isfinite(s) and math.isfinite(b)):
+        return [f"timing failed (student {s!r} ms, baseline {b!r} ms)"]
+    if s * perf.slack < floor:
+        return [f"{s:.4f} ms is faster than the hardware floor ({floor:.4f} ms for this problem's bytes and "
+                "FLOPs): the kernel skips work, or the timing is wrong"]
+    speedup = b / s
+    if speedup < perf.min_speedup:
+        return [f"too slow at {timing['case']}: {s:.4f} ms vs {perf.baseline_name}'s {b:.4f} ms, a speedup of "
+                f"{speedup:.2f}x; at least {perf.min_speedup:g}x is required (floor {floor:.4f} ms)"]
+    return []
+
+
+# ---- the notebook-facing check -----------------------------------------------------------------------------
+
+def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
+    """Turn the notebook's live objects into what ``run`` receives, enforcing provenance; under the interpreter
+    also compile every kernel launch of the check for sm_90 first (:mod:`kernels.checks.aot`)."""
+    if len(objects) != len(ex.args):
+        raise CheckFailed(f"{ex.id} takes {len(ex.args)} object(s) after the exercise id ({', '.join(ex.args)}); "
+                          f"got {len(objects)}. Expected: {ex.signature}")
+    out, sources = [], []
+    for kind, obj in zip(ex.args, objects):
+        if kind == "kernel":
+            ks = provenance.from_live(obj)
+            out.append(provenance.load(ks, interpret=INTERPRET))
+            sources.append({"entry": ks.entry, "text": ks.text})
+        elif kind == "function":
+            provenance.check_function_live(obj, forbid=ex.forbid)
+            out.append(obj)
+            sources.append(None)
+        else:
+            out.append(obj)
+            sources.append(None)
+    if INTERPRET and "kernel" in ex.args:
+        why = check_value(ex, _values(ex, tuple(out)), hidden) if "value" in ex.args else None
+        if why is None:
+            from . import aot
+
+            aot.verify(ex.id, hidden, sources, [a if k == "value" else None for k, a in zip(ex.args, out)])
+    return tuple(out)
+
+
+def _values(ex: Exercise, args: tuple) -> tuple:
+    return tuple(a if kind == "value" else None for kind, a in zip(ex.args, args))
+
+
+def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
+    """Every step of a check in this process (the notebook's view)."""
+    out = Outcome(ex.id, passed=True)
+    if "value" in ex.args:
+        why = check_value(ex, _values(ex, args), hidden)
+        if why:
+            return Outcome(ex.id, False, [f"{ex.id}: {why}"])
+    if all(k == "value" for k in ex.args):
+        out.lines.append(f"{ex.id}: value accepted")
+        return out
+    cases, skipped = active_cases(ex, hidden)
+    for i, case in cases:
+        seed = draw_seed()
+        cpu = case_inputs(ex, case, seed)
+        ref = reference(ex, case, cpu)
+        outs, result = run_case(ex, args, case, cpu)
+        outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
+        result = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}
+        problems = verdict(ex, case, outs, result, ref)
+        if problems:
+            return Outcome(ex.id, False, [f"{ex.id} failed on {describe_case(ex, case, seed)}:"]
+                           + [f"  - {p}" for p in problems], cases=i)
+        out.cases += 1
+    out.not_graded += [f"case {s!r} needs a GPU" for s in skipped]
+    if ex.performance is not None:
+        if not ON_GPU:
+            out.not_graded.append("performance: not graded under the interpreter (it is graded on a GPU)")
+        else:
+            timing = time_performance(ex, args, draw_seed())
+            out.perf = timing
+            problems = perf_verdict(ex, timing)
+            if problems:
+                return Outcome(ex.id, False, [f"{ex.id}: {p}" for p in problems], cases=out.cases, perf=timing)
+            i, case = cases[0] if cases else (0, ex.performance.case)
+            seed = draw_seed()
+            cpu = case_inputs(ex, case, seed)
+            outs, result = run_case(ex, args, case, cpu)
+            outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
+            problems = verdict(ex, case, outs, result, reference(ex, case, cpu))
+            if problems:
+                return Outcome(ex.id, False, [f"{ex.id} failed after timing, on {describe_case(ex, case, seed)}:"]
+                               + [f"  - {p}" for p in problems], cases=out.cases, perf=timing)
+    out.lines.append(summary_line(ex, out))
+    return out
+
+
+def summary_line(ex: Exercise, out: Outcome) -> str:
+    where = "on the GPU" if ON_GPU else "in the interpreter"
+    line = f"✓ {ex.id}: {out.cases} case(s) passed {where}"
+    if out.perf:
+        p = out.perf
+        line += (f"; {p['student_ms']:.4f} ms vs {ex.performance.baseline_name} {p['baseline_ms']:.4f} ms "
+                 f"({p['baseline_ms'] / p['student_ms']:.2f}x; floor {p['floor_ms']:.4f} ms)")
+    if out.not_graded:
+        line += "; not graded here: " + "; ".join(out.not_graded)
+    return line
+
+
+def check(exercise_id: str, *objects, hidden: bool = False) -> Outcome:
+    """Grade the notebook's objects on ``exercise_id``: print a line on success, raise :class:`CheckFailed`."""
+    if os.environ.get(GRADING_ENV):
+        print(f"({exercise_id}: judged by the grader, outside this notebook)")
+        return Outcome(exercise_id, True)
+    ex = get(exercise_id)
+    args = resolve_live(ex, objects, hidden)
+    out = grade_local(ex, args, hidden)
+    if not out.passed:
+        raise CheckFailed(out.message)
+    print(out.message)
+    return out

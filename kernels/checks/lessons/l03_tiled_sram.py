@@ -1,0 +1,258 @@
+"""Lesson 03 (tiled SRAM): the tiled matmul kernel with grouped ordering, the no-cache traffic model, the tiles.
+
+The kernel is launched on a 1-D grid of ``cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)`` programs. Besides the full launch,
+every case launches only the first few programs into a second NaN buffer and checks that exactly the C tiles of
+grouped order were written: that is how the mapping from program id to tile is graded.
+"""
+
+import math
+
+import torch
+import triton
+
+from ...device import pick
+from ...testing import randn
+from ..spec import Case, CheckFailed, Exercise, Performance, register
+
+__all__ = ["TILED_MATMUL", "TILE_TRAFFIC", "TILE_CHOICE", "grouped_tile", "traffic", "tile_problems"]
+
+SMEM_LIMIT = 232_448  # bytes of shared memory one H200 block may use (227 KiB)
+ACC_PER_THREAD = 128  # fp32 accumulator registers per thread the tile may take
+MIN_INTENSITY = 32.0  # FLOP per byte of no-cache traffic at 4096^3 bf16
+
+
+def grouped_tile(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
+    """The (tile row, tile column) that program ``pid`` owns in grouped order."""
+    per_group = group_m * num_pid_n
+    first_m = (pid // per_group) * group_m
+    rows = min(num_pid_m - first_m, group_m)
+    return first_m + (pid % per_group) % rows, (pid % per_group) // rows
+
+
+def traffic(M: int, N: int, K: int, block_m: int, block_n: int, elem_bytes: int) -> int:
+    """No-cache HBM bytes of a tiled matmul: A read once per tile column, B once per tile row, C written once."""
+    return elem_bytes * (math.ceil(N / block_n) * M * K + math.ceil(M / block_m) * K * N + M * N)
+
+
+# ---- exercise 1: the tiled kernel ----------------------------------------------------------------------------
+
+def _matmul_inputs(case, gen):
+    M, N, K = case["M"], case["N"], case["K"]
+    if case.get("a_t"):
+        a = randn(K, M, gen=gen, dtype=case.dtype, device="cpu").t()  # a column-major view
+    else:
+        a = randn(M, K, gen=gen, dtype=case.dtype, device="cpu")
+    b = randn(K, N, gen=gen, dtype=case.dtype, device="cpu")
+    return {"a": a, "b": b}
+
+
+def _launch(kernel, a, b, c, case, grid, blocks):
+    M, K = a.shape
+    N = b.shape[1]
+    kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                 BLOCK_M=blocks["BLOCK_M"], BLOCK_N=blocks["BLOCK_N"], BLOCK_K=blocks["BLOCK_K"],
+                 GROUP_M=blocks["GROUP_M"], PRECISION=case.precision or "ieee",
+                 **{k: blocks[k] for k in ("num_warps", "num_stages") if k in blocks})
+
+
+def _check_order(kernel, a, b, case, blocks):
+    """Launch the first programs only; exactly their tiles of C (in grouped order) must be written."""
+    M, N = a.shape[0], b.shape[1]
+    BM, BN, G = blocks["BLOCK_M"], blocks["BLOCK_N"], blocks["GROUP_M"]
+    num_m, num_n = triton.cdiv(M, BM), triton.cdiv(N, BN)
+    first = min(case.get("first", 3), num_m * num_n)
+    c = torch.full((M, N), float("nan"), dtype=a.dtype, device=a.device)
+    _launch(kernel, a, b, c, case, (first,), blocks)
+    written = ~torch.isnan(c.cpu())
+    want = torch.zeros(M, N, dtype=torch.bool)
+    for pid in range(first):
+        tm, tn = grouped_tile(pid, num_m, num_n, G)
+        want[tm * BM:(tm + 1) * BM, tn * BN:(tn + 1) * BN] = True
+    if not torch.equal(written, want):
+        got = sorted({(int(i) // BM, int(j) // BN) for i, j in written.nonzero().tolist()})
+        expect = [grouped_tile(p, num_m, num_n, G) for p in range(first)]
+        raise CheckFailed(f"grouped ordering: launching only programs 0..{first - 1} ({num_m} x {num_n} tiles, "
+                          f"GROUP_M={G}) wrote tiles (row, col) {got}; grouped order gives {expect}")
+
+
+def _matmul_run(args, inputs, outputs, case):
+    (kernel,) = args
+    a, b, c = inputs["a"], inputs["b"], outputs["c"]
+    blocks = {k: case[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
+    grid = (triton.cdiv(a.shape[0], blocks["BLOCK_M"]) * triton.cdiv(b.shape[1], blocks["BLOCK_N"]),)
+    _launch(kernel, a, b, c, case, grid, blocks)
+    if case.get("first"):
+        _check_order(kernel, a, b, case, blocks)
+
+
+def _blocks(bm, bn, bk, g, **kw):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g, **kw)
+
+
+TILED_MATMUL = Exercise(
+    id="03_tiled_sram.tiled_matmul",
+    args=("kernel",),
+    signature="tiled_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, "
+              "stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+              "GROUP_M: tl.constexpr, PRECISION: tl.constexpr), launched on grid "
+              "(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),) with programs in grouped order",
+    description="C = A @ B accumulated in fp32, stored in C's dtype; tl.dot(..., input_precision=PRECISION)",
+    make_inputs=_matmul_inputs,
+    outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype)},
+    run=_matmul_run,
+    reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
+    visible=[
+        Case("M=45 N=37 K=70 fp32 ieee, 16x16x16 tiles, GROUP_M=2", dict(M=45, N=37, K=70, **_blocks(16, 16, 16, 2),
+                                                                         first=3), precision="ieee"),
+        Case("M=33 N=50 K=40 fp16, 16x32x16 tiles, GROUP_M=3", dict(M=33, N=50, K=40, **_blocks(16, 32, 16, 3),
+                                                                    first=4), torch.float16),
+    ],
+    hidden=[
+        Case("M=1 N=1 K=1 fp32 ieee", dict(M=1, N=1, K=1, **_blocks(16, 16, 16, 1)), precision="ieee"),
+        Case("M=70 N=29 K=33 fp32 tf32, column-major A, GROUP_M=4",
+             dict(M=70, N=29, K=33, a_t=True, **_blocks(16, 16, 32, 4), first=5), precision="tf32"),
+        Case("M=100 N=17 K=129 fp16, 32x16x32 tiles, GROUP_M=8 (one short group)",
+             dict(M=100, N=17, K=129, **_blocks(32, 16, 32, 8), first=3), torch.float16),
+        Case("M=50 N=66 K=48 bf16", dict(M=50, N=66, K=48, **_blocks(16, 32, 16, 2), first=4), torch.bfloat16,
+             gpu_only=True),
+    ] + pick(cpu=[], gpu=[
+        Case("M=2051 N=1029 K=517 bf16, 128x64x64 tiles, GROUP_M=8",
+             dict(M=2051, N=1029, K=517, **_blocks(128, 64, 64, 8), first=20), torch.bfloat16),
+        Case("M=999 N=1001 K=1003 fp32 ieee, 64x64x32 tiles", dict(M=999, N=1001, K=1003, **_blocks(64, 64, 32, 4)),
+             precision="ieee"),
+    ]),
+    points=(4, 4),
+)
+
+
+# ---- exercise 2: the traffic model ---------------------------------------------------------------------------
+
+def tile_problems(gen: torch.Generator, n: int) -> list[tuple[int, ...]]:
+    """``n`` random (M, N, K, block_m, block_n, elem_bytes), sizes often not multiples of the blocks."""
+    def draw(lo, hi):
+        return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+
+    out = []
+    for _ in range(n):
+        out.append((draw(1, 5000), draw(1, 5000), draw(1, 5000), 2 ** draw(0, 8), 2 ** draw(0, 8),
+                    (1, 2, 4, 8)[draw(0, 3)]))
+    return out
+
+
+def _traffic_inputs(case, gen):
+    return {"seed": int(torch.randint(0, 2**31 - 1, (1,), generator=gen)), "n": case["n"]}
+
+
+def _traffic_run(args, inputs, outputs, case):
+    (fn,) = args
+    problems = tile_problems(torch.Generator().manual_seed(inputs["seed"]), inputs["n"])
+    got = []
+    for p in problems:
+        v = fn(*p)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+            raise CheckFailed(f"tile_traffic{p} returned {v!r}; return a whole number of bytes (an int)")
+        got.append(float(v))
+    return {"bytes": torch.tensor(got, dtype=torch.float64)}
+
+
+def _traffic_reference(inputs, case):
+    problems = tile_problems(torch.Generator().manual_seed(inputs["seed"]), inputs["n"])
+    return {"bytes": torch.tensor([float(traffic(*p)) for p in problems], dtype=torch.float64)}
+
+
+TILE_TRAFFIC = Exercise(
+    id="03_tiled_sram.tile_traffic",
+    args=("function",),
+    signature="tile_traffic(M, N, K, block_m, block_n, elem_bytes) -> int",
+    description="HBM bytes of a tiled matmul without caches: A once per tile column, B once per tile row, C once",
+    make_inputs=_traffic_inputs,
+    run=_traffic_run,
+    reference=_traffic_reference,
+    tolerance=lambda case: 0.0,
+    visible=[Case("40 random problems and tile shapes", dict(n=40))],
+    points=(2, 0),
+)
+
+
+# ---- exercise 3: the tiles ------------------------------------------------------------------------------------
+
+_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+
+
+def _tiles_rule(values, hidden):
+    t = values[0]
+    if not isinstance(t, dict):
+        return f"TILES must be a dict with keys {', '.join(_KEYS)}; got a {type(t).__name__}"
+    missing = [k for k in _KEYS if k not in t]
+    extra = [k for k in t if k not in _KEYS]
+    if missing or extra:
+        return f"TILES needs exactly the keys {', '.join(_KEYS)} (missing {missing}, unknown {extra})"
+    for k in _KEYS:
+        v = t[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            return f"{k}={v!r} must be a positive integer"
+    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"):
+        if t[k] & (t[k] - 1):
+            return f"{k}={t[k]} must be a power of two"
+    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        if not 16 <= t[k] <= 256:
+            return f"{k}={t[k]} must be between 16 and 256 (tl.dot needs at least 16)"
+    if t["num_warps"] > 16:
+        return f"num_warps={t['num_warps']} exceeds 16 (1024 threads per block)"
+    smem = t["num_stages"] * (t["BLOCK_M"] * t["BLOCK_K"] + t["BLOCK_K"] * t["BLOCK_N"]) * 2
+    if smem > SMEM_LIMIT:
+        return (f"{t['num_stages']} stages of {t['BLOCK_M']}x{t['BLOCK_K']} + {t['BLOCK_K']}x{t['BLOCK_N']} bf16 "
+                f"tiles need {smem} bytes of shared memory; an H200 block has {SMEM_LIMIT}")
+    per_thread = t["BLOCK_M"] * t["BLOCK_N"] / (32 * t["num_warps"])
+    if per_thread > ACC_PER_THREAD:
+        return (f"the {t['BLOCK_M']}x{t['BLOCK_N']} fp32 accumulator over {32 * t['num_warps']} threads is "
+                f"{per_thread:g} registers per thread; keep it at most {ACC_PER_THREAD} (more warps, or smaller "
+                "tiles)")
+    intensity = 2 * 4096**3 / traffic(4096, 4096, 4096, t["BLOCK_M"], t["BLOCK_N"], 2)
+    if intensity < MIN_INTENSITY:
+        return (f"{t['BLOCK_M']}x{t['BLOCK_N']} tiles reach {intensity:.1f} FLOP/byte without caching at 4096^3 "
+                f"bf16; at least {MIN_INTENSITY:g} is required")
+    return None
+
+
+def _choice_inputs(case, gen):
+    return _matmul_inputs(case, gen)
+
+
+def _choice_run(args, inputs, outputs, case):
+    tiles, kernel = args
+    a, b, c = inputs["a"], inputs["b"], outputs["c"]
+    blocks = dict(tiles)
+    grid = (triton.cdiv(a.shape[0], blocks["BLOCK_M"]) * triton.cdiv(b.shape[1], blocks["BLOCK_N"]),)
+    _launch(kernel, a, b, c, case, grid, blocks)
+
+
+def _torch_matmul(args, inputs, outputs, case):
+    torch.matmul(inputs["a"], inputs["b"], out=outputs["c"])
+
+
+_TIMED = Case("M=N=K=4096 bf16", dict(M=4096, N=4096, K=4096), torch.bfloat16)
+
+TILE_CHOICE = Exercise(
+    id="03_tiled_sram.tile_choice",
+    args=("value", "kernel"),
+    signature="check('03_tiled_sram.tile_choice', TILES, tiled_matmul_kernel) with TILES = dict(BLOCK_M=, BLOCK_N=, "
+              "BLOCK_K=, GROUP_M=, num_warps=, num_stages=)",
+    description="tiles inside the H200's shared-memory and register budgets, >= 32 FLOP/byte without caching, and "
+                "on a GPU at least 40% of torch.matmul's speed at 4096^3 bf16",
+    make_inputs=_choice_inputs,
+    outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype)},
+    run=_choice_run,
+    reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
+    rule=_tiles_rule,
+    visible=[Case("M=67 N=45 K=80 fp16 with your tiles", dict(M=67, N=45, K=80), torch.float16)]
+    + pick(cpu=[], gpu=[Case("M=1000 N=1500 K=777 bf16 with your tiles", dict(M=1000, N=1500, K=777),
+                             torch.bfloat16)]),
+    performance=Performance(case=_TIMED, baseline=_torch_matmul, min_speedup=0.4, baseline_name="torch.matmul",
+                            floor=lambda case: (2 * (case["M"] * case["K"] + case["K"] * case["N"]
+                                                     + case["M"] * case["N"]),
+                                                2 * case["M"] * case["N"] * case["K"])),
+    points=(3, 0),
+)
+
+register(TILED_MATMUL, TILE_TRAFFIC, TILE_CHOICE)

@@ -1,0 +1,228 @@
+"""Lesson 04 (chunked linear attention): the chunked form in torch, the intra-chunk kernel, the fused forward.
+
+Layout as in fla and the package: q, k [B, T, H, K], v, o [B, T, H, V]; causal and unnormalised. The torch
+exercise is run under a torch-function counter: a token-by-token loop, or a T x T score matrix (quadratic
+attention), is not the chunked form and fails with a message saying so.
+"""
+
+import math
+
+import torch
+import triton
+from torch.overrides import TorchFunctionMode
+
+from ...device import pick
+from ...testing import randn
+from ..spec import Case, CheckFailed, Exercise, register
+
+__all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "recurrent", "intra_chunk"]
+
+
+def recurrent(q, k, v, scale):
+    """``o_t = scale · q_t S_t`` with ``S_t = S_{t-1} + k_t v_tᵀ``, token by token (float64 in, float64 out)."""
+    B, T, H, K = q.shape
+    state = q.new_zeros(B, H, K, v.shape[-1])  # [B, H, K, V]
+    o = q.new_empty(B, T, H, v.shape[-1])
+    for t in range(T):
+        state = state + k[:, t, :, :, None] * v[:, t, :, None, :]
+        o[:, t] = scale * (q[:, t, :, None, :] @ state).squeeze(-2)
+    return o
+
+
+def intra_chunk(q, k, v, scale, chunk):
+    """Only the causal in-chunk term ``scale · (Q_c K_cᵀ ⊙ M) V_c`` of every chunk."""
+    T = q.shape[1]
+    t = torch.arange(T)
+    mask = (t[:, None] >= t[None, :]) & (t[:, None] // chunk == t[None, :] // chunk)
+    scores = torch.einsum("bthk,bshk->bhts", q, k) * mask.to(q.dtype)
+    return scale * torch.einsum("bhts,bshv->bthv", scores, v)
+
+
+def _qkv(case, gen):
+    B, T, H, K, V = (case[n] for n in "BTHKV")
+    dt = case.dtype
+    if case.get("strided"):
+        # q, k, v as views of one [B, T, H, 2K + V + 3] buffer, as a fused projection leaves them
+        width = 2 * K + V + 3
+        qkv = randn(B, T, H, width, gen=gen, dtype=dt, device="cpu", scale=0.5)
+        return {"q": qkv[..., :K], "k": qkv[..., K:2 * K], "v": qkv[..., 2 * K:2 * K + V]}
+    if case.get("heads_major"):
+        # [B, H, T, D] storage seen as [B, T, H, D]
+        q, k = (randn(B, H, T, K, gen=gen, dtype=dt, device="cpu", scale=0.5).transpose(1, 2) for _ in range(2))
+        return {"q": q, "k": k, "v": randn(B, H, T, V, gen=gen, dtype=dt, device="cpu", scale=0.5).transpose(1, 2)}
+    q, k = (randn(B, T, H, K, gen=gen, dtype=dt, device="cpu", scale=0.5) for _ in range(2))
+    return {"q": q, "k": k, "v": randn(B, T, H, V, gen=gen, dtype=dt, device="cpu", scale=0.5)}
+
+
+def _inputs(case, gen):
+    out = _qkv(case, gen)
+    out["scale"] = case["K"] ** -0.5
+    return out
+
+
+# ---- exercise 1: the chunked form in torch ---------------------------------------------------------------------
+
+class _Counter(TorchFunctionMode):
+    """Counts torch calls and remembers the largest square-ish trailing block any result had."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.calls = 0
+        self.limit = limit
+        self.widest = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.dim() >= 2 and min(t.shape[-2:]) > self.limit:
+                self.widest = tuple(t.shape)
+        return out
+
+
+def _torch_run(args, inputs, outputs, case):
+    (fn,) = args
+    q, k, v, scale = inputs["q"], inputs["k"], inputs["v"], inputs["scale"]
+    chunk = case["chunk"]
+    T = q.shape[1]
+    chunks = math.ceil(T / chunk)
+    budget = 40 * chunks + 100
+    with _Counter(max(chunk, q.shape[-1], v.shape[-1])) as counter:
+        o = fn(q, k, v, scale, chunk_size=chunk)
+    if not isinstance(o, torch.Tensor):
+        raise CheckFailed(f"chunked_attention_torch returned a {type(o).__name__}; return the output tensor o")
+    if counter.widest is not None:
+        raise CheckFailed(f"an intermediate of shape {counter.widest} appeared: with T={T} and chunk_size={chunk} "
+                          "that is a T x T score matrix, i.e. quadratic attention; build only chunk x chunk scores")
+    if counter.calls > budget:
+        raise CheckFailed(f"{counter.calls} torch operations for T={T} in chunks of {chunk} ({chunks} chunks); a "
+                          f"loop over chunks needs about 15 per chunk (at most {budget} allowed). A loop over "
+                          "tokens is the recurrence of lesson 02, not the chunked form")
+    if o.dtype != q.dtype:
+        raise CheckFailed(f"o has dtype {o.dtype}; return it in q's dtype {q.dtype}")
+    return {"o": o}
+
+
+CHUNKED_TORCH = Exercise(
+    id="04_chunked_linear_attention.chunked_torch",
+    args=("function",),
+    signature="chunked_attention_torch(q, k, v, scale, chunk_size=64) -> o, with q, k [B, T, H, K], "
+              "v [B, T, H, V], o [B, T, H, V]",
+    description="causal, unnormalised linear attention in plain torch, one iteration per chunk",
+    make_inputs=_inputs,
+    run=_torch_run,
+    reference=lambda inputs, case: {"o": recurrent(inputs["q"], inputs["k"], inputs["v"], inputs["scale"])},
+    tolerance=lambda case: 1e-10 if case.dtype == torch.float64 else 1e-5,
+    visible=[
+        Case("B=2 T=300 H=3 K=16 V=24 chunk 64 float64", dict(B=2, T=300, H=3, K=16, V=24, chunk=64), torch.float64),
+        Case("B=1 T=77 H=2 K=8 V=8 chunk 16 float32", dict(B=1, T=77, H=2, K=8, V=8, chunk=16)),
+    ],
+    hidden=[
+        Case("B=1 T=1 H=1 K=4 V=4 chunk 16 float64", dict(B=1, T=1, H=1, K=4, V=4, chunk=16), torch.float64),
+        Case("B=3 T=256 H=2 K=12 V=20 chunk 32 (exact multiple) float64",
+             dict(B=3, T=256, H=2, K=12, V=20, chunk=32), torch.float64),
+        Case("B=2 T=201 H=4 K=16 V=16 chunk 64, q/k/v views of one buffer, float32",
+             dict(B=2, T=201, H=4, K=16, V=16, chunk=64, strided=True)),
+    ],
+    points=(3, 2),
+    forbid=("fla",),
+)
+
+
+# ---- exercises 2 and 3: the kernels ----------------------------------------------------------------------------
+
+def _blocks(case):
+    K, V = case["K"], case["V"]
+    return case["BT"], max(16, triton.next_power_of_2(K)), case.get("BV", max(16, triton.next_power_of_2(V)))
+
+
+def _strides(x):
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def _launch(kernel, grid, inputs, o, case):
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    BT, BK, BV = _blocks(case)
+    kernel[grid](q, k, v, o, T, H, K, V, inputs["scale"], *_strides(q), *_strides(k), *_strides(v), *_strides(o),
+                 BT=BT, BK=BK, BV=BV, PRECISION=case.precision or "ieee",
+                 **({"num_warps": case["num_warps"]} if case.get("num_warps") else {}))
+
+
+def _intra_run(args, inputs, outputs, case):
+    (kernel,) = args
+    B, T, H = inputs["q"].shape[:3]
+    BT, _, BV = _blocks(case)
+    _launch(kernel, (triton.cdiv(T, BT), B * H, triton.cdiv(case["V"], BV)), inputs, outputs["o"], case)
+
+
+def _fwd_run(args, inputs, outputs, case):
+    (kernel,) = args
+    B, T, H = inputs["q"].shape[:3]
+    _, _, BV = _blocks(case)
+    _launch(kernel, (triton.cdiv(case["V"], BV), B * H), inputs, outputs["o"], case)
+
+
+def _o_shape(case, inputs):
+    return {"o": ((case["B"], case["T"], case["H"], case["V"]), case.dtype)}
+
+
+_KERNEL_SIG = ("(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale, stride_qb, stride_qt, stride_qh, stride_kb, "
+               "stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh, "
+               "BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr)")
+
+
+def _cases(hidden: bool):
+    if not hidden:
+        return [
+            Case("B=1 T=37 H=2 K=16 V=16 BT=16 fp32", dict(B=1, T=37, H=2, K=16, V=16, BT=16), precision="ieee"),
+            Case("B=2 T=50 H=1 K=20 V=24 BT=16 BV=16 fp16", dict(B=2, T=50, H=1, K=20, V=24, BT=16, BV=16),
+                 torch.float16),
+        ]
+    return [
+        Case("B=1 T=1 H=1 K=16 V=16 BT=16 fp32", dict(B=1, T=1, H=1, K=16, V=16, BT=16), precision="ieee"),
+        Case("B=2 T=70 H=3 K=33 V=40 BT=32 BV=32 fp32, q/k/v views of one buffer",
+             dict(B=2, T=70, H=3, K=33, V=40, BT=32, BV=32, strided=True), precision="ieee"),
+        Case("B=1 T=64 H=2 K=16 V=16 BT=32 fp16, [B, H, T, D] storage",
+             dict(B=1, T=64, H=2, K=16, V=16, BT=32, heads_major=True), torch.float16),
+        Case("B=2 T=100 H=2 K=64 V=64 BT=32 BV=32 bf16", dict(B=2, T=100, H=2, K=64, V=64, BT=32, BV=32),
+             torch.bfloat16, gpu_only=True),
+    ] + pick(cpu=[], gpu=[
+        Case("B=2 T=1000 H=8 K=128 V=128 BT=64 BV=64 bf16",
+             dict(B=2, T=1000, H=8, K=128, V=128, BT=64, BV=64, num_warps=4), torch.bfloat16),
+        Case("B=1 T=4099 H=4 K=100 V=72 BT=64 BV=32 fp32 tf32",
+             dict(B=1, T=4099, H=4, K=100, V=72, BT=64, BV=32), precision="tf32"),
+    ])
+
+
+INTRA_CHUNK = Exercise(
+    id="04_chunked_linear_attention.intra_chunk",
+    args=("kernel",),
+    signature="intra_chunk_kernel" + _KERNEL_SIG + ", launched on grid (cdiv(T, BT), B * H, cdiv(V, BV))",
+    description="o = scale · (Q_c K_cᵀ ⊙ causal mask) V_c for every chunk c of BT tokens, independently",
+    make_inputs=_inputs,
+    outputs=_o_shape,
+    run=_intra_run,
+    reference=lambda inputs, case: {"o": intra_chunk(inputs["q"], inputs["k"], inputs["v"], inputs["scale"],
+                                                     case["BT"])},
+    visible=_cases(False),
+    hidden=_cases(True),
+    points=(3, 2),
+)
+
+CHUNKED_FWD = Exercise(
+    id="04_chunked_linear_attention.chunked_fwd",
+    args=("kernel",),
+    signature="chunked_attention_kernel" + _KERNEL_SIG + ", launched on grid (cdiv(V, BV), B * H)",
+    description="the fused chunked forward: the [BK, BV] fp32 state carried on-chip from chunk to chunk",
+    make_inputs=_inputs,
+    outputs=_o_shape,
+    run=_fwd_run,
+    reference=lambda inputs, case: {"o": recurrent(inputs["q"], inputs["k"], inputs["v"], inputs["scale"])},
+    visible=_cases(False),
+    hidden=_cases(True),
+    points=(4, 3),
+)
+
+register(CHUNKED_TORCH, INTRA_CHUNK, CHUNKED_FWD)

@@ -1,0 +1,737 @@
+"""Where a graded kernel comes from, and proof that it is a Triton kernel.
+
+A kernel argument is rebuilt from source into a small module of its own: the ``@triton.jit`` function, the
+``@triton.jit`` helpers it calls and the constants it reads, all of which must be defined at the top level of
+the notebook, plus ``triton``/``math`` imports. That module is what gets run, so nothing else the notebook did
+(patching torch, the checker or the kernel object) reaches it. Three rules, each with its own message:
+
+1. **Defined in the notebook**: found as ``@triton.jit def name(...)`` among the notebook's top-level statements
+   (``scan`` reads cell sources, as the grader does; ``from_live`` reads the live objects of ``__main__``, as an
+   interactive check does). Imported kernels, plain Python functions and run-time values are refused.
+2. **Not a package kernel**: every function's fingerprint (its AST with docstrings dropped and every variable
+   renamed in order of appearance) differs from every ``@triton.jit`` function under ``kernels/``.
+3. **Compiles for a GPU**: before the interpreter runs it, every specialisation the check launches is compiled
+   ahead of time for sm_90 (``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``, no GPU
+   needed; :mod:`kernels.checks.aot`), which refuses calls to torch, numpy or any Python function that the
+   interpreter would run. It runs in a process of its own: compiling and interpreting do not mix in one process.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import hashlib
+import importlib.util
+import inspect
+import itertools
+import os
+import pathlib
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .spec import CheckFailed
+
+__all__ = [
+    "Rejected",
+    "Binding",
+    "KernelSource",
+    "scan",
+    "from_cells",
+    "from_live",
+    "fingerprint",
+    "package_fingerprints",
+    "load",
+    "Recorder",
+    "aot_compile",
+    "transform_cell",
+    "check_copies",
+    "check_function_static",
+    "check_function_live",
+    "FUNCTION_ALLOWED",
+]
+
+_PACKAGE = pathlib.Path(__file__).resolve().parents[1]
+_ALLOWED_IMPORTS = ("triton", "math")
+_KERNEL_BUILTINS = {"range", "min", "max", "len", "int", "float", "bool", "print", "isinstance", "getattr",
+                    "hasattr", "tuple", "list", "abs", "True", "False", "None", "zip", "enumerate"}
+_COUNTER = itertools.count()
+
+
+class Rejected(CheckFailed):
+    """The object is not the student's own Triton kernel (or function); the message says why."""
+
+
+@dataclass
+class Binding:
+    """What a top-level name of the notebook is bound to, as far as grading cares."""
+
+    kind: str  # "jit", "def", "const", "import", "other"
+    node: ast.AST | None = None
+    source: str = ""  # jit: the function's source without decorators; import: the import statement
+    value: object = None  # const: the value
+    constexpr: bool = False  # const: wrapped in tl.constexpr
+    detail: str = ""  # import: the dotted path; other: how it was bound; jit: extra decorator arguments
+    where: str = ""  # "cell 7"
+
+
+@dataclass
+class KernelSource:
+    """A kernel rebuilt as a module: ``text`` defines ``entry`` and everything it needs."""
+
+    entry: str
+    text: str
+    functions: dict[str, str] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+
+def transform_cell(src: str) -> str:
+    """A cell's source as plain Python (IPython magics and shell escapes become calls)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return src
+    try:
+        return TransformerManager().transform_cell(src)
+    except Exception:
+        return src
+
+
+# ---- scanning top-level statements -------------------------------------------------------------------------
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _jit_decorator(fn: ast.FunctionDef, imports: dict[str, str]) -> tuple[bool, str, str]:
+    """(is a Triton kernel, extra ``@triton.jit`` arguments, why not)."""
+    found = False
+    kwargs = ""
+    others = []
+    for dec in fn.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        name = _dotted(target) or ""
+        head, _, rest = name.partition(".")
+        full = imports.get(head, head) + ("." + rest if rest else "")
+        if full in ("triton.jit", "triton.runtime.jit.jit", "triton.runtime.jit"):
+            found = True
+            if isinstance(dec, ast.Call):
+                if dec.args:
+                    return True, "", "@triton.jit takes keyword arguments only"
+                kwargs = ", ".join(ast.unparse(k) for k in dec.keywords)
+        else:
+            others.append("@" + (name or ast.unparse(dec)))
+    if found and others:
+        return True, kwargs, f"only @triton.jit is supported on a graded kernel (found {', '.join(others)})"
+    return found, kwargs, ""
+
+
+def _store_names(stmt: ast.AST) -> set[str]:
+    out = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not stmt:
+            out.add(node.name)
+    return out
+
+
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+           ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b, ast.BitOr: lambda a, b: a | b,
+           ast.BitAnd: lambda a, b: a & b, ast.BitXor: lambda a, b: a ^ b,
+           ast.Pow: lambda a, b: a ** b if abs(b) <= 64 else _no()}
+_UNOPS = {ast.USub: lambda a: -a, ast.UAdd: lambda a: +a, ast.Not: lambda a: not a, ast.Invert: lambda a: ~a}
+
+
+def _no():
+    raise ValueError("not a constant")
+
+
+def _const(node: ast.AST, env: dict[str, Binding], imports: dict[str, str]) -> tuple[object, bool]:
+    """Evaluate a constant expression: literals, arithmetic, earlier constants, ``tl.constexpr(...)``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool, str, type(None))):
+        return node.value, False
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
+        v, c = _const(node.operand, env, imports)
+        return _UNOPS[type(node.op)](v), c
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        a, ca = _const(node.left, env, imports)
+        b, cb = _const(node.right, env, imports)
+        return _BINOPS[type(node.op)](a, b), ca or cb
+    if isinstance(node, ast.Name) and node.id in env and env[node.id].kind == "const":
+        return env[node.id].value, env[node.id].constexpr
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        name = _dotted(node.func) or ""
+        head, _, rest = name.partition(".")
+        full = imports.get(head, head) + ("." + rest if rest else "")
+        if full in ("triton.language.constexpr", "triton.language.core.constexpr"):
+            return _const(node.args[0], env, imports)[0], True
+    raise ValueError("not a constant")
+
+
+def scan(cells: list[str]) -> dict[str, Binding]:
+    """The top-level bindings of a notebook's code cells, executed in order (the last binding wins)."""
+    env: dict[str, Binding] = {}
+    imports: dict[str, str] = {}
+    for index, raw in enumerate(cells):
+        src = transform_cell(raw)
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        where = f"cell {index + 1}"
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                is_jit, kwargs, why = _jit_decorator(stmt, imports)
+                lines = src.splitlines()[stmt.lineno - 1: stmt.end_lineno]
+                body = textwrap.dedent("\n".join(lines))
+                if is_jit and not why:
+                    env[stmt.name] = Binding("jit", stmt, body, detail=kwargs, where=where)
+                elif is_jit:
+                    env[stmt.name] = Binding("other", stmt, detail=why, where=where)
+                else:
+                    env[stmt.name] = Binding("def", stmt, body, where=where)
+            elif isinstance(stmt, ast.Import):
+                for a in stmt.names:
+                    bound = a.asname or a.name.split(".")[0]
+                    path = a.name if a.asname else a.name.split(".")[0]
+                    text = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                    env[bound] = Binding("import", stmt, text, detail=path, where=where)
+                    imports[bound] = path
+            elif isinstance(stmt, ast.ImportFrom):
+                for a in stmt.names:
+                    bound = a.asname or a.name
+                    if stmt.level or a.name == "*":
+                        env[bound] = Binding("other", stmt, detail="a relative or star import", where=where)
+                        continue
+                    path = f"{stmt.module}.{a.name}"
+                    text = f"from {stmt.module} import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                    env[bound] = Binding("import", stmt, text, detail=path, where=where)
+                    imports[bound] = path
+            elif (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
+                  and all(isinstance(t, ast.Name) for t in (stmt.targets if isinstance(stmt, ast.Assign)
+                                                            else [stmt.target]))):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                try:
+                    value, constexpr = _const(stmt.value, env, imports)
+                    if isinstance(stmt, ast.AnnAssign) and "constexpr" in ast.unparse(stmt.annotation):
+                        constexpr = True
+                    b = Binding("const", stmt, value=value, constexpr=constexpr, where=where)
+                except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+                    b = Binding("other", stmt, detail="computed at run time", where=where)
+                for t in targets:
+                    env[t.id] = b
+                    imports.pop(t.id, None)
+            else:
+                for name in _store_names(stmt):
+                    env[name] = Binding("other", stmt, detail="bound at run time", where=where)
+                    imports.pop(name, None)
+                if isinstance(stmt, ast.Delete):
+                    for t in stmt.targets:
+                        if isinstance(t, ast.Name):
+                            env.pop(t.id, None)
+    return env
+
+
+# ---- rebuilding the kernel ---------------------------------------------------------------------------------
+
+def _free_names(fn: ast.FunctionDef) -> list[str]:
+    bound = {a.arg for a in itertools.chain(fn.args.posonlyargs, fn.args.args, fn.args.kwonlyargs)}
+    if fn.args.vararg:
+        bound.add(fn.args.vararg.arg)
+    if fn.args.kwarg:
+        bound.add(fn.args.kwarg.arg)
+    for stmt in fn.body:
+        bound |= _store_names(stmt)
+    seen = []
+    for node in itertools.chain(fn.body, [a.annotation for a in fn.args.args if a.annotation]):
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in bound:
+                if sub.id not in seen:
+                    seen.append(sub.id)
+    return seen
+
+
+def _build(entry: str, lookup: Callable[[str], Binding | None], what: str) -> KernelSource:
+    b = lookup(entry)
+    if b is None:
+        raise Rejected(f"{entry} is not defined at the top level of your notebook; {what} must be a "
+                       f"`@triton.jit def {entry}(...)` in a code cell")
+    if b.kind != "jit":
+        raise Rejected(_not_a_kernel(entry, b, what))
+    order: list[str] = []
+    consts: dict[str, Binding] = {}
+    imports: dict[str, str] = {}
+    todo = [entry]
+    funcs: dict[str, Binding] = {}
+    while todo:
+        name = todo.pop()
+        if name in funcs:
+            continue
+        fb = lookup(name)
+        _literal_only(name, fb)
+        funcs[name] = fb
+        order.append(name)
+        for free in _free_names(fb.node):
+            if free in funcs:
+                continue
+            dep = lookup(free)
+            if dep is None:
+                if free in _KERNEL_BUILTINS:
+                    continue
+                if hasattr(builtins, free):
+                    raise Rejected(f"{name} uses the Python builtin `{free}`, which a Triton kernel cannot use")
+                raise Rejected(f"{name} uses `{free}`, which is not defined at the top level of your notebook")
+            if dep.kind == "jit":
+                todo.append(free)
+            elif dep.kind == "const":
+                consts[free] = dep
+            elif dep.kind == "import":
+                top = dep.detail.split(".")[0]
+                if dep.detail.startswith("kernels"):
+                    raise Rejected(f"{name} uses `{free}`, imported from {dep.detail}: the kernel must be your "
+                                   "own code, not the package's")
+                if top not in _ALLOWED_IMPORTS:
+                    raise Rejected(f"{name} uses `{free}` ({dep.detail}) inside a kernel; a Triton kernel may use "
+                                   "only `tl`, `triton`, `math` and your own @triton.jit functions and constants")
+                imports[free] = dep.source
+            elif dep.kind == "def":
+                raise Rejected(f"{name} calls `{free}`, a Python function: a kernel may call only `tl` functions "
+                               "and other @triton.jit functions")
+            else:
+                raise Rejected(f"{name} uses `{free}`, which your notebook sets at run time ({dep.detail}, "
+                               f"{dep.where}); a kernel may read only constants such as `{free} = "
+                               "tl.constexpr(128)` defined at the top level")
+    lines = ['"""Rebuilt from the notebook by kernels.checks.provenance."""', "import triton"]
+    lines += [s for s in imports.values() if s != "import triton"]
+    for name, cb in consts.items():
+        lines.append(f"{name} = triton.language.constexpr({cb.value!r})" if cb.constexpr else f"{name} = {cb.value!r}")
+    functions = {}
+    prints = {}
+    for name in reversed(order):
+        fb = funcs[name]
+        lines += ["", "", f"@triton.jit({fb.detail})" if fb.detail else "@triton.jit", fb.source]
+        functions[name] = fb.source
+        prints[name] = fingerprint(fb.source)
+    return KernelSource(entry, "\n".join(lines) + "\n", functions, prints)
+
+
+_ANNOTATIONS = {"tl.constexpr", "triton.language.constexpr", "constexpr", "tl.tensor", "int", "float", "bool"}
+
+
+def _literal_only(name: str, b: Binding) -> None:
+    """Nothing in a kernel's header may run code when the rebuilt module is imported."""
+    fn = b.node
+    args = fn.args
+    for d in itertools.chain(args.defaults, [d for d in args.kw_defaults if d is not None]):
+        try:
+            ast.literal_eval(d)
+        except ValueError:
+            raise Rejected(f"{name}: a parameter's default must be a literal, got `{ast.unparse(d)}`") from None
+    for a in itertools.chain(args.posonlyargs, args.args, args.kwonlyargs):
+        ann = a.annotation
+        if ann is not None and not (isinstance(ann, ast.Constant) and isinstance(ann.value, str)) \
+                and ast.unparse(ann) not in _ANNOTATIONS:
+            raise Rejected(f"{name}: parameter {a.arg} has the annotation `{ast.unparse(ann)}`; use "
+                           "`tl.constexpr` or none")
+    if fn.returns is not None:
+        raise Rejected(f"{name}: a kernel has no return annotation")
+    if b.detail:
+        try:
+            call = ast.parse(f"f({b.detail})", mode="eval").body
+            for k in call.keywords:
+                ast.literal_eval(k.value)
+        except (ValueError, SyntaxError):
+            raise Rejected(f"{name}: @triton.jit arguments must be literals, got `{b.detail}`") from None
+
+
+def _not_a_kernel(name: str, b: Binding, what: str) -> str:
+    if b.kind == "import":
+        return (f"{name} is imported ({b.source}); {what} must be your own `@triton.jit` kernel defined in "
+                "this notebook, not one from a package")
+    if b.kind == "def":
+        return f"{name} is a plain Python function; {what} must be decorated with `@triton.jit`"
+    if b.kind == "other" and b.detail.startswith("only @triton.jit"):
+        return f"{name}: {b.detail}"
+    return (f"{name} is not a `@triton.jit def` at the top level of your notebook ({b.detail}, {b.where}); "
+            f"define {what} as `@triton.jit def {name}(...)` in a code cell")
+
+
+def from_cells(cells: list[str], name: str, *, allowed: frozenset[str] = frozenset(),
+               forbidden: dict[str, str] | None = None) -> KernelSource:
+    """Rebuild kernel ``name`` from a notebook's code cells (the grader's view: what the notebook says).
+
+    ``allowed``: fingerprints the lesson itself provides (helpers in the student notebook), which may equal a
+    package kernel; ``forbidden``: fingerprint -> name of kernels the entry kernel may not be (the lesson's
+    provided kernels other than this exercise's stub).
+    """
+    env = scan(cells)
+    ks = _build(name, env.get, "the graded kernel")
+    check_copies(ks, allowed=allowed, forbidden=forbidden)
+    return ks
+
+
+def check_copies(ks: KernelSource, *, allowed: frozenset[str] = frozenset(),
+                 forbidden: dict[str, str] | None = None) -> None:
+    """Refuse a kernel that is (or calls) a copy of a package kernel, or that is a kernel the lesson provides."""
+    package = package_fingerprints()
+    for fname, fp in ks.fingerprints.items():
+        if fp in package and fp not in allowed:
+            raise Rejected(f"{fname} is a copy of the package's {package[fp]}: write the kernel yourself")
+    fp = ks.fingerprints[ks.entry]
+    if forbidden and fp in forbidden:
+        raise Rejected(f"{ks.entry} is the same kernel as {forbidden[fp]}, which the lesson provides")
+
+
+def from_live(obj, name: str = "") -> KernelSource:
+    """Rebuild a live ``@triton.jit`` object defined in ``__main__`` (an interactive check's view)."""
+    fn = getattr(obj, "fn", None)
+    if not _is_jit(obj) or fn is None:
+        what = type(obj).__name__
+        hint = " (did you forget @triton.jit?)" if inspect.isfunction(obj) else ""
+        raise Rejected(f"{name or 'the argument'} must be a `@triton.jit` kernel, got a {what}{hint}")
+    name = fn.__name__
+    if fn.__module__ != "__main__":
+        raise Rejected(f"{name} comes from the module {fn.__module__}; the graded kernel must be your own, "
+                       "defined in this notebook")
+    glb = fn.__globals__
+    cache: dict[str, Binding | None] = {}
+
+    def lookup(n: str) -> Binding | None:
+        if n not in cache:
+            cache[n] = _live_binding(n, glb)
+        return cache[n]
+
+    ks = _build(name, lookup, "the graded kernel")
+    check_copies(ks)
+    return ks
+
+
+def _is_jit(obj) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(obj, (JITFunction, InterpretedFunction))
+
+
+def _live_binding(n: str, glb: dict) -> Binding | None:
+    import triton.language as tl
+
+    if n not in glb:
+        return None
+    v = glb[n]
+    if _is_jit(v):
+        f = v.fn
+        if f.__module__ != "__main__":
+            if f.__module__.startswith("triton"):
+                return Binding("import", None, f"from {f.__module__} import {f.__name__} as {n}", detail=f.__module__)
+            return Binding("import", None, detail=f"{f.__module__}.{f.__name__}")
+        try:
+            src = textwrap.dedent(inspect.getsource(f))
+        except (OSError, TypeError):
+            return Binding("other", None, detail="its source is not available")
+        node = ast.parse(src).body[0]
+        is_jit, kwargs, why = _jit_decorator(node, {"triton": "triton", "jit": "triton.jit"})
+        if why:
+            return Binding("other", node, detail=why)
+        body = "\n".join(src.splitlines()[node.lineno - 1:])
+        return Binding("jit", node, body, detail=kwargs if is_jit else "")
+    if inspect.ismodule(v):
+        text = f"import {v.__name__}" if v.__name__ == n else f"import {v.__name__} as {n}"
+        return Binding("import", None, text, detail=v.__name__)
+    if isinstance(v, tl.constexpr):
+        return Binding("const", None, value=v.value, constexpr=True)
+    if isinstance(v, (int, float, bool, str, type(None))):
+        return Binding("const", None, value=v)
+    if inspect.isfunction(v) or inspect.isbuiltin(v):
+        mod = getattr(v, "__module__", "") or ""
+        if mod == "__main__":
+            return Binding("def", None)
+        return Binding("import", None, detail=f"{mod}.{getattr(v, '__name__', n)}")
+    return Binding("other", None, detail=f"a {type(v).__name__}")
+
+
+# ---- fingerprints ------------------------------------------------------------------------------------------
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def _new(self, name: str) -> str:
+        if name in ("tl", "triton", "math"):
+            return name
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self._new(node.id), node.ctx), node)
+
+    def visit_arg(self, node):
+        node.arg = self._new(node.arg)
+        if node.annotation is not None:
+            node.annotation = self.visit(node.annotation)
+        return node
+
+
+def fingerprint(source: str) -> str:
+    """A hash of a function's structure that ignores its name, variable names, docstring and comments."""
+    tree = ast.parse(textwrap.dedent(source))
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fn is None:
+        return hashlib.sha256(source.encode()).hexdigest()
+    fn.decorator_list = []
+    fn.name = "f"
+    fn.returns = None
+    if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(getattr(fn.body[0], "value", None), ast.Constant):
+        fn.body = fn.body[1:] or [ast.Pass()]
+    fn = _Rename().visit(fn)
+    return hashlib.sha256(ast.dump(fn, include_attributes=False).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def package_fingerprints() -> dict[str, str]:
+    """fingerprint -> ``kernels.<module>.<name>`` for every ``@triton.jit`` function in the package."""
+    out: dict[str, str] = {}
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        try:
+            src = path.read_text()
+            tree = ast.parse(src)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        mod = ".".join(path.relative_to(_PACKAGE.parent).with_suffix("").parts)
+        imports = {"triton": "triton", "jit": "triton.jit"}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
+                seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
+                out.setdefault(fingerprint(seg), f"{mod}.{node.name}")
+    return out
+
+
+# ---- loading and the ahead-of-time compile -----------------------------------------------------------------
+
+def load(ks: KernelSource, folder: str | os.PathLike | None = None, *, interpret: bool | None = None):
+    """Import the rebuilt module from a file (``@triton.jit`` needs real source) and return its entry object.
+
+    ``interpret``: build under ``TRITON_INTERPRET`` (the default: the current mode) or as compiled JIT functions.
+    """
+    folder = pathlib.Path(folder or tempfile.mkdtemp(prefix="kernel-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"_graded_{ks.entry}_{ks.digest}_{next(_COUNTER)}"
+    path = folder / f"{name}.py"
+    path.write_text(ks.text)
+    old = os.environ.get("TRITON_INTERPRET")
+    if interpret is not None:
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    finally:
+        if interpret is not None:
+            if old is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+    return getattr(mod, ks.entry)
+
+
+_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+          torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+          torch.bool: "i1"}
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
+
+
+def _signature(jit_fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
+    params = jit_fn.params
+    names = [p.name for p in params]
+    options = {k: kwargs[k] for k in _OPTIONS if k in kwargs}
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in _OPTIONS:
+            continue
+        if k not in names:
+            raise CheckFailed(f"the launch passes {k}=, but the kernel has no parameter {k!r} (it has: "
+                              f"{', '.join(names)})")
+        values[k] = v
+    missing = [n for n in names if n not in values]
+    if missing:
+        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+        for n in missing:
+            if n not in defaults:
+                raise CheckFailed(f"the kernel's parameters {', '.join(names)} do not match the documented launch "
+                                  f"(nothing is passed for {n!r})")
+            values[n] = defaults[n]
+    sig, const = {}, {}
+    for p in params:
+        v = values[p.name]
+        if p.is_constexpr or v is None:
+            sig[p.name] = "constexpr"
+            const[p.name] = v
+        elif isinstance(v, torch.Tensor):
+            sig[p.name] = "*" + _TYPES.get(v.dtype, "fp32")
+        elif isinstance(v, bool):
+            sig[p.name] = "i1"
+        elif isinstance(v, int):
+            sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
+        elif isinstance(v, float):
+            sig[p.name] = "fp32"
+        else:
+            sig[p.name] = "constexpr"
+            const[p.name] = v
+    return sig, const, options
+
+
+def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None):
+    """Compile a (non-interpreted) JIT function for sm_90; raise :class:`CheckFailed` with the compiler's reason."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    try:
+        src = ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs)
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options or None)
+    except Exception as e:  # the compiler's own errors have many types
+        raise CheckFailed(_compile_message(jit_fn, e)) from None
+
+
+def _compile_message(jit_fn, e: Exception) -> str:
+    text = str(e).strip()
+    name = getattr(getattr(jit_fn, "fn", None), "__name__", "the kernel")
+    hint = ""
+    if "Unsupported function" in text or "is not a Triton" in text or "Cannot call" in text:
+        hint = ("\nA Triton kernel may call only `tl` functions and other @triton.jit functions. Calls to torch, "
+                "numpy or Python functions run under the interpreter but cannot run on a GPU, so they do not pass.")
+    if "NotImplementedError" in text:
+        hint = "\nThe kernel is not implemented yet: replace `raise NotImplementedError()` with your code."
+    return f"{name} does not compile for a GPU (sm_90): {type(e).__name__}: {text[-1500:]}{hint}"
+
+
+class Recorder:
+    """Stands in for a kernel during a dry run of ``Exercise.run``: each ``kernel[grid](...)`` compiles that
+    specialisation for sm_90 instead of launching it. Needs a process where ``TRITON_INTERPRET`` is off."""
+
+    def __init__(self, jit_fn):
+        self.jit_fn = jit_fn
+        self.compiled: dict[str, object] = {}
+        self.__name__ = jit_fn.fn.__name__
+
+    @property
+    def fn(self):
+        return self.jit_fn.fn
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            sig, const, options = _signature(self.jit_fn, args, kwargs)
+            key = repr((sorted(sig.items()), sorted((k, repr(v)) for k, v in const.items()),
+                        sorted(options.items())))
+            if key not in self.compiled:
+                self.compiled[key] = aot_compile(self.jit_fn, sig, const, options)
+
+        return launch
+
+
+# ---- function answers --------------------------------------------------------------------------------------
+
+#: Package modules a function answer may use (inputs, device, checks); everything else under ``kernels`` is not.
+FUNCTION_ALLOWED = ("kernels.device", "kernels.testing", "kernels.validate")
+
+
+def _chains(node: ast.AST) -> list[str]:
+    """Dotted names read in ``node`` (``torch.nn.functional.relu``, ``x``), outermost first."""
+    out = []
+    inner = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and id(sub) not in inner:
+            d = _dotted(sub)
+            if d:
+                out.append(d)
+                cur = sub.value
+                while isinstance(cur, ast.Attribute):
+                    inner.add(id(cur))
+                    cur = cur.value
+                inner.add(id(cur))
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and id(sub) not in inner:
+            out.append(sub.id)
+    return out
+
+
+def _forbidden(path: str, forbid: tuple[str, ...]) -> bool:
+    if path == "kernels" or path.startswith("kernels."):
+        return not any(path == a or path.startswith(a + ".") for a in FUNCTION_ALLOWED)
+    return any(path == f or path.startswith(f + ".") or path.startswith(f) and f.endswith(".") for f in forbid)
+
+
+def check_function_static(cells: list[str], name: str, forbid: tuple[str, ...] = ()) -> None:
+    """A function answer is a notebook ``def`` that reaches nothing in ``kernels`` (or ``forbid``)."""
+    env = scan(cells)
+    b = env.get(name)
+    if b is None:
+        raise Rejected(f"{name} is not defined at the top level of your notebook")
+    if b.kind == "import":
+        raise Rejected(f"{name} is imported ({b.source}); write the function yourself")
+    if b.kind != "def":
+        raise Rejected(f"{name} must be a function defined with `def {name}(...)` at the top level of your "
+                       f"notebook ({b.detail or b.kind}, {b.where})")
+    _walk_function(name, b.node, env.get, forbid, set())
+
+
+def _walk_function(name, node, lookup, forbid, seen):
+    seen.add(name)
+    for chain in _chains(node):
+        head, _, rest = chain.partition(".")
+        dep = lookup(head)
+        if dep is None:
+            continue
+        if dep.kind == "import":
+            full = dep.detail + ("." + rest if rest else "")
+            if _forbidden(full, forbid):
+                raise Rejected(f"{name} uses {full}: this exercise asks for your own implementation")
+        elif dep.kind == "def" and head not in seen and dep.node is not None:
+            _walk_function(head, dep.node, lookup, forbid, seen)
+
+
+def check_function_live(fn, forbid: tuple[str, ...] = ()) -> None:
+    """The interactive twin of :func:`check_function_static`, on a live function of ``__main__``."""
+    if not inspect.isfunction(fn):
+        raise Rejected(f"expected a Python function defined in this notebook, got a {type(fn).__name__}")
+    if fn.__module__ != "__main__":
+        raise Rejected(f"{fn.__name__} comes from the module {fn.__module__}; write the function yourself")
+    glb = fn.__globals__
+
+    def lookup(n: str) -> Binding | None:
+        if n not in glb:
+            return None
+        v = glb[n]
+        if inspect.ismodule(v):
+            return Binding("import", detail=v.__name__)
+        if inspect.isfunction(v) and v.__module__ == "__main__":
+            try:
+                return Binding("def", ast.parse(textwrap.dedent(inspect.getsource(v))).body[0])
+            except (OSError, TypeError, SyntaxError):
+                return None
+        mod = getattr(v, "__module__", None)
+        if isinstance(mod, str) and mod and mod != "__main__":
+            return Binding("import", detail=f"{mod}.{getattr(v, '__qualname__', n)}")
+        return None
+
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError):
+        raise Rejected(f"the source of {fn.__name__} is not available; define it in a notebook cell") from None
+    _walk_function(fn.__name__, node, lookup, forbid, set())

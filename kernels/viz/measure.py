@@ -25,7 +25,7 @@ REFERENCE_FILE = pathlib.Path(__file__).with_name("reference_h200.json")
 
 # Facts about the H200 that hold without a measurement of the curve (docs: /work/shared/gpu/README.md).
 _README_REFERENCE = {
-    "label": "reference: NVIDIA H200 (measured on the project's GPU, not on this machine)",
+    "label": "reference: NVIDIA H200, measured on the project's GPU (not this machine)",
     "device": "NVIDIA H200",
     "copy_bandwidth": 4.26e12,
     "l2_bytes": 50 * 2**20,

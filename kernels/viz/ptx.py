@@ -177,7 +177,7 @@ class PtxExplorer(View):
             code = [no for no in range(1, len(lines) + 1) if lines[no - 1].strip()
                     and not lines[no - 1].strip().startswith(("//", ".loc"))]
             j = code.index(at)
-            shown = [f"{'>>' if no == at else '  '}{no:5d} {lines[no - 1].strip()[:78]}"
+            shown = [f"{'>>' if no == at else '  '}{no:5d} {' '.join(lines[no - 1].split())[:78]}"
                      for no in code[max(0, j - self.context): j + self.context + 1]]
             tx.text(0, 1, "\n".join(shown), family="monospace", fontsize=7.5, va="top")
             ops = ", ".join(f"{o} x{n}" for o, n in p.opcodes(category).most_common(4))

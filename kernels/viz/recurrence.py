@@ -64,7 +64,7 @@ class RecurrenceStepper(View):
             axis.set_title(f"{name} [T, {x.shape[1]}]\nrow t={t}", fontsize=9)
             axis.set_xticks([])
         s = self.states[t].numpy()
-        lim = float(np.abs(self.states).max())
+        lim = float(self.states.abs().max())
         ax[2].imshow(s, cmap="RdBu", vmin=-lim, vmax=lim, interpolation="nearest")
         ax[2].set_title(f"state S_{t} [K, V] = S_{t - 1 if t else '-1'} + k_{t}^T v_{t}", fontsize=9)
         per = {st: _model_bytes(self.K, self.V, self.itemsize, st) for st in (_NAIVE, _ONCHIP)}

@@ -442,11 +442,9 @@ def _hooks(rec: _Recorder):
                 setattr(b, k, v)
 
 
-def _check_numpy():
+def _numpy_too_new() -> bool:
     major, minor = (int(p) for p in np.__version__.split(".")[:2])
-    if (major, minor) >= (2, 4):
-        raise RuntimeError(f"numpy {np.__version__}: Triton 3.6's interpreter breaks on `range(0, K, BK)` loops "
-                           "with numpy >= 2.4 (triton#9171); install numpy<2.4 to trace kernels")
+    return (major, minor) >= (2, 4)
 
 
 def trace(fn, *args, grid=None, outputs=None, **kwargs) -> Trace:
@@ -457,7 +455,6 @@ def trace(fn, *args, grid=None, outputs=None, **kwargs) -> Trace:
     whose unwritten elements to report (default: every tensor the launch stored to). Use small CPU inputs; CUDA
     tensors are copied to the CPU by the interpreter and back after the launch.
     """
-    _check_numpy()
     is_kernel = isinstance(fn, JITFunction | _interp.InterpretedFunction)
     if is_kernel and grid is None:
         raise TypeError(f"trace({fn.__name__}, ...): a kernel needs grid=(programs, ...)")
@@ -471,6 +468,10 @@ def trace(fn, *args, grid=None, outputs=None, **kwargs) -> Trace:
             result = fn[grid](*args, **kwargs) if is_kernel else fn(*args, **kwargs)
         except _interp.InterpreterError as e:
             cause = e.__cause__
+            if isinstance(cause, TypeError) and _numpy_too_new() and "0-dimensional" in str(cause):
+                raise RuntimeError(f"numpy {np.__version__}: Triton 3.6's interpreter breaks on `range(0, K, BK)` "
+                                   "loops with numpy >= 2.4 (triton#9171); install numpy<2.4 to trace this "
+                                   "kernel") from cause
             if isinstance(cause, Exception):
                 raise cause from None
             raise

@@ -1,9 +1,10 @@
 """The one widget shape every lesson view shares: controls, a matplotlib picture redrawn in place, a caption.
 
 A :class:`View` draws into one Agg figure kept for its lifetime; a control change calls ``draw`` and swaps the
-PNG bytes of an ``ipywidgets.Image`` (no re-display, no server, no threads). Displayed, it offers the live widget
-and a static PNG of its current state in one bundle, so nbconvert and feedback HTML (no widget state) show the
-picture. ``set(**values)`` drives it without a browser; ``save(path)`` writes the PNG.
+PNG bytes of an ``ipywidgets.Image`` (no re-display, no server, no threads). Displayed, it emits a static PNG of
+its first state and then the live widget; where the widget renders, a CSS rule hides the static copy, so
+JupyterLab shows one picture while nbconvert and feedback HTML (no widget JavaScript offline) keep the PNG.
+``set(**values)`` drives it without a browser; ``save(path)`` writes the PNG.
 """
 
 from __future__ import annotations
@@ -221,17 +222,27 @@ class View:
         self.values[key] = min(max(int(self.values[key]), c.lo), c.hi)
         return self.values[key]
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": f"<{type(self).__name__}: {self.caption}>",
-                  "image/png": base64.b64encode(self.png()).decode()}
+    def static_bundle(self) -> dict:
+        """The current picture as a plain display output: PNG, an ``<img>`` with the caption, and text."""
+        b64 = base64.b64encode(self.png()).decode()
+        page = (f"<style>{_HIDE_STATIC}</style><div class=\"kw-static\"><img src=\"data:image/png;base64,{b64}\" "
+                f"alt=\"{html.escape(self.name)}\">{_caption_html(self.caption, self.error)}</div>")
+        return {"text/html": page, "image/png": b64, "text/plain": f"<{type(self).__name__}: {self.caption}>"}
+
+    def _ipython_display_(self):
+        # two outputs: a static picture every renderer shows, then the live widget; where the widget renders, a
+        # CSS rule hides the static copy, so JupyterLab shows one picture and static HTML keeps the PNG
+        from IPython.display import display
+
+        display(self.static_bundle(), raw=True)
         if widgets is not None:
-            bundle.update(self.widget._repr_mimebundle_(include=include, exclude=exclude) or {})
-            bundle["image/png"] = base64.b64encode(self.png()).decode()
-            bundle["text/plain"] = f"<{type(self).__name__}: {self.caption}>"
-        return bundle
+            display(self.widget)
 
     def _repr_png_(self):
         return self.png()
+
+
+_HIDE_STATIC = ".jp-OutputArea-child:has(.kw-static):has(+ .jp-OutputArea-child .kw-view){display:none}"
 
 
 def _wrap(text: str, width: int) -> str:

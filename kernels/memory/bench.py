@@ -2,7 +2,8 @@
 
 One problem per access pattern and parameter; the ``triton`` column runs this topic's kernel for that pattern,
 ``torch`` the nearest torch operation where one exists. ``x floor`` is time over ``bytes_moved / copy bandwidth``;
-the JSON also holds each row's useful or requested bytes, so GB/s can be read against the measured copy.
+:func:`report` then prints GB/s per version against the measured copy bandwidth: HBM bytes (``bytes_moved``) and
+the bytes the pattern uses or requests (``useful_bytes``), and TFLOP/s for the on-chip reuse rows.
 """
 
 import torch
@@ -13,7 +14,7 @@ from ..testing import randn, tolerance
 from . import copy, l2_reread, sram_reuse, strided
 from .reference import reference_memory
 
-__all__ = ["problems", "versions", "run_pattern"]
+__all__ = ["problems", "versions", "run_pattern", "report"]
 
 _KERNELS = {
     "copy": lambda x: copy.copy_memory(x),
@@ -82,3 +83,21 @@ def versions() -> list[Version]:
         Version("triton", run_pattern),
         Version("torch", lambda pattern, x, **params: _TORCH[pattern](x, **params), skip=_torch_skip),
     ]
+
+
+def report(result: dict) -> str:
+    """GB/s per row and version, as fractions of the measured copy bandwidth."""
+    bw = result["copy_bandwidth_Bps"]
+    lines = [f"bandwidth against the measured copy, {bw / 1e9:.0f} GB/s (HBM = bytes_moved; used = bytes the "
+             "pattern reads and writes, or requests from L2)",
+             f"{'problem':>44} {'version':>8} {'HBM GB/s':>9} {'of copy':>8} {'used GB/s':>10} {'of copy':>8} "
+             f"{'TFLOP/s':>8}"]
+    for row in result["rows"]:
+        for name, e in row["versions"].items():
+            if e.get("status") != "ok":
+                continue
+            sec = e["ms"] * 1e-3
+            hbm, used = row["bytes"] / sec, row["useful_bytes"] / sec
+            lines.append(f"{row['problem']:>44} {name:>8} {hbm / 1e9:9.0f} {hbm / bw:8.2f} {used / 1e9:10.0f} "
+                         f"{used / bw:8.2f} {row['flops'] / sec / 1e12:8.2f}")
+    return "\n".join(lines)

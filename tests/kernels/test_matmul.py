@@ -163,3 +163,15 @@ def test_tiled_fp32_gpu(precision):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_naive_gpu(dtype):
     _check(naive_matmul, *GPU_SHAPES[0], dtype, seed=23)
+
+
+def test_bench_versions_match_the_oracle():
+    from kernels.matmul import bench
+    from kernels.testing import rel_error
+
+    for p in bench.problems(quick=True):
+        inputs = p.make_inputs(0)
+        ref = p.reference(**inputs)
+        for v in bench.versions():
+            if v.skip(p) is None:
+                assert rel_error(v.output(v.fn(**inputs)), ref) <= p.tol, (p.label, v.name)

@@ -197,3 +197,15 @@ GPU_SHAPES = [_shape(sizes("recurrent")) if ON_GPU else (4, 2048, 16, 64, 64), (
 @pytest.mark.parametrize("version", VERSIONS)
 def test_recurrent_gpu(version, shape, dtype):
     _check(VERSIONS[version], shape, dtype, seed=sum(shape))
+
+
+def test_bench_versions_match_the_oracle():
+    from kernels.recurrent import bench
+    from kernels.testing import rel_error
+
+    for p in bench.problems(quick=True):
+        inputs = p.make_inputs(0)
+        ref = p.reference(**inputs)
+        for v in bench.versions():
+            if v.skip(p) is None:
+                assert rel_error(v.output(v.fn(**inputs)), ref) <= p.tol, (p.label, v.name)

@@ -1,9 +1,10 @@
 """Naive matmul: one program per (row of C, BLOCK_N columns), products summed on CUDA cores, no tile reuse.
 
 Program ``(m, n-block)`` walks K in BLOCK_K steps, loading ``a[m, k:k+BK]`` and the ``[BK, BN]`` slab of ``b``
-and reducing their broadcast product. Every program fetches its own copy of b's columns: b is read ``M`` times
-and a ``cdiv(N, BLOCK_N)`` times, so the kernel is bound by memory traffic (mostly L2) long before arithmetic,
-and it never touches the tensor cores. Accumulation is fp32; C has the inputs' dtype.
+and accumulating their broadcast product elementwise; one reduction over the BK rows ends it. Every program
+fetches its own copy of b's columns: b is read ``M`` times and a ``cdiv(N, BLOCK_N)`` times, so the kernel is
+bound by memory traffic (mostly L2) long before arithmetic, and it never touches the tensor cores. Accumulation
+is fp32; C has the inputs' dtype.
 """
 
 import torch
@@ -29,15 +30,16 @@ def _naive_matmul_kernel(
     mask_n = offs_n < N
     a_ptrs = a_ptr + m * stride_am + offs_k * stride_ak  # [BK]
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_K, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         mask_k = offs_k < K - k0
         a = tl.load(a_ptrs, mask=mask_k, other=0.0).to(tl.float32)
         b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(a[:, None] * b, axis=0)
+        acc += a[:, None] * b
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    tl.store(c_ptr + m * stride_cm + offs_n * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask_n)
+    c = tl.sum(acc, axis=0)  # [BN]
+    tl.store(c_ptr + m * stride_cm + offs_n * stride_cn, c.to(c_ptr.dtype.element_ty), mask=mask_n)
 
 
 def bytes_moved(M: int, N: int, K: int, itemsize: int = 2, *, block_n: int = 64) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device import DEVICE
 from ..testing import randn
 from .tracer import trace
 from .view import Choice, Slider, View
@@ -53,14 +54,14 @@ class ChunkFlow(View):
         """Trace the learner's launch at this chunk size: (launch record, {role: tensor name}, relative error)."""
         if chunk not in self._traced:
             T, K, V = self.T, self.K, self.V
-            q, k = self.q.float().view(1, T, 1, K).clone(), self.k.float().view(1, T, 1, K).clone()
-            v = self.v.float().view(1, T, 1, V).clone()
+            q, k = (x.float().view(1, T, 1, K).to(DEVICE) for x in (self.q, self.k))
+            v = self.v.float().view(1, T, 1, V).to(DEVICE)
             tr = trace(self.launch, q, k, v, chunk)
             o = tr.result
             la = tr[-1]
-            by_addr = {info.base: name for name, info in la.tensors.items()}
+            by_addr = {info.source_ptr: name for name, info in la.tensors.items()}
             roles = {r: by_addr.get(t.data_ptr()) for r, t in (("Q", q), ("K", k), ("V", v), ("O", o))}
-            err = float((o.reshape(T, V).double() - self.recurrent).norm() / self.recurrent.norm())
+            err = float((o.reshape(T, V).cpu().double() - self.recurrent).norm() / self.recurrent.norm())
             self._traced[chunk] = (la, roles, err)
         return self._traced[chunk]
 
@@ -160,7 +161,7 @@ def _lesson_launch(kernel):
     def launch(q, k, v, chunk):
         B, T, H, K = q.shape
         V = v.shape[-1]
-        o = torch.full((B, T, H, V), float("nan"))
+        o = torch.full((B, T, H, V), float("nan"), device=q.device)
         BK, BV = max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
         kernel[(triton.cdiv(V, BV), B * H)](q, k, v, o, T, H, K, V, 1.0, q.stride(0), q.stride(1), q.stride(2),
                                             k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),

@@ -216,8 +216,8 @@ def _lesson_launch(kernel):
     from ..testing import randn
 
     def launch(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M):
-        a, b = randn(M, K, seed=0, device="cpu"), randn(K, N, seed=1, device="cpu")
-        c = torch.full((M, N), float("nan"))
+        a, b = randn(M, K, seed=0), randn(K, N, seed=1)
+        c = torch.full((M, N), float("nan"), device=a.device)
         grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
         kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                      BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, PRECISION="ieee")
@@ -230,7 +230,7 @@ def _package_launch(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M):
     from ..matmul.tiled import tiled_matmul
     from ..testing import randn
 
-    a, b = randn(M, K, seed=0, device="cpu"), randn(K, N, seed=1, device="cpu")
+    a, b = randn(M, K, seed=0), randn(K, N, seed=1)
     c = tiled_matmul(a, b, input_precision="ieee", block_m=BLOCK_M, block_n=BLOCK_N, block_k=BLOCK_K, group_m=GROUP_M)
     return c, a.double() @ b.double()
 

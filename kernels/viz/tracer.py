@@ -41,6 +41,7 @@ class TensorInfo:
     lo: int  # lowest byte address of any element
     hi: int  # one past the highest byte of any element
     lookup: np.ndarray | None  # storage offset (from lo) -> flat index, -1 for gaps; None when dense row-major
+    source_ptr: int = 0  # data_ptr() of the tensor the caller passed (a CUDA tensor is traced on a CPU copy)
 
     @property
     def numel(self) -> int:
@@ -253,17 +254,25 @@ def _tensor_info(name: str, t: torch.Tensor) -> TensorInfo:
                       base + lo_off * itemsize, base + (hi_off + 1) * itemsize, lookup)
 
 
-def _collect(name, value, out: dict):
+def _base(value):
     if isinstance(value, torch.Tensor):
-        out[name] = _tensor_info(name, value)
-    elif isinstance(value, triton.runtime.jit.TensorWrapper):
-        info = _tensor_info(name, value.base)
+        return value
+    if isinstance(value, triton.runtime.jit.TensorWrapper) or isinstance(getattr(value, "base", None), torch.Tensor):
+        return value.base  # a reinterpreted tensor, or a TensorDescriptor
+    return None
+
+
+def _collect(name, value, source, out: dict):
+    if isinstance(value, tuple):
+        for i, (v, src) in enumerate(zip(value, source)):
+            _collect(f"{name}[{i}]", v, src, out)
+        return
+    t = _base(value)
+    if t is not None:
+        info = _tensor_info(name, t)
+        src = _base(source)
+        info.source_ptr = src.data_ptr() if src is not None else info.base
         out[name] = info
-    elif isinstance(value, tuple):
-        for i, v in enumerate(value):
-            _collect(f"{name}[{i}]", v, out)
-    elif hasattr(value, "base") and isinstance(value.base, torch.Tensor):  # TensorDescriptor
-        out[name] = _tensor_info(name, value.base)
 
 
 def _caller() -> tuple[int, str, str]:
@@ -401,10 +410,10 @@ def _hooks(rec: _Recorder):
     def init_args(self, args_dev, kwargs):
         args_hst, kwargs_hst = orig_init(self, args_dev, kwargs)
         tensors: dict[str, TensorInfo] = {}
-        for name, value in zip(self.arg_names, args_hst):
-            _collect(name, value, tensors)
+        for name, value, source in zip(self.arg_names, args_hst, args_dev):
+            _collect(name, value, source, tensors)
         for name, value in kwargs_hst.items():
-            _collect(name, value, tensors)
+            _collect(name, value, kwargs[name], tensors)
         rec.begin(getattr(self.fn, "__name__", "kernel"), tensors)
         return args_hst, kwargs_hst
 
@@ -420,7 +429,13 @@ def _hooks(rec: _Recorder):
         return as_interpreted(self).run(*args, grid=grid, warmup=warmup, **kwargs)
 
     def jit_call(self, *args, **kwargs):
-        return as_interpreted(self)(*args, **kwargs)
+        # a @triton.jit helper called from a traced kernel; patch its module's triton.language only for the call
+        fn = as_interpreted(self).rewrite()
+        scope = _interp._patch_lang(self.fn)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            scope.restore()
 
     b.create_masked_load, b.create_masked_store = load, store
     b.create_atomic_rmw, b.create_atomic_cas = rmw, cas

@@ -256,3 +256,18 @@ def test_hooks_are_removed_afterwards():
     add_kernel[(1,)](x, y, out, 8, BLOCK=8)
     torch.testing.assert_close(out, x + y)
     assert np.isfinite(out.cpu().numpy()).all()
+
+
+def test_compiled_mode_kernel_traces_through_the_interpreter():
+    """What happens on a GPU machine: a JITFunction (not an interpreted one) with a @triton.jit helper."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    res = subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("compiled_mode.py"))], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "compiled-mode trace OK" in res.stdout, res.stdout + res.stderr[-3000:]

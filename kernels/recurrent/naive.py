@@ -44,6 +44,8 @@ def _naive_recurrent_kernel(
             mask_s = mask_k[:, None] & mask_v[None, :]
             s = tl.load(s_ptrs, mask=mask_s, other=0.0) + k[:, None] * v[None, :]  # [BK, BV]
             tl.store(s_ptrs, s, mask=mask_s)
+            # a replicated layout may have another thread reload this slab next step: make the store visible
+            tl.debug_barrier()
             o = tl.sum(q[:, None] * s, axis=0)  # [BV]
             tl.store(o_base + t * stride_ot + offs_v, o.to(o_ptr.dtype.element_ty), mask=mask_v)
 

@@ -20,7 +20,7 @@ from kernels.memory import (
 from kernels.testing import assert_close, check_bad_input, poisoned, randn, tolerance
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-NS = [1, 1000, 10_007]
+NS = [1, 1000, 2048, 10_007]
 
 
 def _run(pattern, fn, n, dtype, seed, **params):

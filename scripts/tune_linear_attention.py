@@ -5,7 +5,7 @@ For each configuration in SWEEP: compile, check against the float64 chunked orac
 size check again and time (``triton.testing.do_bench`` median after warm-up). fla-core's ``chunk_linear_attn``
 (normalize=False) is checked and timed in the same run after a warm call. Extras time the tuned table's choice
 for fp16, H=32 D=64, varlen and initial/final state. Prints a table last; writes JSON to
-``$OUT/tune_linear_attention.json`` and ``results/gpu/tune_linear_attention.json``.
+``$OUT/tune_linear_attention.json`` and ``results/gpu/`` (``bench-results/`` when run without a GPU).
 Usage: python3 scripts/tune_linear_attention.py [--budget SECONDS] [--quick] [--smoke]
 (``--smoke``: tiny sizes and three configurations, e.g. under the CPU interpreter, to check the script itself.)
 """
@@ -179,7 +179,8 @@ def main() -> int:
         SWEEP, SWEEP_D64 = [Config(64, 32, 32, 4, 1), Config(128, 64, 16, 4, 1)], [Config(64, 16, 16, 4, 1)]
         EXTRAS = {k: (1, t // 1024, 2, d // 4, dt, kw) for k, (b, t, h, d, dt, kw) in EXTRAS.items()}
     t_start = time.perf_counter()
-    outs = [ROOT / "results" / "gpu"] + ([pathlib.Path(os.environ["OUT"])] if os.environ.get("OUT") else [])
+    outs = [ROOT / ("results/gpu" if ON_GPU else "bench-results")]
+    outs += [pathlib.Path(os.environ["OUT"])] if os.environ.get("OUT") else []
     try:
         from fla.ops.linear_attn import chunk_linear_attn as fla
     except Exception:  # noqa: BLE001

@@ -17,8 +17,9 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
-__all__ = ["export", "main", "parse_constexpr"]
+__all__ = ["export", "export_many", "main", "parse_constexpr"]
 
 _EXIT_EXPORT, _EXIT_PTX = 2, 3
 _OPTIONS = ("dtype", "constexprs", "num_warps", "num_stages", "arch", "max_ptx", "driver_cuda", "ptx_version",
@@ -56,8 +57,10 @@ def export(kernel: str, out_dir: str | os.PathLike, **options) -> dict:
     from . import aot, registry
     from .ptx import PtxVersionError
 
+    spec = registry.get(kernel)
     if not aot.interpreting():
-        return aot.export_here(registry.get(kernel), out_dir, **options)
+        return aot.export_here(spec, out_dir, **options)
+    _precheck(spec, options)
     argv = [kernel, "--out", str(out_dir)]
     for key, value in options.items():
         if value is None:
@@ -67,17 +70,89 @@ def export(kernel: str, out_dir: str | os.PathLike, **options) -> dict:
                 argv += ["--constexpr", f"{k}={'none' if v is None else v}"]
         else:
             argv += [f"--{key.replace('_', '-')}", str(value)]
-    root = str(pathlib.Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run([sys.executable, "-m", "kernels.export", *argv, "--quiet"], capture_output=True,
-                          text=True, env=env)
+                          text=True, env=_clean_env())
     if proc.returncode:
         message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         message = message.removeprefix("error: ")
         raise (PtxVersionError if proc.returncode == _EXIT_PTX else aot.ExportError)(message)
     stem = options.get("stem") or kernel
     return json.loads((pathlib.Path(out_dir) / f"{stem}.json").read_text())
+
+
+def export_many(jobs: list[dict]) -> list[dict | Exception]:
+    """Several exports at once, each ``{"kernel": ..., "out_dir": ..., **options}``: a manifest or the exception
+    for each, in order. Without a GPU they share one fresh compiler process instead of starting one each."""
+    from . import aot, registry
+    from .ptx import PtxVersionError
+
+    if not aot.interpreting():
+        results: list[dict | Exception] = []
+        for job in jobs:
+            job = dict(job)
+            try:
+                results.append(export(job.pop("kernel"), job.pop("out_dir"), **job))
+            except ValueError as e:
+                results.append(e)
+        return results
+    for job in jobs:
+        unknown = set(job) - set(_OPTIONS) - {"kernel", "out_dir"}
+        if unknown:
+            raise TypeError(f"unknown export options {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
+        _precheck(registry.get(job["kernel"]), job)
+    with tempfile.TemporaryDirectory() as tmp:
+        request = pathlib.Path(tmp) / "jobs.json"
+        request.write_text(json.dumps([{**j, "out_dir": str(j["out_dir"])} for j in jobs]))
+        proc = subprocess.run([sys.executable, "-m", "kernels.export", "--batch", str(request), "--quiet"],
+                              capture_output=True, text=True, env=_clean_env())
+        if proc.returncode:
+            raise aot.ExportError(f"the export process failed: {proc.stderr.strip()[-2000:]}")
+        answers = json.loads(request.with_suffix(".out.json").read_text())
+    kinds = {"ptx": PtxVersionError, "export": aot.ExportError}
+    return [a["manifest"] if "manifest" in a else kinds[a["kind"]](a["error"]) for a in answers]
+
+
+def _clean_env() -> dict:
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def _batch(path: pathlib.Path) -> int:
+    from .ptx import PtxVersionError
+
+    answers = []
+    for job in json.loads(path.read_text()):
+        job = dict(job)
+        try:
+            answers.append({"manifest": export(job.pop("kernel"), job.pop("out_dir"), **job)})
+        except PtxVersionError as e:
+            answers.append({"kind": "ptx", "error": str(e)})
+        except ValueError as e:
+            answers.append({"kind": "export", "error": str(e)})
+    path.with_suffix(".out.json").write_text(json.dumps(answers))
+    return 0
+
+
+def _precheck(spec, options: dict) -> None:
+    """The checks that need no compiler, here, so that a bad call fails without starting a process."""
+    from .aot import ExportError
+    from .ptx import max_isa_for_cuda, parse_isa
+
+    dtype = options.get("dtype") or spec.dtypes[0]
+    if dtype not in spec.dtypes:
+        raise ExportError(f"{spec.name}: dtype {dtype!r} not supported; choose from {', '.join(spec.dtypes)}")
+    if options.get("fallback", "fail") not in ("fail", "cubin"):
+        raise ExportError(f"fallback must be 'fail' or 'cubin', got {options['fallback']!r}")
+    if options.get("max_ptx") is not None and options.get("driver_cuda") is not None:
+        raise ExportError("give --max-ptx or --driver-cuda, not both")
+    if options.get("max_ptx") is not None:
+        parse_isa(options["max_ptx"])
+    if options.get("driver_cuda") is not None:
+        max_isa_for_cuda(options["driver_cuda"])
+    if spec.check:
+        spec.check({**spec.constexprs, **(options.get("constexprs") or {})})
 
 
 def _table(manifest: dict, out: pathlib.Path) -> str:
@@ -114,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="pointer alignment the kernel may assume, in bytes (16)")
     ap.add_argument("--stem", help="file name stem (the kernel name); only with one kernel")
     ap.add_argument("--quiet", action="store_true", help="print nothing on success")
+    ap.add_argument("--batch", type=pathlib.Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.batch:
+        return _batch(args.batch)
     if args.list:
         for name, spec in registry.KERNELS.items():
             print(f"{name:18} {spec.module}.{spec.attr}: {spec.doc}")

@@ -1,0 +1,136 @@
+"""The Rust launcher crate: it builds offline, its own tests pass, and its CLI fails clearly without a GPU."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRATE = ROOT / "rust"
+BIN = CRATE / "target" / "release" / "workbook-launch"
+FIXTURES = CRATE / "tests" / "fixtures"
+CARGO = shutil.which("cargo") or (str(pathlib.Path.home() / ".cargo/bin/cargo")
+                                  if (pathlib.Path.home() / ".cargo/bin/cargo").is_file() else None)
+
+
+def _cargo(*args):
+    return subprocess.run([CARGO, *args, "--offline"], cwd=CRATE, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def binary():
+    """A release build of the CLI (built here when cargo is present, else the one already there)."""
+    if CARGO:
+        proc = _cargo("build", "--release")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    if not BIN.is_file():
+        pytest.skip("cargo is not installed and no prebuilt rust/target/release/workbook-launch exists")
+    return str(BIN)
+
+
+def _run(binary, *args, env=None):
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
+def test_cargo_build_and_test_offline():
+    proc = _cargo("build")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "warning" not in proc.stderr, proc.stderr[-3000:]
+    proc = _cargo("test")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert "test result: FAILED" not in proc.stdout
+
+
+def test_fixtures_match_the_exporter(tmp_path):
+    """The crate's test manifests are real exports: they must not drift from what the exporter writes now."""
+    from kernels.export.cli import export_many
+
+    fresh = export_many([{"kernel": k, "out_dir": tmp_path} for k in ("vector_add", "linear_attention")])
+    for m in fresh:
+        assert isinstance(m, dict), m
+        old = json.loads((FIXTURES / f"{m['kernel']}.json").read_text())
+        for key in ("format", "format_version", "entry", "params", "sizes", "grid", "requires", "constexprs",
+                    "threads_per_block", "scratch", "dtype"):
+            assert old[key] == m[key], f"{m['kernel']}: {key} differs; re-export into rust/tests/fixtures"
+
+
+def test_cli_error_paths_without_a_gpu(binary, tmp_path):
+    manifest = str(FIXTURES / "vector_add.json")
+    x = tmp_path / "x.bin"
+    x.write_bytes(bytes(4000))
+    short = tmp_path / "short.bin"
+    short.write_bytes(bytes(3996))
+    base = ["run", "--manifest", manifest, "--size", "n_elements=1000"]
+    nolib = {"WORKBOOK_LIBCUDA": str(tmp_path / "libcuda.so.1")}
+
+    p = _run(binary, *base, "--in", f"x_ptr={x}", "--in", f"y_ptr={x}", env=nolib)
+    assert p.returncode == 4 and "cannot load" in p.stderr and "NVIDIA driver" in p.stderr, p.stderr
+    p = _run(binary, *base, "--in", f"x_ptr={x}", "--in", f"y_ptr={short}", env=nolib)
+    assert p.returncode == 2 and "holds 3996 bytes" in p.stderr and "4000 bytes" in p.stderr, p.stderr
+    p = _run(binary, *base, "--in", f"x_ptr={x}", env=nolib)
+    assert p.returncode == 2 and "needs --in y_ptr=FILE" in p.stderr, p.stderr
+    p = _run(binary, *base, "--expect-triton", "3.9.0", env=nolib)
+    assert p.returncode == 3 and "exported by Triton 3.6.0" in p.stderr, p.stderr
+    p = _run(binary, "run", "--manifest", str(tmp_path / "none.json"), env=nolib)
+    assert p.returncode == 2 and "cannot read the manifest" in p.stderr, p.stderr
+    p = _run(binary, *base, "--in", f"x_ptr={tmp_path / 'none.bin'}", env=nolib)
+    assert p.returncode == 2 and "cannot read" in p.stderr, p.stderr
+    p = _run(binary, "run", "--manifest", manifest, "--size", "n_elements=0", env=nolib)
+    assert p.returncode == 2 and "requirement" in p.stderr, p.stderr
+    bad = json.loads((FIXTURES / "vector_add.json").read_text())
+    bad["params"] = bad["params"][:2]
+    (tmp_path / "bad.json").write_text(json.dumps({**bad, "grid": ["cdiv(n, BLOCK_SIZE)", "1", "1"]}))
+    p = _run(binary, "info", "--manifest", str(tmp_path / "bad.json"))
+    assert p.returncode == 3 and "uses \"n\"" in p.stderr, p.stderr
+    p = _run(binary, "info", "--manifest", manifest)
+    assert p.returncode == 0 and "n_elements" in p.stdout and "global_scratch" in p.stdout
+    p = _run(binary, "frobnicate")
+    assert p.returncode == 2 and "unknown command" in p.stderr
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def exported_vector_add(tmp_path_factory):
+    from kernels.export import export
+
+    out = tmp_path_factory.mktemp("rust-export")
+    export("vector_add", out)
+    return out / "vector_add.json"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("image", ["ptx", "cubin"])
+def test_rust_cli_vector_add_on_gpu(binary, exported_vector_add, tmp_path, image):
+    from kernels.testing import assert_close, randn
+
+    n = 100_003
+    x, y = randn(n, seed=11, device="cpu"), randn(n, seed=12, device="cpu")
+    (tmp_path / "x.bin").write_bytes(x.numpy().tobytes())
+    (tmp_path / "y.bin").write_bytes(y.numpy().tobytes())
+    p = _run(binary, "run", "--manifest", str(exported_vector_add), "--image", image, "--size", f"n_elements={n}",
+             "--in", f"x_ptr={tmp_path / 'x.bin'}", "--in", f"y_ptr={tmp_path / 'y.bin'}",
+             "--out", f"out_ptr={tmp_path / 'o.bin'}")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["grid"] == [-(-n // 1024), 1, 1]
+    out = torch.frombuffer(bytearray((tmp_path / "o.bin").read_bytes()), dtype=torch.float32)
+    assert_close("rust vector_add", x.double() + y.double(), out, 1e-6)
+
+
+@pytest.mark.gpu
+def test_rust_cli_broken_grid_leaves_nan(binary, exported_vector_add, tmp_path):
+    """A broken twin: one program for 5000 elements writes only the first 1024; the rest stay 0xFF (NaN)."""
+    n = 5000
+    (tmp_path / "x.bin").write_bytes(bytes(4 * n))
+    p = _run(binary, "run", "--manifest", str(exported_vector_add), "--size", f"n_elements={n}", "--grid", "1",
+             "--in", f"x_ptr={tmp_path / 'x.bin'}", "--in", f"y_ptr={tmp_path / 'x.bin'}",
+             "--out", f"out_ptr={tmp_path / 'o.bin'}")
+    assert p.returncode == 0, p.stderr
+    out = torch.frombuffer(bytearray((tmp_path / "o.bin").read_bytes()), dtype=torch.float32)
+    assert (out[:1024] == 0).all() and torch.isnan(out[1024:]).all()

@@ -4,6 +4,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from sm90 import compile_for_sm90
 
 from kernels.device import DEVICE, ON_GPU, sizes
 from kernels.matmul import naive as naive_mod
@@ -175,3 +176,13 @@ def test_bench_versions_match_the_oracle():
         for v in bench.versions():
             if v.skip(p) is None:
                 assert rel_error(v.output(v.fn(**inputs)), ref) <= p.tol, (p.label, v.name)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """Both matmul kernels compile for an H100/H200; fp32 dots become TF32 MMAs only when asked."""
+    tiled = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, UPCAST=False)
+    ptx = compile_for_sm90([("kernels.matmul.naive", "_naive_matmul_kernel", dict(BLOCK_N=64, BLOCK_K=64), {}),
+                            ("kernels.matmul.tiled", "_tiled_matmul_kernel", {**tiled, "DOT_PRECISION": "tf32"}, {}),
+                            ("kernels.matmul.tiled", "_tiled_matmul_kernel", {**tiled, "DOT_PRECISION": "ieee"}, {})])
+    assert "tf32" in ptx["1/fp32"] and "tf32" not in ptx["2/fp32"]

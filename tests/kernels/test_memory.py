@@ -4,6 +4,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from sm90 import compile_for_sm90
 
 from kernels.device import DEVICE, ON_GPU, sizes
 from kernels.memory import copy as copy_mod
@@ -180,3 +181,16 @@ def test_bench_report():
     text = bench.report({"copy_bandwidth_Bps": 4e9, "rows": [row]})
     assert "triton" in text and "torch" not in text.splitlines()[-1]
     assert text.splitlines()[-1].split()[-5:] == ["8", "2.00", "4", "1.00", "2.00"]
+
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """Every memory kernel compiles for an H100/H200 (no GPU needed), and the copy keeps its vector accesses."""
+    ptx = compile_for_sm90([
+        ("kernels.memory.copy", "_copy_memory_kernel", dict(BLOCK_SIZE=4096), dict(num_warps=8)),
+        ("kernels.memory.strided", "_strided_memory_kernel", dict(BLOCK_SIZE=1024), {}),
+        ("kernels.memory.l2_reread", "_l2_reread_memory_kernel", dict(BLOCK_SIZE=2048), dict(num_warps=8)),
+        ("kernels.memory.sram_reuse", "_sram_reuse_memory_kernel", dict(BLOCK_SIZE=1024), {}),
+    ], dtypes=("fp32", "bf16"), scalars={"a": "fp32"})
+    assert ".v4." in ptx["0/fp32"], "the copy lost its 16-byte vector accesses"

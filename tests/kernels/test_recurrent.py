@@ -4,6 +4,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from sm90 import compile_for_sm90
 
 from kernels.device import DEVICE, ON_GPU, sizes
 from kernels.recurrent import (
@@ -209,3 +210,15 @@ def test_bench_versions_match_the_oracle():
         for v in bench.versions():
             if v.skip(p) is None:
                 assert rel_error(v.output(v.fn(**inputs)), ref) <= p.tol, (p.label, v.name)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """Both recurrent kernels compile for an H100/H200 at the tile shapes the wrappers pick (no GPU needed)."""
+    flags = dict(USE_INITIAL_STATE=True, STORE_FINAL_STATE=True)
+    compile_for_sm90([
+        ("kernels.recurrent.naive", "_naive_recurrent_kernel", dict(BK=64, BV=32), {}),
+        ("kernels.recurrent.fused", "_fused_recurrent_kernel", dict(BK=64, BV=32, **flags), {}),
+        ("kernels.recurrent.fused", "_fused_recurrent_kernel", dict(BK=128, BV=16, **flags), {}),
+        ("kernels.recurrent.fused", "_fused_recurrent_kernel", dict(BK=256, BV=16, **flags), {}),
+    ], dtypes=("bf16",), scalars={"scale": "fp32", "s_ptr": "*fp32", "h0_ptr": "*fp32", "ht_ptr": "*fp32"})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
-# grading. Usage: scripts/gpu_batch.sh [stage ...]  (default: all stages, in order)
-#   stages: tests bench tune export notebooks grade
+# grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
+#   stages: tests alltests bench bench-la tune export viz notebooks course grade
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/. Results land in results/gpu/ and, when OUT is
@@ -13,10 +13,12 @@ OUT=${OUT:-$ROOT/artifacts/gpu}
 mkdir -p "$OUT" results/gpu bench-results
 LOG=$OUT/gpu-batch.log
 exec > >(tee -a "$LOG") 2>&1
+# the stages write under results/gpu/; only the log and one tarball go to OUT
+BATCH_OUT=$OUT
+unset OUT
 export PYTHONUNBUFFERED=1
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests bench tune export notebooks grade)
-want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+[ ${#stages[@]} -gt 0 ] || stages=(tests bench bench-la tune export notebooks grade)
 t0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 
@@ -32,38 +34,28 @@ else
 fi
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name(0))"
 
-if want tests; then
-  stamp "pytest -m gpu"
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -40
-fi
+run_stage() {  # stage name, time limit in seconds
+  local name=$1 limit=$2
+  stamp "$name (limit ${limit}s)"
+  case $name in
+    tests) timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -60 ;;
+    alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests/kernels tests/test_testing.py 2>&1 | tail -60 ;;
+    bench) for topic in memory matmul recurrent; do
+             timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
+           done ;;
+    bench-la) timeout "$limit" python3 -m kernels.bench linear_attention --out results/gpu || echo "bench-la failed ($?)" ;;
+    tune) timeout "$limit" python3 scripts/tune_linear_attention.py || echo "tune failed ($?)" ;;
+    export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
+    viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
+    notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;
+    course) timeout "$limit" python3 scripts/gpu_course.py || echo "course failed ($?)" ;;
+    grade) timeout "$limit" python3 -m grader demo --gpu || echo "grade demo failed ($?)" ;;
+    *) echo "unknown stage $name" ;;
+  esac
+}
 
-if want bench; then
-  for topic in memory matmul recurrent linear_attention; do
-    stamp "bench $topic"
-    timeout 240 python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
-  done
-fi
-
-if want tune && [ -f scripts/tune_linear_attention.py ]; then
-  stamp "tune linear_attention"
-  timeout 300 python3 scripts/tune_linear_attention.py || echo "tune failed ($?)"
-fi
-
-if want export && [ -f scripts/gpu_export.sh ]; then
-  stamp "export + launchers"
-  timeout 240 bash scripts/gpu_export.sh || echo "export failed ($?)"
-fi
-
-if want notebooks && [ -f scripts/gpu_notebooks.py ]; then
-  stamp "solution notebooks on the GPU"
-  timeout 400 python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)"
-fi
-
-if want grade && [ -f grader/__main__.py ]; then
-  stamp "grade demo on the GPU"
-  timeout 500 python3 -m grader demo --gpu || echo "grade demo failed ($?)"
-fi
+for s in "${stages[@]}"; do run_stage "${s%%:*}" "$( [[ $s == *:* ]] && echo "${s##*:}" || echo 300 )"; done
 
 stamp "done"
-tar czf "$OUT/gpu-results.tgz" results/gpu bench-results 2>/dev/null
-ls -la "$OUT"
+tar czf "$BATCH_OUT/gpu-results.tgz" results/gpu bench-results artifacts 2>/dev/null
+ls -la "$BATCH_OUT"

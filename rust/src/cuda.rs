@@ -404,6 +404,16 @@ impl CudaStream {
         Ok(out)
     }
 
+    /// cudarc 0.19's name for [`CudaStream::memcpy_stod`].
+    pub fn clone_htod<T: DeviceRepr>(self: &Arc<Self>, src: &[T]) -> Result<CudaSlice<T>> {
+        self.memcpy_stod(src)
+    }
+
+    /// cudarc 0.19's name for [`CudaStream::memcpy_dtov`].
+    pub fn clone_dtoh<T: DeviceRepr>(&self, src: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.memcpy_dtov(src)
+    }
+
     pub fn launch_builder<'a>(&'a self, f: &'a CudaFunction) -> LaunchArgs<'a> {
         LaunchArgs { stream: self, f, args: Vec::new() }
     }

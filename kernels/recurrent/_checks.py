@@ -24,6 +24,10 @@ def check_inputs(q, k, v, scale, initial_state, block_v):
     V = v.shape[3]
     if min(B, T, H, K, V) < 1:
         raise ValueError(f"every dimension must be at least 1; got q {tuple(q.shape)}, v {tuple(v.shape)}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if sum((n - 1) * st for n, st in zip(t.shape, t.stride())) >= 2**31:
+            raise ValueError(f"{name} spans 2**31 elements or more (shape {tuple(t.shape)}, strides {t.stride()}); "
+                             "the kernels index with int32")
     if K > MAX_K:
         raise ValueError(f"K={K} exceeds the limit {MAX_K} (the state tile is next_pow2(K) x BV per program)")
     if initial_state is not None:

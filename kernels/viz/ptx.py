@@ -145,6 +145,7 @@ def sample_ptx(arch: int = 90) -> str:
 class PtxExplorer(View):
     name = "ptx_explorer"
     figsize = (10.0, 4.6)
+    margins = dict(left=0.13, right=0.99, bottom=0.1, top=0.88, wspace=0.1)
 
     def __init__(self, ptx, *, names: list[str] | None = None, context: int = 6):
         self.ptx = parse_ptx(ptx)

@@ -55,32 +55,50 @@ class RecurrenceStepper(View):
         acc = [a for a in la.select(pid=p) if a.step <= t]
         return (sum(a.nbytes for a in acc if a.kind == "load"), sum(a.nbytes for a in acc if a.kind == "store"))
 
-    def draw(self, fig, t, strategy):
-        fig.clear()
+    def _build(self, fig):
+        """Axes and artists, made once; ``draw`` only moves and recolours them."""
         ax = fig.subplots(1, 4, width_ratios=[1.1, 1.1, 1.6, 2.2])
+        art = {"ax": ax, "bands": []}
         for axis, x, name in ((ax[0], self.k, "k"), (ax[1], self.v, "v")):
             axis.imshow(x.numpy(), cmap="RdBu", aspect="auto", vmin=-2.5, vmax=2.5, interpolation="nearest")
-            axis.axhspan(t - 0.5, t + 0.5, color="#f28e2b", alpha=0.5)
-            axis.set_title(f"{name} [T, {x.shape[1]}]\nrow t={t}", fontsize=9)
+            art["bands"].append((axis.axhspan(-0.5, 0.5, color="#f28e2b", alpha=0.5), axis, name, x.shape[1]))
             axis.set_xticks([])
-        s = self.states[t].numpy()
         lim = float(self.states.abs().max())
-        ax[2].imshow(s, cmap="RdBu", vmin=-lim, vmax=lim, interpolation="nearest")
-        ax[2].set_title(f"state S_{t} [K, V] = S_{t - 1 if t else '-1'} + k_{t}^T v_{t}", fontsize=9)
-        per = {st: _model_bytes(self.K, self.V, self.itemsize, st) for st in (_NAIVE, _ONCHIP)}
-        levels = list(per[_NAIVE])
+        art["state"] = ax[2].imshow(self.states[0].numpy(), cmap="RdBu", vmin=-lim, vmax=lim, interpolation="nearest")
+        self.per = {st: _model_bytes(self.K, self.V, self.itemsize, st) for st in (_NAIVE, _ONCHIP)}
+        levels = list(self.per[_NAIVE])
         xs = np.arange(len(levels))
+        art["bars"] = {}
         for j, st in enumerate((_NAIVE, _ONCHIP)):
-            vals = [per[st][lv] * (t + 1) for lv in levels]
-            ax[3].bar(xs + (j - 0.5) * 0.38, vals, 0.38, label=st, color=("#e15759", "#4e79a7")[j],
-                      alpha=1.0 if st == strategy else 0.35)
+            art["bars"][st] = ax[3].bar(xs + (j - 0.5) * 0.38, [0] * len(levels), 0.38, label=st,
+                                        color=("#e15759", "#4e79a7")[j])
         if self.traced is not None:
-            rd, wr = self._hbm_traced(t)
-            ax[3].plot([0, 1], [rd, wr], "k*", ms=12, label="traced from your kernel")
+            (art["stars"],) = ax[3].plot([0, 1], [0, 0], "k*", ms=12, label="traced from your kernel")
+        most = max(self.per[_NAIVE].values()) * self.T
+        ax[3].set_ylim(0, most * 1.15)
         ax[3].set_xticks(xs, levels, fontsize=8)
-        ax[3].set_ylabel(f"bytes, steps 0..{t}")
         ax[3].legend(fontsize=7, loc="upper left")
         ax[3].set_title("bytes moved per memory level (one batch-head)", fontsize=9)
+        art["levels"] = levels
+        return art
+
+    def draw(self, fig, t, strategy):
+        if getattr(self, "_art", None) is None:
+            self._art = self._build(fig)
+        art = self._art
+        for band, axis, name, width in art["bands"]:
+            band.set_y(t - 0.5)
+            axis.set_title(f"{name} [T, {width}]\nrow t={t}", fontsize=9)
+        art["state"].set_data(self.states[t].numpy())
+        art["ax"][2].set_title(f"state S_{t} [K, V] = S_{t - 1 if t else '-1'} + k_{t}^T v_{t}", fontsize=9)
+        per = self.per
+        for st, bars in art["bars"].items():
+            for bar, lv in zip(bars, art["levels"]):
+                bar.set_height(per[st][lv] * (t + 1))
+                bar.set_alpha(1.0 if st == strategy else 0.35)
+        if self.traced is not None:
+            art["stars"].set_ydata(list(self._hbm_traced(t)))
+        art["ax"][3].set_ylabel(f"bytes, steps 0..{t}")
         b = per[strategy]
         F = self.full
         steps = F["B"] * F["H"] * F["T"]

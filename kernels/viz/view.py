@@ -16,10 +16,12 @@ import pathlib
 from collections.abc import Sequence
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg", force=False)
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 try:
     import ipywidgets as widgets
@@ -110,11 +112,13 @@ class View:
     name = "view"
     figsize = (9.0, 4.2)
     dpi = 80
+    #: fixed margins (a layout engine would re-solve the layout on every redraw, doubling its cost)
+    margins = dict(left=0.07, right=0.98, bottom=0.14, top=0.84, wspace=0.35)
 
     def __init__(self, controls: dict[str, _Control]):
         self.spec = controls
         self.values = {k: c.value for k, c in controls.items()}
-        self.fig = Figure(figsize=self.figsize, dpi=self.dpi, layout="constrained")
+        self.fig = Figure(figsize=self.figsize, dpi=self.dpi)
         FigureCanvasAgg(self.fig)
         self.caption = ""
         self.error = ""
@@ -122,6 +126,7 @@ class View:
         self._controls: dict = {}
         self._png: bytes | None = None
         self.caption = self.draw(self.fig, **self.values) or ""  # a failure here reaches the caller
+        self._finish()
 
     # --- driving it --------------------------------------------------------------------------------------------
     def set(self, **values) -> View:
@@ -136,6 +141,7 @@ class View:
     def redraw(self) -> None:
         try:
             self.caption = self.draw(self.fig, **self.values) or ""
+            self._finish()
             self.error = ""
         except (ValueError, TypeError, KeyError, IndexError, RuntimeError, NotImplementedError,
                 AssertionError) as e:
@@ -154,12 +160,24 @@ class View:
     def draw(self, fig: Figure, **values) -> str:
         raise NotImplementedError
 
+    def _finish(self):
+        # few ticks: drawing tick labels is most of a redraw's cost
+        self.fig.subplots_adjust(**self.margins)
+        for ax in self.fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                if type(axis.get_major_locator()).__name__ == "AutoLocator" and axis.get_scale() == "linear":
+                    axis.set_major_locator(MaxNLocator(nbins=4, integer=bool(ax.images)))
+
     # --- pictures ------------------------------------------------------------------------------------------------
     def png(self) -> bytes:
         """The current picture as PNG bytes."""
         if self._png is None:
+            from PIL import Image
+
+            self.fig.canvas.draw()
+            rgb = np.asarray(self.fig.canvas.buffer_rgba())[..., :3]
             buf = io.BytesIO()
-            self.fig.savefig(buf, format="png", dpi=self.dpi)
+            Image.fromarray(rgb).save(buf, format="png", compress_level=1)  # fast to encode, a slider's pace
             self._png = buf.getvalue()
         return self._png
 

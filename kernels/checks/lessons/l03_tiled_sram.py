@@ -12,13 +12,14 @@ import triton
 
 from ...device import pick
 from ...testing import randn
+from ..provenance import Recorder
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 
 __all__ = ["TILED_MATMUL", "TILE_TRAFFIC", "TILE_CHOICE", "grouped_tile", "traffic", "tile_problems"]
 
 SMEM_LIMIT = 232_448  # bytes of shared memory one H200 block may use (227 KiB)
 ACC_PER_THREAD = 128  # fp32 accumulator registers per thread the tile may take
-MIN_INTENSITY = 32.0  # FLOP per byte of no-cache traffic at 4096^3 bf16
+MIN_INTENSITY = 30.0  # FLOP per byte of no-cache traffic at 4096^3 bf16 (64 x 64 tiles: 31.8)
 
 
 def grouped_tile(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
@@ -81,7 +82,7 @@ def _matmul_run(args, inputs, outputs, case):
     blocks = {k: case[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
     grid = (triton.cdiv(a.shape[0], blocks["BLOCK_M"]) * triton.cdiv(b.shape[1], blocks["BLOCK_N"]),)
     _launch(kernel, a, b, c, case, grid, blocks)
-    if case.get("first"):
+    if case.get("first") and not isinstance(kernel, Recorder):  # a dry run compiles and launches nothing
         _check_order(kernel, a, b, case, blocks)
 
 
@@ -238,7 +239,7 @@ TILE_CHOICE = Exercise(
     args=("value", "kernel"),
     signature="check('03_tiled_sram.tile_choice', TILES, tiled_matmul_kernel) with TILES = dict(BLOCK_M=, BLOCK_N=, "
               "BLOCK_K=, GROUP_M=, num_warps=, num_stages=)",
-    description="tiles inside the H200's shared-memory and register budgets, >= 32 FLOP/byte without caching, and "
+    description="tiles inside the H200's shared-memory and register budgets, >= 30 FLOP/byte without caching, and "
                 "on a GPU at least 40% of torch.matmul's speed at 4096^3 bf16",
     make_inputs=_choice_inputs,
     outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype)},

@@ -1,0 +1,457 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "title", "locked": true, "schema_version": 3, "solution": false}
+# # 04 · Chunked linear attention in Triton
+#
+# In lesson 02 you wrote causal linear attention as a recurrence and kept its state on-chip. That kernel moves
+# the fewest possible bytes, but it takes `T` small steps one after another, each a rank-one update that the
+# tensor cores cannot help with. This lesson reorganises the same arithmetic into **chunks**: inside a chunk the
+# work is two small matrix multiplies (lesson 03's tiles, now along the sequence), and between chunks a single
+# state matrix carries everything earlier. It is the algorithm behind fla's `chunk_linear_attn` and the package's
+# drop-in replacement for it.
+#
+# **You will learn**
+# - the chunked form of causal linear attention, and why it computes exactly what the recurrence computes;
+# - how the work splits into an *intra-chunk* part (a causal, masked `Q Kᵀ` times `V`, parallel over chunks)
+#   and an *inter-chunk* part (the state `S`, carried from chunk to chunk);
+# - to write it three ways: in torch, as a Triton kernel for the intra-chunk part alone, and as one fused Triton
+#   kernel that keeps the state in registers for the whole sequence;
+# - how your kernel compares with eager torch, `torch.compile`, the naive recurrent kernel, the package's kernel
+#   and fla on your own hardware, against the HBM floor.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
+import kernels
+
+print(kernels.describe())
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import pathlib
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.checks import check
+from kernels.device import DEVICE, ON_GPU, pick, sizes
+from kernels.linear_attention.reference import recurrent_linear_attention
+from kernels.testing import assert_close, poisoned, randn, tolerance
+
+ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "motivation", "locked": true, "schema_version": 3, "solution": false}
+# ## The numbers
+#
+# Measured on an H200 (B = 4 sequences, H = 16 heads, head size D = 128, bf16, causal, unnormalised; median ms):
+#
+# | T | HBM floor | torch eager (chunked) | torch.compile | fla-core 0.6.0 `chunk` | fla `fused_chunk` |
+# | --- | --- | --- | --- | --- | --- |
+# | 4,096 | 0.063 | 1.69 | 1.21 | 0.19 | 0.33 |
+# | 16,384 | 0.252 | 6.54 | 7.19 | 0.77 | 1.27 |
+# | 65,536 | 1.01 | 26.0 | 28.5 | 3.18 | 6.69 |
+# | 262,144 | 4.04 | 104 | 117 | 12.9 | 26.9 |
+#
+# The floor is four tensors (Q, K, V read, O written) of `B·T·H·D` bf16 elements at the measured 4.26 TB/s:
+# 1.07 GB at T = 16k, 0.25 ms. Eager torch, although it uses the same chunked algebra, is 26× above it: every
+# step is a separate kernel, and the per-chunk states `[B, H, T/C, K, V]` (here 4 × 16 × 256 × 128 × 128 fp32,
+# 1 GiB at T = 16k) go to HBM and back. `torch.compile` does not fuse matmuls with the scan between them, so it
+# gains nothing. fla's kernels are within 3–7× of the floor. At the end of this lesson your own fused kernel
+# joins this table.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "math", "locked": true, "schema_version": 3, "solution": false}
+# ## From the recurrence to chunks
+#
+# Per head, with `q_t, k_t ∈ ℝ^K` and `v_t ∈ ℝ^V`, lesson 02's recurrence is
+#
+# $$S_t = S_{t-1} + k_t v_t^\top \in \mathbb{R}^{K\times V}, \qquad o_t = \text{scale}\cdot S_t^\top q_t
+#   = \text{scale}\sum_{s \le t} (q_t\cdot k_s)\, v_s .$$
+#
+# Cut the sequence into chunks of `C` tokens; chunk `c` holds tokens `cC … cC + C − 1`, stacked as the rows of
+# `Q_c, K_c ∈ ℝ^{C×K}` and `V_c ∈ ℝ^{C×V}`. Split the sum for a token `t` of chunk `c` at the chunk boundary:
+#
+# $$o_t = \text{scale}\Big(\underbrace{\sum_{s < cC} (q_t\cdot k_s)\, v_s}_{\text{earlier chunks}}
+#   + \underbrace{\sum_{cC \le s \le t} (q_t\cdot k_s)\, v_s}_{\text{this chunk, causal}}\Big).$$
+#
+# The first sum is `q_tᵀ S_{[c]}` with `S_{[c]} = Σ_{s<cC} k_s v_sᵀ`, the state *entering* chunk `c`. The second
+# is row `t` of `(Q_c K_cᵀ ⊙ M) V_c`, where `M` is the lower-triangular causal mask (`M_ij = 1` for `j ≤ i`).
+# So, for all `C` tokens of the chunk at once:
+#
+# $$O_c = \text{scale}\,\big(Q_c\, S_{[c]} + (Q_c K_c^\top \odot M)\, V_c\big), \qquad
+#   S_{[c+1]} = S_{[c]} + K_c^\top V_c, \qquad S_{[0]} = 0 .$$
+#
+# Nothing was approximated: only the order of additions changed, so in float64 both forms agree to rounding.
+#
+# **What it costs.** Per chunk, `Q_c K_cᵀ` is `2C²K` FLOP, the masked product with `V_c` `2C²V`, `Q_c S` and
+# `K_cᵀ V_c` `2CKV` each: `2C(K + V) + 4KV` FLOP per token, all of it in matmuls of at least 16 × 16, which is
+# what tensor cores need. The recurrence does `4KV` per token as rank-one updates. The chunk size trades the two:
+# `C = 64` with `K = V = 128` adds `2C(K+V) = 32K` FLOP per token to the `64K` of the state terms, in exchange for
+# `C` times fewer sequential steps. The bytes do not change: Q, K, V are read once, O written once, as long as
+# the state `S` (128 × 128 fp32 = 64 KiB per head) never leaves the chip.
+#
+# ```
+# S = 0                                            # [K, V] fp32, on-chip
+# for c in 0 … ⌈T/C⌉ − 1:                          # sequential over chunks
+#     Q, K, V = rows cC … cC+C−1                   # masked past T (padded rows are 0)
+#     A = (Q Kᵀ) ⊙ M                               # [C, C] causal scores
+#     O[c] = scale · (Q S + A V)                   # [C, V]
+#     S = S + Kᵀ V                                 # carry the state to the next chunk
+# ```
+#
+# Every `O[c]` needs only `S_{[c]}`, and the intra-chunk term `A V` needs nothing from other chunks at all: it
+# can run for all chunks in parallel. That split is the shape of the three exercises.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Exercise 1 · the chunked form in torch
+#
+# Write `chunked_attention_torch(q, k, v, scale, chunk_size=64)` in plain torch: causal, unnormalised, no initial
+# state. Layout as in fla and the package: `q, k` are `[B, T, H, K]`, `v` is `[B, T, H, V]`; return `o`
+# `[B, T, H, V]` in `q`'s dtype. `T` need not be a multiple of `chunk_size` (the last chunk is short).
+#
+# Loop over chunks (a Python loop of `⌈T/C⌉` iterations), not over tokens: the check counts the torch operations
+# your function performs and fails a token-by-token loop. It also fails a call into the package's
+# linear-attention code or into fla; use torch operations (`@`, `.tril()`, `.transpose`, …) only. Compute in the
+# input's dtype (the check uses float64 and float32).
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-torch", "locked": false, "schema_version": 3, "solution": true}
+def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    ### BEGIN SOLUTION
+    B, T, H, K = q.shape
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # [B, H, T, *]
+    state = q.new_zeros(B, H, K, v.shape[-1])  # [B, H, K, V]
+    o = torch.empty_like(v)
+    for t0 in range(0, T, chunk_size):
+        qc, kc, vc = (x[:, :, t0:t0 + chunk_size] for x in (q, k, v))  # [B, H, C, *]
+        scores = (qc @ kc.transpose(-1, -2)).tril()  # [B, H, C, C]
+        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)
+        state = state + kc.transpose(-1, -2) @ vc
+    return o.transpose(1, 2)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-try", "locked": true, "schema_version": 3, "solution": false}
+shape = sizes("linear_attention")
+B, H, T, K, V = (shape[n] for n in "BHTKV")
+q64, k64, v64 = (randn(B, T, H, d, dtype=torch.float64, seed=s, scale=0.5)
+                 for s, d in ((0, K), (1, K), (2, V)))
+scale = K ** -0.5
+o_recurrent, _ = recurrent_linear_attention(q64, k64, v64, scale, normalize=False)
+try:
+    o_chunked = chunked_attention_torch(q64, k64, v64, scale, chunk_size=16)
+    print("chunked vs recurrent, float64:", assert_close("chunked", o_recurrent, o_chunked, 1e-12))
+except NotImplementedError:
+    print("write chunked_attention_torch first")
+
+# %% nbgrader={"grade": true, "grade_id": "ex1-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("04_chunked_linear_attention.chunked_torch", chunked_attention_torch)
+
+# %% nbgrader={"grade": true, "grade_id": "ex1-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+### BEGIN HIDDEN TESTS
+check("04_chunked_linear_attention.chunked_torch", chunked_attention_torch, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Exercise 2 · the intra-chunk kernel
+#
+# The intra-chunk term `scale · (Q_c K_cᵀ ⊙ M) V_c` needs nothing from other chunks, so each chunk is its own
+# program. Write `intra_chunk_kernel`; the grader launches it on the grid
+# `(⌈T/BT⌉, B·H, ⌈V/BV⌉)`: program `(c, b·H + h, j)` computes rows `c·BT … c·BT + BT − 1` and columns
+# `j·BV … j·BV + BV − 1` of head `h` of sequence `b`, and writes them to `o`.
+#
+# | argument | meaning |
+# | --- | --- |
+# | `q_ptr, k_ptr, v_ptr, o_ptr` | `q, k` `[B, T, H, K]`, `v, o` `[B, T, H, V]`, one dtype (fp32, fp16, bf16) |
+# | `T, H, K, V` | sizes; `T`, `K`, `V` need not be powers of two |
+# | `scale` | fp32 scalar |
+# | `stride_qb, stride_qt, stride_qh` (and the same for `k`, `v`, `o`) | element strides of the first three dimensions; the last dimension has unit stride |
+# | `BT, BK, BV` | `tl.constexpr` block sizes, powers of two ≥ 16, `BK ≥ K` (the whole key head in one block) |
+# | `PRECISION` | `tl.constexpr` for `tl.dot(..., input_precision=PRECISION)` |
+#
+# Mask rows past `T` and columns past `K` and `V` (load them as 0), build the causal mask from two
+# `tl.arange(0, BT)`, and accumulate in fp32. `tl.trans(k)` gives `Kᵀ`; before the second `tl.dot`, cast the
+# scores to `v`'s dtype so that both operands match.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2-intra", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def intra_chunk_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
+                       stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                       stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+                       BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+    ### BEGIN SOLUTION
+    i_c = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    offs_c = tl.arange(0, BT)
+    offs_t = i_c * BT + offs_c
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+    mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+    q = tl.load(q_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],
+                mask=mask_qk, other=0.0)  # [BT, BK]
+    k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],
+                mask=mask_qk, other=0.0)  # [BT, BK]
+    v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt + offs_v[None, :],
+                mask=mask_vo, other=0.0)  # [BT, BV]
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [BT, BT]
+    scores = tl.where(offs_c[:, None] >= offs_c[None, :], scores, 0.0)
+    o = tl.dot(scores.to(v.dtype), v, input_precision=PRECISION) * scale  # [BT, BV]
+    tl.store(o_ptr + i_b * stride_ob + i_h * stride_oh + offs_t[:, None] * stride_ot + offs_v[None, :],
+             o.to(o_ptr.dtype.element_ty), mask=mask_vo)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "launch", "locked": true, "schema_version": 3, "solution": false}
+def strides(x):
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def blocks(K, V, chunk):
+    bk = max(16, triton.next_power_of_2(K))
+    return chunk, bk, min(max(16, triton.next_power_of_2(V)), 64 if bk <= 128 else 32)
+
+
+def launch_intra(q, k, v, scale, chunk=16):
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    o = torch.empty_like(v)
+    BT, BK, BV = blocks(K, V, chunk)
+    grid = (triton.cdiv(T, BT), B * H, triton.cdiv(V, BV))
+    intra_chunk_kernel[grid](q, k, v, o, T, H, K, V, scale, *strides(q), *strides(k), *strides(v), *strides(o),
+                             BT=BT, BK=BK, BV=BV, PRECISION="ieee")
+    return o
+
+
+def intra_reference(q, k, v, scale, chunk):
+    """Only the causal in-chunk term: a block-diagonal causal mask over the whole sequence."""
+    T = q.shape[1]
+    t = torch.arange(T, device=q.device)
+    mask = (t[:, None] >= t[None, :]) & (t[:, None] // chunk == t[None, :] // chunk)
+    scores = torch.einsum("bthk,bshk->bhts", q.double(), k.double()) * mask
+    return scale * torch.einsum("bhts,bshv->bthv", scores, v.double())
+
+
+q, k, v = (x.float() for x in (q64, k64, v64))
+try:
+    print("intra-chunk kernel:", assert_close("intra", intra_reference(q, k, v, scale, 16),
+                                              launch_intra(q, k, v, scale), tolerance(torch.float32)))
+except Exception as e:  # the exercise is not done yet
+    print(f"intra_chunk_kernel does not run yet ({type(e).__name__})")
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel)
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+### BEGIN HIDDEN TESTS
+check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Exercise 3 · the fused chunked forward
+#
+# Now the whole thing in one kernel. One program owns one head of one sequence and one block of `BV` value
+# columns, and walks its chunks **in order**, carrying the state `S` `[BK, BV]` in fp32 registers from one chunk
+# to the next: per chunk, load `Q_c, K_c, V_c`, write `O_c = scale · (Q_c S + (Q_c K_cᵀ ⊙ M) V_c)`, then
+# `S += K_cᵀ V_c`. The grid is `(⌈V/BV⌉, B·H)`; program `(j, b·H + h)`. The arguments are exactly those of
+# exercise 2, and `BT` is the chunk size.
+#
+# Q, K and V are read once and O is written once: this kernel moves the floor's bytes. Hints:
+# - `tl.dot(a, b, acc)` adds into `acc` (fp32), so `O_c` is two dots into one accumulator;
+# - `S` is fp32 but `Q_c` may be fp16 or bf16: cast `S` to `Q_c`'s dtype for the `Q_c S` dot (the tensor cores
+#   take matching input types), and keep the fp32 copy for the update;
+# - the update `K_cᵀ V_c` is `tl.dot(tl.trans(k), v, state)`. Masked rows past `T` are zeros and add nothing.
+#
+# Splitting the value head into `BV` blocks gives `⌈V/BV⌉` times more programs, each carrying a `[BK, BV]` slice
+# of the state; the key head is not split, because each output needs the whole `q_t · k_s`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-fused", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
+                             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                             stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+    ### BEGIN SOLUTION
+    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
+    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
+    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
+    o_base = o_ptr + i_b * stride_ob + i_h * stride_oh
+    offs_c = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    causal = offs_c[:, None] >= offs_c[None, :]  # [BT, BT]
+    state = tl.zeros((BK, BV), dtype=tl.float32)
+    for t0 in range(0, T, BT):
+        offs_t = t0 + offs_c
+        mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+        mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_qk, other=0.0)  # [BT, BK]
+        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_qk, other=0.0)  # [BT, BK]
+        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_vo, other=0.0)  # [BT, BV]
+        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)  # [BT, BT]
+        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)  # [BT, BV]
+        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
+        tl.store(o_base + offs_t[:, None] * stride_ot + offs_v[None, :], (o * scale).to(o_ptr.dtype.element_ty),
+                 mask=mask_vo)
+        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-try", "locked": true, "schema_version": 3, "solution": false}
+def chunked_attention(q, k, v, scale, chunk=16, precision=None, num_warps=4, num_stages=2):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != 4 or x.stride(-1) != 1:
+            raise ValueError(f"{name} must be [B, T, H, D] with a unit-stride last dimension, got {tuple(x.shape)}")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    o = torch.empty_like(v)
+    BT, BK, BV = blocks(K, V, chunk)
+    precision = precision or ("ieee" if q.dtype == torch.float32 else "tf32")
+    grid = (triton.cdiv(V, BV), B * H)
+    chunked_attention_kernel[grid](q, k, v, o, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
+                                   *strides(o), BT=BT, BK=BK, BV=BV, PRECISION=precision, num_warps=num_warps,
+                                   num_stages=num_stages)
+    return o
+
+
+try:
+    print("fused kernel vs recurrence:", assert_close("fused", o_recurrent, chunked_attention(q, k, v, scale),
+                                                      tolerance(torch.float32)))
+except Exception as e:  # the exercise is not done yet
+    print(f"chunked_attention_kernel does not run yet ({type(e).__name__})")
+
+# %% nbgrader={"grade": true, "grade_id": "ex3-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel)
+
+# %% nbgrader={"grade": true, "grade_id": "ex3-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+### BEGIN HIDDEN TESTS
+check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "widget-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Look at it: chunks and the state flowing between them
+#
+# The first view shows the algebra on a short sequence: pick a chunk size and a chunk, and see which part of the
+# causal `T × T` score matrix the intra-chunk term covers (the triangle on the diagonal), which part arrives through
+# the state (everything left of it), and the state entering the chunk. It checks the chunked output against the
+# token-by-token recurrence on the same inputs.
+
+# %% nbgrader={"grade": false, "grade_id": "widget", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
+from kernels.viz import chunk_flow
+
+chunk_flow(T=100, K=8, V=8, chunk=16)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "widget-trace-text", "locked": true, "schema_version": 3, "solution": false}
+# The second view traces **your** fused kernel (or the package's chunked kernel, until yours runs) under the
+# interpreter and shows, per program and loop step, which rows of Q, K, V it loaded and which rows of O it stored.
+# Every row is loaded once per program and stored once; the state never appears among the loads and stores,
+# because it lives in registers for the whole sequence.
+
+# %% nbgrader={"grade": false, "grade_id": "widget-trace", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
+import torch
+import triton
+
+from kernels.linear_attention import chunked_linear_attention
+from kernels.testing import randn
+from kernels.viz import access_explorer, trace
+
+
+def your_chunked(T=50, H=2, K=16, V=32, BT=16, BV=16):
+    q, k = (randn(1, T, H, K, seed=s, device="cpu") for s in (0, 1))
+    v = randn(1, T, H, V, seed=2, device="cpu")
+    o = torch.empty_like(v)
+    st = [x.stride(i) for x in (q, k, v, o) for i in range(3)]
+    chunked_attention_kernel[(triton.cdiv(V, BV), H)](q, k, v, o, T, H, K, V, K ** -0.5, *st, BT=BT, BK=16, BV=BV,
+                                                      PRECISION="ieee")
+    return o
+
+
+try:
+    traced = trace(your_chunked)
+    print("tracing your chunked_attention_kernel")
+except Exception as e:  # not written yet: trace the package's kernel
+    q, k = (randn(1, 50, 2, 16, seed=s, device="cpu") for s in (0, 1))
+    traced = trace(chunked_linear_attention, q, k, randn(1, 50, 2, 32, seed=2, device="cpu"), 0.25, chunk_size=16)
+    print(f"tracing the package's chunked kernel (yours does not run yet: {type(e).__name__})")
+access_explorer(traced, "o_ptr")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "bench-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Benchmark: the table again, on your hardware
+#
+# The package's benchmark validates every version against the float64 oracle before timing it, then prints the
+# table and writes it as JSON and a plot: torch eager (the chunked form), `torch.compile` of it, lesson 02's
+# naive recurrent kernel, **your** fused kernel (`yours`), the package's `chunk_linear_attn`, fla's
+# `chunk_linear_attn` when fla is installed (`pip install fla-core`), and the HBM floor. On a GPU it runs the
+# H200 table's sizes (B = 4, H = 16, D = 128, bf16, T from 4k to 256k); in the interpreter it runs quick, small
+# sizes, whose times measure the interpreter and not a GPU.
+
+# %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
+from kernels.bench import Version, run
+from kernels.device import MODE
+
+
+def yours(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None):
+    dtype = q.dtype
+    if not ON_GPU and dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is wrong: compute in fp32
+        q, k, v = q.float(), k.float(), v.float()
+    o = chunked_attention(q, k, v, scale, chunk=pick(cpu=16, gpu=64), num_warps=pick(cpu=4, gpu=8))
+    return o.to(dtype), None
+
+
+def fixed_length_only(problem):
+    p = problem.params
+    return "yours: fixed-length sequences, no initial state" if p["varlen"] or p["state"] else None
+
+
+try:
+    yours(q, k, v, scale)
+    extra = [Version("yours", yours, skip=fixed_length_only, output=lambda r: r[0])]
+except Exception as e:
+    print(f"your kernel is left out of the benchmark ({type(e).__name__}: finish exercise 3)")
+    extra = []
+bench_dir = ROOT / "artifacts" / "04_chunked_linear_attention"
+only = None if ON_GPU else ["torch eager (chunked)", "chunked", "yours"]
+results = run("linear_attention", quick=not ON_GPU, extra=extra, only=only, out=bench_dir)
+try:
+    from IPython.display import Image, display
+
+    display(Image(filename=str(bench_dir / f"linear_attention-{MODE}.png")))
+except ImportError:
+    pass
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "no-gpu", "locked": true, "schema_version": 3, "solution": false}
+# > **Without a GPU.** The kernels ran in Triton's interpreter: every program one after another, in numpy.
+# > The checks are the same as on a GPU (odd `T`, `K`, `V`, strided views, NaN-poisoned outputs, float64
+# > references), except that:
+# > - bf16 cases run on a GPU only: the interpreter computes bf16 `tl.dot` wrongly (a Triton bug);
+# > - `"tf32"` behaves like `"ieee"` (numpy computes the dots in fp32);
+# > - the benchmark's times measure the interpreter; the ratios between versions say nothing about a GPU, and the
+# >   table above is the one to compare with;
+# > - fla is not installed in the interpreter environment; its columns read *skipped*.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "recap", "locked": true, "schema_version": 3, "solution": false}
+# ## Recap
+#
+# - Causal linear attention in chunks: `O_c = scale · (Q_c S_[c] + (Q_c K_cᵀ ⊙ M) V_c)`, `S_[c+1] = S_[c] + K_cᵀ V_c`;
+#   exactly the recurrence, added up in a different order.
+# - The intra-chunk term is independent per chunk (parallel); the state term is a scan over chunks (sequential).
+# - A fused kernel keeps `S` in registers across the whole sequence and moves only Q, K, V and O: the HBM floor's
+#   bytes. Eager torch moves every per-chunk state through HBM and is an order of magnitude slower.
+# - The chunk size trades extra intra-chunk FLOP (`2C(K+V)` per token) for fewer sequential steps and
+#   tensor-core-sized matmuls.
+#
+# Lesson 05 takes your fused kernel out of Python: compiled ahead of time to PTX, read, and launched from Rust.

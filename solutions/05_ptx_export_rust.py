@@ -1,0 +1,656 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "title", "locked": true, "schema_version": 3, "solution": false}
+# # 05 · Your kernel outside Python: PTX, the driver API and Rust
+#
+# Every kernel so far was compiled by Triton the first time Python called it, and launched by Triton's Python
+# launcher. A service written in Rust or C++ has neither. This lesson compiles your fused chunked kernel from
+# lesson 04 **ahead of time** into PTX and a cubin, reads what the compiler made of it, and launches it with nothing
+# but the CUDA driver: first from Python, then from the workbook's Rust launcher.
+#
+# **You will learn**
+# - to compile a `@triton.jit` kernel ahead of time for a GPU you do not have (`sm_90`, an H100/H200);
+# - to read the PTX: the entry point and its parameters (including the **two hidden scratch pointers** Triton
+#   appends), the thread count, the shared memory, the memory instructions by space, and the tensor-core
+#   instructions (`mma` on Ampere, `wgmma` on Hopper);
+# - what a launch needs that the PTX does not say (the grid, buffer sizes, scalar values) and how the export's
+#   *manifest* records it;
+# - to turn a manifest and tensors into a driver-API launch yourself, and to compare the outputs of Triton's
+#   launch, your Python launch and the Rust launch;
+# - what the same launch looks like with the `cudarc` crate, and what the workbook's crate does in its place.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
+import kernels
+
+print(kernels.describe())
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import collections
+import inspect
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.checks import check
+from kernels.device import DEVICE, ON_GPU, sizes
+from kernels.export.ptx import ptx_entry, ptx_isa, ptx_target
+from kernels.testing import assert_close, randn, tolerance
+
+ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
+OUT = ROOT / "artifacts" / "05_ptx_export_rust"
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "why", "locked": true, "schema_version": 3, "solution": false}
+# ## Why export
+#
+# When you call `kernel[grid](...)`, Triton hashes the argument types, the constexprs and (for integers) whether
+# each is divisible by 16, looks for a compiled binary in its cache, compiles one if needed (seconds), and then
+# packs the arguments and calls `cuLaunchKernel`. All of that lives in Python. Exporting splits it:
+#
+# - **compile time** (any machine, no GPU): Triton lowers the kernel to LLVM IR, then to PTX, NVIDIA's virtual
+#   assembly, and `ptxas` turns the PTX into a cubin, machine code for one architecture;
+# - **run time** (the GPU machine, no Python): load the PTX (the driver compiles it for the GPU at hand) or the
+#   cubin, find the entry point, and launch it with the right grid, block, shared memory and argument list.
+#
+# The catch is the argument list. Constexprs are compiled in and gone; the order and types of the remaining
+# parameters, the two extra pointers Triton appends, the grid your wrapper computed, the number of threads Triton
+# chose: a launcher has to get every one of them right, and a wrong one is not an error message but garbage
+# output or an illegal memory access. The export therefore writes a **manifest** next to the binaries, and the
+# launchers follow it.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "kernel-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Your kernel
+#
+# Paste the body of your `chunked_attention_kernel` from lesson 04 into the cell below, in place of the
+# `raise NotImplementedError()`. Until you do, the lesson exports the package's chunked kernel,
+# `kernels.linear_attention.chunked`, which has the same grid and a few more parameters (an initial and a final
+# state, and offsets for packed sequences); everything below follows whichever kernel is exported, because it
+# reads the manifest. The exporter copies the function's source into a file of its own, so the kernel may use
+# `tl` and `triton` but not other helpers defined in this notebook.
+
+# %% nbgrader={"grade": false, "grade_id": "kernel", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
+                             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                             stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+    ### BEGIN SOLUTION
+    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
+    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
+    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
+    o_base = o_ptr + i_b * stride_ob + i_h * stride_oh
+    offs_c = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    causal = offs_c[:, None] >= offs_c[None, :]  # [BT, BT]
+    state = tl.zeros((BK, BV), dtype=tl.float32)
+    for t0 in range(0, T, BT):
+        offs_t = t0 + offs_c
+        mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+        mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_qk, other=0.0)  # [BT, BK]
+        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_qk, other=0.0)  # [BT, BK]
+        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_vo, other=0.0)  # [BT, BV]
+        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)  # [BT, BT]
+        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)  # [BT, BV]
+        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
+        tl.store(o_base + offs_t[:, None] * stride_ot + offs_v[None, :], (o * scale).to(o_ptr.dtype.element_ty),
+                 mask=mask_vo)
+        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
+    ### END SOLUTION
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "export-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Compile ahead of time
+#
+# `triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))` compiles for
+# `sm_90` without asking any GPU; the package's exporter (`python -m kernels.export`) wraps it and writes the
+# manifest. It needs, besides the kernel:
+#
+# - a **signature**: the type of every runtime parameter, `*bf16` for a pointer to bf16, `i32` for an int,
+#   `fp32` for a float. In a JIT launch Triton reads these off the actual arguments;
+# - the **constexprs**: the block sizes, compiled in;
+# - for the manifest, each buffer's **role** and **element count**, each scalar's **value** (as an expression over
+#   the problem sizes, or *given by the caller*), and the **grid**, as expressions such as `cdiv(V, BV)`.
+#
+# In the interpreter, `@triton.jit` makes interpreter wrappers that cannot be compiled, so the export runs in a
+# fresh Python process that has not turned the interpreter on; on a GPU machine the same code runs unchanged.
+# The block sizes are lesson 04's GPU ones (`BT = 64`, whole 128-wide key head, `BV = 64`), for bf16.
+
+# %% nbgrader={"grade": false, "grade_id": "export", "locked": true, "schema_version": 3, "solution": false}
+STRIDES = {f"stride_{x}{d}": e for x in "qkvo" for d, e in
+           zip("bth", ("T*H*K", "H*K", "K") if x in "qk" else ("T*H*V", "H*V", "V"))}
+YOURS = dict(
+    name="chunked_attention", attr="chunked_attention_kernel",
+    signature={"q_ptr": "*{dtype}", "k_ptr": "*{dtype}", "v_ptr": "*{dtype}", "o_ptr": "*{dtype}",
+               "T": "i32", "H": "i32", "K": "i32", "V": "i32", "scale": "fp32", **dict.fromkeys(STRIDES, "i32")},
+    buffers={"q_ptr": ["in", "B*T*H*K"], "k_ptr": ["in", "B*T*H*K"], "v_ptr": ["in", "B*T*H*V"],
+             "o_ptr": ["out", "B*T*H*V"]},
+    sizes=["B", "T", "H", "K", "V"], values={"scale": None, **STRIDES},
+    grid=["cdiv(V, BV)", "B*H"], constexprs={"BT": 64, "BK": 128, "BV": 64, "PRECISION": None},
+    requires=["B >= 1", "T >= 1", "H >= 1", "K >= 1", "V >= 1", "K <= BK", "B*T*H*K <= 2147483647",
+              "B*T*H*V <= 2147483647"],
+    dtypes=["bf16", "fp16", "fp32"], num_warps=4, num_stages=2,
+    doc="your lesson-04 kernel: causal chunked linear attention, q, k [B, T, H, K], v, o [B, T, H, V]")
+
+_JOB = """
+import json, os, sys
+import kernels
+os.environ["TRITON_INTERPRET"] = "0"
+from kernels.export.aot import KernelSpec, export_here
+job = json.loads(sys.argv[1])
+options = job.pop("options")
+spec = KernelSpec(**{k: v if k in ("buffers", "signature", "values", "constexprs") else
+                     (tuple(v) if isinstance(v, list) else v) for k, v in job.items()})
+export_here(spec, **options)
+"""
+
+
+def export_kernel(kernel, spec, out_dir, dtype="bf16"):
+    """Copy the kernel's source into a module of its own and export it from a fresh process."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    source = textwrap.dedent(inspect.getsource(kernel.fn))
+    (out / "yours_kernel.py").write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+    job = dict(spec, module="yours_kernel", options=dict(out_dir=str(out), dtype=dtype))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(out), str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", _JOB, json.dumps(job)], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"export failed: {proc.stderr.strip().splitlines()[-1]}")
+    return json.loads((out / f"{spec['name']}.json").read_text())
+
+
+def export_package_kernel(out_dir, dtype="bf16"):
+    from kernels.export import export
+
+    return export("linear_attention", out_dir, dtype=dtype, constexprs={"BT": 64, "BK": 128, "BV": 64},
+                  num_warps=4, num_stages=2)
+
+
+try:
+    manifest, mine = export_kernel(chunked_attention_kernel, YOURS, OUT), True
+except (NameError, RuntimeError) as e:
+    print(f"exporting the package's kernel instead of yours ({str(e)[:160]})")
+    manifest, mine = export_package_kernel(OUT), False
+ptx = (OUT / manifest["images"]["ptx"]).read_text()
+print(f"exported {'your kernel' if mine else 'the package kernel'}: .entry {manifest['entry']}, "
+      f"{manifest['target']['ptx_target']}, PTX ISA {manifest['ptx_isa']}, {len(ptx.splitlines())} lines of PTX, "
+      f"{(OUT / manifest['images']['cubin']).stat().st_size} bytes of cubin")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ptx-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Read the PTX
+#
+# PTX is text. Its header says which ISA version it uses (`.version`; a driver refuses PTX newer than it knows,
+# `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`) and which GPU it targets (`.target sm_90a`; the `a` allows Hopper-only
+# instructions such as `wgmma`). Then comes the entry point:
+#
+# - **`.visible .entry name(.param … )`** lists the parameters in order. Each of your pointers is a
+#   `.param .u64 .ptr .global`, each `i32` a `.param .u32`, the fp32 `scale` a `.param .f32`. Your constexprs
+#   are not there: they became constants inside the code.
+# - After your parameters come **two more `.u64` pointers**: Triton's *global scratch* and *profile scratch*
+#   buffers. The kernel uses the first for data that does not fit in shared memory (rare) and the second for
+#   instrumentation; the compiled metadata gives each one's size per program, and when both are 0, as here, the
+#   launcher passes NULL. Leave them out and the driver reads whatever lies past your arguments.
+# - **`.reqntid 128`** (or `.maxntid`) fixes the block: `32 · num_warps` threads. A launch with any other block
+#   size fails.
+# - **`.extern .shared .align 16 .b8 global_smem[]`** declares *dynamic* shared memory: the PTX does not say how
+#   much, the metadata's `shared` does, and the launch must pass it. Above 48 KiB the launcher must first raise the
+#   function's limit (`cuFuncSetAttribute(…, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, …)`).
+#
+# In the body, the address space is part of every memory instruction (`ld.global`, `st.shared`, …), so counting
+# them shows where the data moves. On Hopper, Triton turns `tl.dot` into **warpgroup** matrix multiplies,
+# `wgmma.mma_async.sync.aligned.m64nNk16`, issued by four warps together and reading one operand straight from
+# shared memory; on Ampere (`sm_80`) the same dot becomes `mma.sync.aligned.m16n8k16` per warp.
+
+# %% nbgrader={"grade": false, "grade_id": "ptx-read", "locked": true, "schema_version": 3, "solution": false}
+def ptx_summary(ptx):
+    entry, params = ptx_entry(ptx)
+    print(f".version {ptx_isa(ptx)}, .target {ptx_target(ptx)}, .entry {entry}: {len(params)} parameters")
+    names = [p["name"] for p in manifest["params"]] + [s["name"] for s in manifest["scratch"]]
+    for name, decl in zip(names, params):
+        print(f"   {decl:58s} <- {name}")
+    threads = re.search(r"\.(?:reqntid|maxntid)\s+(\d+)", ptx)
+    print(f"threads per block: {threads.group(1) if threads else '?'}; dynamic shared memory: "
+          f"{manifest['shared_bytes']} bytes (from the metadata)")
+    ops = collections.Counter(m.group(1) for m in re.finditer(
+        r"\b(ld\.global|st\.global|ld\.shared|st\.shared|cp\.async|ldmatrix|stmatrix|wgmma\.mma_async|mma\.sync)",
+        ptx))
+    print("instructions:", ", ".join(f"{k} × {v}" for k, v in ops.most_common()))
+
+
+ptx_summary(ptx)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "widget-text", "locked": true, "schema_version": 3, "solution": false}
+# The explorer below shows the same PTX interactively: pick a group of instructions (memory by space, tensor-core
+# instructions, barriers, …) and step through each occurrence in context, with the kernel line it came from.
+# Notice the `ld.global` count: with no hint that the strides are multiples of 16, the exporter's kernel loads one
+# element per instruction, where a JIT launch with 16-divisible strides gets vectorised loads. That is the price of
+# compiling once for every size.
+
+# %% nbgrader={"grade": false, "grade_id": "widget", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
+import json
+import pathlib
+
+import kernels
+from kernels.viz import ptx_explorer, sample_ptx
+
+exports = pathlib.Path(kernels.__file__).resolve().parent.parent / "artifacts" / "05_ptx_export_rust"
+found = sorted(exports.glob("*.json"))
+if found:
+    m = json.loads(found[0].read_text())
+    print(f"exploring the export of {m['kernel']} ({m['images']['ptx']})")
+    ptx_explorer((exports / m["images"]["ptx"]).read_text(), names=[p["name"] for p in m["params"]])
+else:
+    print("nothing exported yet: exploring the PTX of the package's sample matmul")
+    ptx_explorer(sample_ptx(90))
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "manifest-text", "locked": true, "schema_version": 3, "solution": false}
+# ## The manifest
+#
+# The manifest is JSON. Its `params` list follows the PTX's parameter order exactly; each entry is either a
+# pointer (`kind: "pointer"`, its element `dtype`, a `role` of `in`, `out`, `inout` or `unused`, and `numel`, its
+# element count as an expression over the sizes) or a scalar (`kind: "scalar"`, a `type` such as `i32` or
+# `fp32`, and a `value` expression, or `null` when the caller supplies it, like `scale`). `grid` holds three
+# expressions, `requires` the conditions a launch must meet (`K <= BK`: the whole key head fits one block),
+# `scratch` the two hidden buffers' sizes per program, and `threads_per_block` and `shared_bytes` the block.
+# The expressions use a small grammar (integers, names, `+ - * // %`, `cdiv`, `min`, `max`, one comparison) that
+# any launcher can evaluate. It is a subset of Python's expression syntax, so the cell below evaluates it with
+# Python's own parser, allowing nothing else; the Rust crate has a small parser of its own.
+
+# %% nbgrader={"grade": false, "grade_id": "evaluate", "locked": true, "schema_version": 3, "solution": false}
+import ast
+import operator
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Mod: operator.mod, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+        ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_FUNCS = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def evaluate(text, env):
+    """The integer value of a manifest expression such as ``cdiv(V, BV)`` or ``K <= BK`` (1 or 0)."""
+    def ev(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                raise ValueError(f"{text!r} uses {node.id!r}, which is neither a size nor a constexpr")
+            return env[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _OPS:
+            return int(_OPS[type(node.ops[0])](ev(node.left), ev(node.comparators[0])))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
+            return _FUNCS[node.func.id](*(ev(a) for a in node.args))
+        raise ValueError(f"{text!r} is not a manifest expression ({ast.dump(node)[:60]})")
+
+    return ev(ast.parse(text.strip(), mode="eval").body)
+
+
+print(evaluate("cdiv(V, BV)", {"V": 130, "BV": 64}), evaluate("K <= BK", {"K": 129, "BK": 128}))
+
+# %% nbgrader={"grade": false, "grade_id": "manifest-show", "locked": true, "schema_version": 3, "solution": false}
+print(json.dumps({k: manifest[k] for k in ("kernel", "entry", "threads_per_block", "shared_bytes", "constexprs",
+                                           "sizes", "grid", "requires", "scratch") if k in manifest}, indent=1))
+for p in manifest["params"][:6]:
+    print(p)
+print(f"... {len(manifest['params'])} parameters in all")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Exercise 1 · predict the launch configuration
+#
+# The compiled kernel's metadata (`compiled.metadata` in Triton; the manifest copies it) holds `num_warps`,
+# `warp_size` and `shared` (dynamic shared memory in bytes). Together with what you know about your kernel, that
+# is everything a launch needs besides the arguments. Write `predict_launch(metadata, sizes, constexprs)` for
+# **your lesson-04 fused kernel**: return a dict with
+#
+# - `grid`: the three grid dimensions `(x, y, z)`, from the sizes `B, T, H, K, V` and the constexpr `BV`;
+# - `block`: `(threads, 1, 1)`;
+# - `shared`: the dynamic shared memory in bytes.
+#
+# `metadata` has attributes `num_warps`, `warp_size` and `shared`; `sizes` and `constexprs` are dicts. The check
+# tries many configurations, including ones no real compile produced (`num_warps = 2`, odd sizes).
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-predict", "locked": false, "schema_version": 3, "solution": true}
+def predict_launch(metadata, sizes, constexprs):
+    ### BEGIN SOLUTION
+    grid = (triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], 1)
+    return {"grid": grid, "block": (metadata.num_warps * metadata.warp_size, 1, 1), "shared": metadata.shared}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "ex1-compare", "locked": true, "schema_version": 3, "solution": false}
+problem = dict(B=4, T=4096, H=16, K=128, V=128)
+meta = collections.namedtuple("Metadata", "num_warps warp_size shared")(
+    manifest["num_warps"], manifest["target"]["warp_size"], manifest["shared_bytes"])
+exported = {"grid": tuple(evaluate(g, {**problem, **manifest["constexprs"]}) for g in manifest["grid"]),
+            "block": (manifest["threads_per_block"], 1, 1), "shared": manifest["shared_bytes"]}
+try:
+    print("predicted:", predict_launch(meta, problem, manifest["constexprs"]))
+except NotImplementedError:
+    print("write predict_launch first")
+print("manifest: ", exported)
+
+# %% nbgrader={"grade": true, "grade_id": "ex1-check", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05_ptx_export_rust.predict_launch", predict_launch)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Exercise 2 · the manifest-driven launch
+#
+# Write `build_launch(manifest, sizes, tensors, scalars, alloc)`: everything `cuLaunchKernel` needs, from the
+# manifest alone, without calling the package (its launcher in `kernels.export.launch` does this for you, which is
+# why the check refuses it). Use `evaluate` from above for the expressions. Arguments:
+#
+# - `manifest`: the dict above; `sizes`: the problem sizes it names (`{"B": 4, "T": 4096, ...}`);
+# - `tensors`: `{parameter name: tensor}` for every pointer whose role is not `unused`;
+# - `scalars`: `{parameter name: number}` for every scalar whose `value` is `null`;
+# - `alloc(nbytes, align) -> address`: call it for a scratch buffer whose size is not 0.
+#
+# Return `{"grid": (x, y, z), "block": (threads, 1, 1), "shared": bytes, "args": [...]}`, where `args` lists one
+# `(type, value)` pair per PTX parameter, in order: `("u64", tensor.data_ptr())` for a pointer (`("u64", 0)` for
+# an unused one), `(param["type"], value)` for a scalar (an `int` for integer types, a `float` for `fp32`), and
+# then the two scratch pointers: `("u64", 0)` when `bytes_per_program` is 0, otherwise
+# `("u64", alloc(bytes_per_program · number of programs, align))`.
+#
+# Before returning, refuse (raise `ValueError`, naming what is wrong) a missing or unknown size, a failed
+# `requires` condition, a grid dimension outside CUDA's limits (x up to 2³¹ − 1, y and z up to 65535), a missing
+# tensor or scalar, a tensor of the wrong dtype (`TypeError`), a tensor with fewer elements than `numel`, and an
+# integer scalar that does not fit its type (`i32`: −2³¹ … 2³¹ − 1). A launcher that passes these on launches
+# garbage.
+
+# %% nbgrader={"grade": false, "grade_id": "ex2-build", "locked": false, "schema_version": 3, "solution": true}
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
+                "i32": torch.int32, "i64": torch.int64}
+INT_RANGE = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1),
+             "u64": (0, 2**64 - 1)}
+
+
+def build_launch(manifest, sizes, tensors, scalars, alloc):
+    ### BEGIN SOLUTION
+    missing = sorted(set(manifest["sizes"]) - set(sizes))
+    unknown = sorted(set(sizes) - set(manifest["sizes"]))
+    if missing or unknown:
+        raise ValueError(f"sizes: missing {missing}, unknown {unknown}; the kernel needs {manifest['sizes']}")
+    env = {k: v for k, v in manifest["constexprs"].items() if isinstance(v, int) and not isinstance(v, bool)}
+    env.update(sizes)
+    for cond in manifest.get("requires", []):
+        if not evaluate(cond, env):
+            raise ValueError(f"requirement {cond!r} fails for sizes {sizes}")
+    grid = tuple(evaluate(g, env) for g in manifest["grid"])
+    for axis, (g, limit) in enumerate(zip(grid, (2**31 - 1, 65535, 65535))):
+        if not 1 <= g <= limit:
+            raise ValueError(f"grid {'xyz'[axis]} = {manifest['grid'][axis]} = {g} is outside 1..{limit}")
+    args = []
+    for p in manifest["params"]:
+        name = p["name"]
+        if p["kind"] == "pointer":
+            if p["role"] == "unused":
+                args.append(("u64", 0))
+                continue
+            if name not in tensors:
+                raise ValueError(f"no tensor for pointer {name}")
+            t = tensors[name]
+            if t.dtype != TORCH_DTYPES[p["dtype"]]:
+                raise TypeError(f"{name} has dtype {t.dtype}; the kernel was compiled for {p['dtype']}")
+            need = evaluate(p["numel"], env)
+            if t.numel() < need:
+                raise ValueError(f"{name} holds {t.numel()} elements; {p['numel']} = {need} needed")
+            args.append(("u64", t.data_ptr()))
+        else:
+            if p.get("value") is None:
+                if name not in scalars:
+                    raise ValueError(f"no value for scalar {name}")
+                value = scalars[name]
+            else:
+                value = evaluate(p["value"], env)
+            if p["type"].startswith("fp"):
+                args.append((p["type"], float(value)))
+                continue
+            lo, hi = INT_RANGE[p["type"]]
+            if not lo <= int(value) <= hi:
+                raise ValueError(f"{name} = {value} does not fit {p['type']}")
+            args.append((p["type"], int(value)))
+    programs = grid[0] * grid[1] * grid[2]
+    for s in manifest["scratch"]:
+        nbytes = s["bytes_per_program"] * programs
+        args.append(("u64", alloc(nbytes, s["align"]) if nbytes else 0))
+    return {"grid": grid, "block": (manifest["threads_per_block"], 1, 1), "shared": manifest["shared_bytes"],
+            "args": args}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "ex2-try", "locked": true, "schema_version": 3, "solution": false}
+shape = sizes("linear_attention")
+small = dict(B=shape["B"], T=shape["T"], H=shape["H"], K=shape["K"], V=shape["V"])
+q, k = (randn(small["B"], small["T"], small["H"], small["K"], dtype=torch.bfloat16, seed=s) for s in (0, 1))
+v = randn(small["B"], small["T"], small["H"], small["V"], dtype=torch.bfloat16, seed=2)
+o = torch.full_like(v, float("nan"))
+tensors = {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": o}
+scalars = {"scale": small["K"] ** -0.5}
+try:
+    plan = build_launch(manifest, small, tensors, scalars, alloc=None)
+    print(f"grid {plan['grid']}, block {plan['block']}, {plan['shared']} bytes of shared memory")
+    print("args:", ", ".join(f"{t}:{hex(v) if t == 'u64' and v else v}" for t, v in plan["args"]))
+except NotImplementedError:
+    plan = None
+    print("write build_launch first")
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+check("05_ptx_export_rust.build_launch", build_launch)
+
+# %% nbgrader={"grade": true, "grade_id": "ex2-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+### BEGIN HIDDEN TESTS
+check("05_ptx_export_rust.build_launch", build_launch, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "driver-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Launch it through the driver API
+#
+# On a GPU, the cell below does by hand what Triton's launcher does: load the PTX into the current context
+# (`cuModuleLoadData`; the driver JIT-compiles it for this GPU), look up the entry point
+# (`cuModuleGetFunction`), raise its shared-memory limit if it needs more than 48 KiB, pack **your** argument
+# list into an array of pointers to the values (`void **kernelParams`), and call `cuLaunchKernel` on torch's
+# stream. Then it compares three outputs of the same kernel on the same inputs: Triton's own launch, your
+# driver-API launch, and the float64 reference. The first two must agree to the last bit; both must match the
+# reference within bf16's tolerance. Without a GPU there is no driver to call, and the cell says so.
+
+# %% nbgrader={"grade": false, "grade_id": "driver", "locked": true, "schema_version": 3, "solution": false}
+import ctypes
+
+CTYPES = {"u64": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
+          "fp32": ctypes.c_float, "fp64": ctypes.c_double}
+
+
+def driver_launch(manifest, plan, image="ptx"):
+    from cuda.bindings import driver as cu
+
+    def ok(result, what):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{what}: {cu.cuGetErrorName(err)[1]}")
+        return rest[0] if rest else None
+
+    torch.cuda.init()
+    ok(cu.cuInit(0), "cuInit")
+    data = (OUT / manifest["images"][image]).read_bytes() + (b"\0" if image == "ptx" else b"")
+    module = ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
+    function = ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")
+    if plan["shared"] > 48 * 1024:
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        ok(cu.cuFuncSetAttribute(function, attr, plan["shared"]), "cuFuncSetAttribute")
+    values = [CTYPES[t](v) for t, v in plan["args"]]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(x) for x in values])
+    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+    ok(cu.cuLaunchKernel(function, *plan["grid"], *plan["block"], plan["shared"], stream,
+                         ctypes.addressof(params), 0), "cuLaunchKernel")
+    torch.cuda.synchronize()
+
+
+def triton_launch(q, k, v, scale):
+    """The same kernel through Triton's own launcher, with the exported constexprs."""
+    o = torch.empty_like(v)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    cx = manifest["constexprs"]
+    grid = (triton.cdiv(V, cx["BV"]), B * H)
+    st = [x.stride(i) for x in (q, k, v, o) for i in range(3)]
+    if mine:
+        chunked_attention_kernel[grid](q, k, v, o, T, H, K, V, scale, *st, BT=cx["BT"], BK=cx["BK"], BV=cx["BV"],
+                                       PRECISION=cx["PRECISION"], num_warps=manifest["num_warps"],
+                                       num_stages=manifest["num_stages"])
+    else:
+        from kernels.linear_attention import chunked_linear_attention
+
+        o, _ = chunked_linear_attention(q, k, v, scale, chunk_size=cx["BT"])
+    return o
+
+
+def reference(q, k, v, scale):
+    from kernels.linear_attention.reference import recurrent_linear_attention
+
+    return recurrent_linear_attention(q.double(), k.double(), v.double(), scale, normalize=False)[0]
+
+
+if ON_GPU and plan is not None:
+    gpu = dict(B=2, T=1000, H=4, K=128, V=128)
+    q, k = (randn(gpu["B"], gpu["T"], gpu["H"], gpu["K"], dtype=torch.bfloat16, seed=s) for s in (3, 4))
+    v = randn(gpu["B"], gpu["T"], gpu["H"], gpu["V"], dtype=torch.bfloat16, seed=5)
+    o_driver = torch.full_like(v, float("nan"))
+    scale = gpu["K"] ** -0.5
+    plan = build_launch(manifest, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": o_driver}, {"scale": scale},
+                        alloc=lambda n, a: torch.empty(n + a, dtype=torch.uint8, device="cuda").data_ptr())
+    driver_launch(manifest, plan)
+    o_triton = triton_launch(q, k, v, scale)
+    ref = reference(q, k, v, scale)
+    print("driver launch vs float64 reference:", assert_close("driver", ref, o_driver, tolerance(torch.bfloat16)))
+    print("Triton launch vs float64 reference:", assert_close("triton", ref, o_triton, tolerance(torch.bfloat16)))
+    print("driver launch == Triton launch, bit for bit:", torch.equal(o_driver, o_triton))
+else:
+    print("no GPU here (or no build_launch yet): the driver-API launch runs on a CUDA machine only")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rust-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Launch it from Rust
+#
+# The workbook's crate in `rust/` is a launcher with **no dependencies**: it opens `libcuda.so.1` at run time
+# (`dlopen`), so it builds offline with plain `cargo build --release` and runs on any machine with an NVIDIA
+# driver, with no CUDA toolkit. It reads the same manifest, evaluates the same expressions, checks the same
+# conditions you did in exercise 2, passes NULL for the two scratch pointers, and launches the PTX (or the cubin)
+# on files of raw little-endian tensors that the cell below writes. It then writes the output next to them, and
+# the cell compares it with the driver-API and Triton launches.
+#
+# With the [`cudarc`](https://crates.io/crates/cudarc) crate (0.19), the same launch reads:
+#
+# ```rust
+# use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
+# use cudarc::nvrtc::Ptx;
+#
+# let ctx = CudaContext::new(0)?;                       // primary context of GPU 0
+# let stream = ctx.default_stream();
+# let module = ctx.load_module(Ptx::from_file("chunked_attention.ptx"))?;
+# let f = module.load_function("chunked_attention_kernel")?;
+# let q = stream.clone_htod(&q_host)?;                  // Vec<half::bf16> -> device, same for k and v
+# let mut o = stream.alloc_zeros::<half::bf16>(b * t * h * v_dim)?;
+# let cfg = LaunchConfig { grid_dim: (v_dim.div_ceil(64) as u32, (b * h) as u32, 1),
+#                          block_dim: (128, 1, 1), shared_mem_bytes: shared };
+# let (t_, h_, k_, v_, scale) = (t as i32, h as i32, k_dim as i32, v_dim as i32, (k_dim as f32).powf(-0.5));
+# let strides: Vec<i32> = /* 12 strides, in the kernel's order */;
+# let null: u64 = 0;
+# let mut launch = stream.launch_builder(&f);
+# launch.arg(&q).arg(&k).arg(&v).arg(&mut o).arg(&t_).arg(&h_).arg(&k_).arg(&v_).arg(&scale);
+# for s in &strides { launch.arg(s); }
+# launch.arg(&null).arg(&null);                         // Triton's global and profile scratch
+# unsafe { launch.launch(cfg) }?;
+# let o_host = stream.clone_dtoh(&o)?;
+# ```
+#
+# Everything in it is what your `build_launch` produced, written out by hand: the grid and block, the shared
+# memory (above 48 KiB it also has to raise the function's limit through the driver's `cuFuncSetAttribute`,
+# which cudarc exposes in its raw `sys` bindings), and the argument list with the two scratch pointers at the end.
+# The workbook's crate does not hard-code any of it: it is the manifest-driven launch of exercise 2, in Rust, with
+# its own small driver bindings in place of cudarc (so it needs neither a crate registry nor the CUDA toolkit).
+
+# %% nbgrader={"grade": false, "grade_id": "rust", "locked": true, "schema_version": 3, "solution": false}
+BIN = ROOT / "rust" / "target" / "release" / "workbook-launch"
+_RAW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+
+
+def rust_launch(manifest, sizes, tensors, scalars, output="o_ptr"):
+    """Run the Rust launcher on raw little-endian files of the inputs; return the output it wrote."""
+    folder = OUT / "rust-run"
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [str(BIN), "run", "--manifest", str(OUT / f"{manifest['kernel']}.json")]
+    cmd += [a for k, n in sizes.items() for a in ("--size", f"{k}={n}")]
+    cmd += [a for k, x in scalars.items() for a in ("--scalar", f"{k}={x!r}")]
+    for name, t in tensors.items():
+        path = folder / f"{name}.bin"
+        path.write_bytes(t.detach().cpu().contiguous().view(_RAW[t.dtype]).numpy().tobytes())
+        cmd += ["--in", f"{name}={path}"]
+    cmd += ["--out", f"{output}={folder / 'out.bin'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if proc.returncode:
+        raise RuntimeError(f"workbook-launch failed ({proc.returncode}): {proc.stderr.strip()}")
+    report = json.loads(proc.stdout)
+    like = tensors["v_ptr"]
+    raw = torch.frombuffer(bytearray((folder / "out.bin").read_bytes()), dtype=_RAW[like.dtype])
+    return raw.view(like.dtype).reshape(like.shape), report
+
+
+if not BIN.exists():
+    print(f"no Rust launcher at {BIN.relative_to(ROOT)}: build it with `cargo build --offline --release` in rust/")
+elif not ON_GPU or plan is None:
+    info = subprocess.run([str(BIN), "info", "--manifest", str(OUT / f"{manifest['kernel']}.json")],
+                          capture_output=True, text=True, timeout=60)
+    print(info.stdout or info.stderr)
+    print("(no GPU here: the Rust launch itself runs on a CUDA machine)")
+else:
+    o_rust, report = rust_launch(manifest, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v}, {"scale": scale})
+    print({key: report[key] for key in list(report)[:8]})
+    print("Rust launch vs float64 reference:", assert_close("rust", ref, o_rust.cuda(), tolerance(torch.bfloat16)))
+    print("Rust launch == driver-API launch, bit for bit:", torch.equal(o_rust.cuda(), o_driver))
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "no-gpu", "locked": true, "schema_version": 3, "solution": false}
+# > **Without a GPU.** The export, the PTX, the manifest and both exercises work the same on a laptop: Triton
+# > compiles for `sm_90` without asking the hardware, and exercise 2 is checked on CPU tensors (their addresses
+# > are as good as a GPU's for building an argument list). What needs a GPU is everything after it: loading the
+# > PTX, the driver-API launch, the Rust launch and the output comparison. The crate still builds without one
+# > (`cargo build --release` in `rust/`), and running it reports that no driver was found.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "recap", "locked": true, "schema_version": 3, "solution": false}
+# ## Recap
+#
+# - Ahead-of-time compilation needs the kernel, a signature, the constexprs and a target; no GPU.
+# - The PTX entry lists your runtime parameters in order, then Triton's **two scratch pointers** (NULL when their
+#   sizes are 0); `.reqntid` fixes the block at `32 · num_warps` threads; dynamic shared memory is declared but
+#   sized only by the metadata, and above 48 KiB needs an explicit opt-in.
+# - The instructions show the data's path: `ld.global` from HBM, `st.shared`/`ld.shared` through shared memory,
+#   `wgmma.mma_async` (Hopper) or `mma.sync` (Ampere) on the tensor cores.
+# - A launch is grid + block + shared memory + an argument list; the manifest records how to compute each, and a
+#   launcher in any language can follow it and refuse what does not fit before launching.
+#
+# That closes the workbook's arc: from counting bytes through the memory hierarchy, to tiles in SRAM, to a fused
+# chunked kernel near the HBM floor, to that kernel running without Python.

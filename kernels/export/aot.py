@@ -60,6 +60,7 @@ class KernelSpec:
     constexprs: dict[str, object]
     values: dict[str, str | None] = dataclasses.field(default_factory=dict)
     requires: tuple[str, ...] = ()
+    aligned: tuple[str, ...] = ()  # what ``hint16=("aligned",)`` means: the scalars usually multiples of 16
     dtypes: tuple[str, ...] = ("fp32",)
     num_warps: int = 4
     num_stages: int = 3
@@ -111,7 +112,8 @@ def _signature(spec: KernelSpec, fn: JITFunction, dtype: str, constexprs: dict) 
     return sig
 
 
-def _param_entries(spec: KernelSpec, sig: dict[str, str], constexprs: dict, align: int) -> list[dict]:
+def _param_entries(spec: KernelSpec, sig: dict[str, str], constexprs: dict, align: int,
+                   hint16: tuple[str, ...] = ()) -> list[dict]:
     known = set(spec.sizes) | set(constexprs)
     buffers = spec.buffers(constexprs) if callable(spec.buffers) else spec.buffers
     entries = []
@@ -145,7 +147,10 @@ def _param_entries(spec: KernelSpec, sig: dict[str, str], constexprs: dict, alig
                 if not ty.startswith(("i", "u")):
                     raise ExportError(f"{spec.name}: {name} is {ty}; only integer scalars take size expressions")
                 _check_names(spec, f"value of {name}", value, known)
-            entries.append({"name": name, "type": ty, "kind": "scalar", "bytes": SCALAR_TYPES[ty], "value": value})
+            entry = {"name": name, "type": ty, "kind": "scalar", "bytes": SCALAR_TYPES[ty], "value": value}
+            if name in hint16:
+                entry["multiple_of"] = 16
+            entries.append(entry)
     return entries
 
 
@@ -161,8 +166,13 @@ def _check_names(spec: KernelSpec, what: str, text: str, known: set[str]) -> Non
 
 def compile_kernel(spec: KernelSpec, *, dtype: str | None = None, constexprs: dict | None = None,
                    num_warps: int | None = None, num_stages: int | None = None, arch: int = 90,
-                   ptx_version: int | None = None, align: int = 16):
-    """Compile ``spec`` for ``sm_<arch>``; return ``(compiled, signature, constexprs, dtype, options)``."""
+                   ptx_version: int | None = None, align: int = 16, hint16: tuple[str, ...] = ()):
+    """Compile ``spec`` for ``sm_<arch>``; return ``(compiled, signature, constexprs, dtype, options, hint16)``.
+
+    ``hint16`` names integer scalars the kernel may assume are multiples of 16 (Triton's JIT assumes this of any
+    such argument it sees, and vectorises accordingly); each must have a value expression, so that the manifest can
+    require it; ``"aligned"`` stands for the spec's usual set.
+    """
     dtype = dtype or spec.dtypes[0]
     if dtype not in spec.dtypes:
         raise ExportError(f"{spec.name}: dtype {dtype!r} not supported; choose from {', '.join(spec.dtypes)}")
@@ -175,9 +185,22 @@ def compile_kernel(spec: KernelSpec, *, dtype: str | None = None, constexprs: di
     if spec.check:
         spec.check(cx)
     sig = _signature(spec, fn, dtype, cx)
+    # A stride that is always 1 is compiled in, as Triton's JIT does with an argument equal to 1: the compiler then
+    # knows the innermost dimension is contiguous and can vectorise.
+    for name, value in spec.values.items():
+        if value == "1" and sig.get(name) in ("i32", "i64"):
+            sig[name], cx[name] = "constexpr", 1
     if align not in (1, 16):
         raise ExportError(f"pointer alignment must be 1 or 16 bytes (Triton's only hints), got {align}")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, (n, t) in enumerate(sig.items()) if t.startswith("*")}
+    if "aligned" in hint16:
+        hint16 = tuple(dict.fromkeys(n for h in hint16 for n in (spec.aligned if h == "aligned" else (h,))))
+    for name in hint16:
+        computed = spec.values.get(name, name if name in spec.sizes else None)
+        if sig.get(name) not in ("i32", "i64", "u32", "u64") or computed is None:
+            raise ExportError(f"{spec.name}: --hint16 {name}: only integer scalars computed from the sizes take "
+                              "the multiple-of-16 hint")
+    hinted = {n for n, t in sig.items() if t.startswith("*") and align == 16} | set(hint16)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if n in hinted}
     options = {"num_warps": num_warps or spec.num_warps, "num_stages": num_stages or spec.num_stages}
     if options["num_warps"] <= 0 or options["num_warps"] & (options["num_warps"] - 1):
         raise ExportError(f"num_warps must be a power of two, got {options['num_warps']}")
@@ -185,14 +208,13 @@ def compile_kernel(spec: KernelSpec, *, dtype: str | None = None, constexprs: di
         raise ExportError(f"num_stages must be at least 1, got {options['num_stages']}")
     if ptx_version is not None:
         options["ptx_version"] = int(ptx_version)
-    src = ASTSource(fn, sig, {k: v for k, v in cx.items() if sig.get(k) == "constexpr"},
-                    attrs if align == 16 else None)
+    src = ASTSource(fn, sig, {k: v for k, v in cx.items() if sig.get(k) == "constexpr"}, attrs)
     try:
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as e:  # the compiler raises many types; name the kernel and the settings
         raise ExportError(f"{spec.name}: Triton could not compile {spec.attr} for sm_{arch} with {cx} and "
                           f"{options}: {type(e).__name__}: {e}") from e
-    return compiled, sig, cx, dtype, options
+    return compiled, sig, cx, dtype, options, hint16
 
 
 def _sha(data: bytes) -> str:
@@ -200,10 +222,10 @@ def _sha(data: bytes) -> str:
 
 
 def export_here(spec: KernelSpec, out_dir: str | pathlib.Path, *, dtype: str | None = None,
-           constexprs: dict | None = None, num_warps: int | None = None, num_stages: int | None = None,
-           arch: int = 90, max_ptx: str | None = None, driver_cuda: str | None = None,
-           ptx_version: int | None = None, fallback: str = "fail", align: int = 16,
-           stem: str | None = None) -> dict:
+                constexprs: dict | None = None, num_warps: int | None = None, num_stages: int | None = None,
+                arch: int = 90, max_ptx: str | None = None, driver_cuda: str | None = None,
+                ptx_version: int | None = None, fallback: str = "fail", align: int = 16,
+                hint16: tuple[str, ...] | list[str] = (), stem: str | None = None) -> dict:
     """Compile ``spec`` and write ``<stem>.ptx``, ``<stem>.cubin`` and ``<stem>.json`` into ``out_dir``.
 
     With ``max_ptx`` (or ``driver_cuda``, looked up in :data:`~kernels.export.ptx.CUDA_TO_PTX_ISA`), PTX newer
@@ -215,13 +237,13 @@ def export_here(spec: KernelSpec, out_dir: str | pathlib.Path, *, dtype: str | N
     if driver_cuda is not None and max_ptx is not None:
         raise ExportError("give --max-ptx or --driver-cuda, not both")
     limit = max_ptx if max_ptx is not None else (max_isa_for_cuda(driver_cuda) if driver_cuda else None)
-    compiled, sig, cx, dtype, options = compile_kernel(
+    compiled, sig, cx, dtype, options, hint16 = compile_kernel(
         spec, dtype=dtype, constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, arch=arch,
-        ptx_version=ptx_version, align=align)
+        ptx_version=ptx_version, align=align, hint16=tuple(hint16))
     md = compiled.metadata
     ptx, cubin = compiled.asm["ptx"], compiled.asm["cubin"]
     entry, ptx_params = ptx_entry(ptx)
-    params = _param_entries(spec, sig, cx, align)
+    params = _param_entries(spec, sig, cx, align, hint16)
     if entry != md.name or len(ptx_params) != len(params) + 2:
         raise ExportError(f"{spec.name}: Triton {triton.__version__} emitted .entry {entry} with "
                           f"{len(ptx_params)} parameters; expected {md.name} with {len(params)} + 2 scratch pointers")
@@ -279,7 +301,7 @@ def export_here(spec: KernelSpec, out_dir: str | pathlib.Path, *, dtype: str | N
         "constexprs": {k: cx[k] for k, t in sig.items() if t == "constexpr"},
         "sizes": list(spec.sizes),
         "grid": grid,
-        "requires": list(spec.requires),
+        "requires": list(spec.requires) + [f"({p['value']}) % 16 == 0" for p in params if p.get("multiple_of")],
         "params": params,
         "scratch": [
             {"name": "global_scratch", "bytes_per_program": md.global_scratch_size,

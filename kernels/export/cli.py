@@ -23,7 +23,7 @@ __all__ = ["export", "export_many", "main", "parse_constexpr"]
 
 _EXIT_EXPORT, _EXIT_PTX = 2, 3
 _OPTIONS = ("dtype", "constexprs", "num_warps", "num_stages", "arch", "max_ptx", "driver_cuda", "ptx_version",
-            "fallback", "align", "stem")
+            "fallback", "align", "hint16", "stem")
 
 
 def parse_constexpr(text: str) -> tuple[str, object]:
@@ -68,6 +68,8 @@ def export(kernel: str, out_dir: str | os.PathLike, **options) -> dict:
         if key == "constexprs":
             for k, v in value.items():
                 argv += ["--constexpr", f"{k}={'none' if v is None else v}"]
+        elif key == "hint16":
+            argv += ["--hint16", ",".join(value)] if value else []
         else:
             argv += [f"--{key.replace('_', '-')}", str(value)]
     proc = subprocess.run([sys.executable, "-m", "kernels.export", *argv, "--quiet"], capture_output=True,
@@ -153,6 +155,11 @@ def _precheck(spec, options: dict) -> None:
         max_isa_for_cuda(options["driver_cuda"])
     if spec.check:
         spec.check({**spec.constexprs, **(options.get("constexprs") or {})})
+    for name in options.get("hint16") or ():
+        if name != "aligned" and (spec.signature.get(name) not in ("i32", "i64", "u32", "u64")
+                                  or spec.values.get(name, name if name in spec.sizes else None) is None):
+            raise ExportError(f"{spec.name}: --hint16 {name}: only integer scalars computed from the sizes take "
+                              "the multiple-of-16 hint")
 
 
 def _table(manifest: dict, out: pathlib.Path) -> str:
@@ -187,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="what to do with PTX the driver cannot load (fail)")
     ap.add_argument("--align", type=int, default=16, choices=(1, 16),
                     help="pointer alignment the kernel may assume, in bytes (16)")
+    ap.add_argument("--hint16", action="append", default=[], metavar="NAME[,NAME...]",
+                    help="integer parameters the kernel may assume are multiples of 16 (the manifest then "
+                         "requires it), or 'aligned' for the kernel's usual set; vectorises loads as a JIT "
+                         "launch would")
     ap.add_argument("--stem", help="file name stem (the kernel name); only with one kernel")
     ap.add_argument("--quiet", action="store_true", help="print nothing on success")
     ap.add_argument("--batch", type=pathlib.Path, help=argparse.SUPPRESS)
@@ -211,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             manifest = aot.export_here(
                 registry.get(name), args.out, dtype=args.dtype, constexprs=constexprs, num_warps=args.num_warps,
                 num_stages=args.num_stages, arch=args.arch, max_ptx=args.max_ptx, driver_cuda=args.driver_cuda,
-                ptx_version=args.ptx_version, fallback=args.fallback, align=args.align, stem=args.stem)
+                ptx_version=args.ptx_version, fallback=args.fallback, align=args.align,
+                hint16=[n for h in args.hint16 for n in h.split(",") if n], stem=args.stem)
             if not args.quiet:
                 print(_table(manifest, args.out))
     except PtxVersionError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import pathlib
@@ -29,6 +30,7 @@ import torch
 from ..device import ON_GPU
 from ..testing import randn, rel_error, tolerance
 from .cli import export_many
+from .manifest import ManifestError, resolve
 from .ptx import PtxVersionError
 
 __all__ = ["CASES", "run", "main"]
@@ -46,8 +48,17 @@ CASES: dict[str, tuple[str, dict, dict, dict]] = {
                               {"B": 2, "T": 1000, "H": 4, "K": 128, "V": 128}, {"scale": 128 ** -0.5}),
     "linear_attention_fp16_odd": ("linear_attention", {"dtype": "fp16"},
                                   {"B": 1, "T": 333, "H": 3, "K": 100, "V": 72}, {"scale": 0.1}),
+    "matmul_fp16_aligned": ("matmul", {"dtype": "fp16", "hint16": ["aligned"]}, {"M": 1000, "N": 784, "K": 528}, {}),
+    "linear_attention_bf16_aligned": ("linear_attention", {"dtype": "bf16", "hint16": ["aligned"]},
+                                      {"B": 2, "T": 1000, "H": 4, "K": 128, "V": 128}, {"scale": 128 ** -0.5}),
 }
-_QUICK = ("vector_add_fp32", "matmul_fp16", "linear_attention_bf16")
+_QUICK = ("vector_add_fp32", "matmul_fp16", "linear_attention_bf16", "linear_attention_bf16_aligned")
+#: Kernel timings at the course's GPU sizes: (case whose exports to time, sizes, scalars).
+_PERF = {
+    "linear_attention": (("linear_attention_bf16", "linear_attention_bf16_aligned"),
+                         {"B": 4, "T": 4096, "H": 16, "K": 128, "V": 128}, {"scale": 128 ** -0.5}),
+    "matmul": (("matmul_fp16", "matmul_fp16_aligned"), {"M": 4096, "N": 4096, "K": 4096}, {}),
+}
 
 
 def _inputs(kernel: str, dtype: torch.dtype, s: dict, seed: int) -> dict[str, torch.Tensor]:
@@ -83,9 +94,8 @@ def _reference(kernel: str, x: dict, scalars: dict) -> torch.Tensor:
     return o
 
 
-def _triton_launch(kernel: str, x: dict, scalars: dict, manifest: dict) -> torch.Tensor:
-    """The package's own wrapper, with the export's tiles: Triton's launcher on the same kernel."""
-    g = {k: v.cuda() for k, v in x.items()}
+def _triton_launch(kernel: str, g: dict, scalars: dict, manifest: dict) -> torch.Tensor:
+    """The package's own wrapper on GPU tensors, with the export's tiles: Triton's launcher on the same kernel."""
     cx = manifest["constexprs"]
     if kernel == "vector_add":
         from ..vector_add.naive import naive_vector_add
@@ -189,7 +199,7 @@ def run(*, rust: str | None, out: pathlib.Path, quick: bool = False, launches: i
     result: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     "gpu": torch.cuda.get_device_name(0) if ON_GPU else None, "driver_cuda": driver,
                     "torch": torch.__version__, "rust": rust, "exports": {}, "cases": [], "checks": [],
-                    "overhead": {}}
+                    "overhead": {}, "kernel_ms": {}}
     import triton
 
     result["triton"] = triton.__version__
@@ -229,7 +239,7 @@ def run(*, rust: str | None, out: pathlib.Path, quick: bool = False, launches: i
         outp = next(p["name"] for p in m["params"] if p["kind"] == "pointer" and p["role"] == "out")
         ref = _reference(kernel, x, scalars)
         tol = _tol(kernel, m, dtype)
-        triton_out = _triton_launch(kernel, x, scalars, m).cpu() if ON_GPU else None
+        triton_out = _triton_launch(kernel, {k: t.cuda() for k, t in x.items()}, scalars, m).cpu() if ON_GPU else None
         images = ["ptx", "cubin"] if "ptx" in m["images"] else [None]
         mpath = exports / f"{name}.json"
         for image in images:
@@ -259,9 +269,17 @@ def run(*, rust: str | None, out: pathlib.Path, quick: bool = False, launches: i
             else:
                 row.update(status="skipped", reason="no GPU")
             result["cases"].append(row)
+    if "linear_attention_bf16_aligned" in manifests:
+        try:
+            resolve(manifests["linear_attention_bf16_aligned"], {"B": 1, "T": 64, "H": 2, "K": 100, "V": 64})
+            result["checks"].append({"check": "an aligned export refuses K=100", "ok": False})
+        except ManifestError as e:
+            result["checks"].append({"check": "an aligned export refuses K=100", "ok": "% 16 == 0" in str(e),
+                                     "message": str(e)})
     if ON_GPU and "vector_add_fp32" in manifests:
         result["checks"] += _python_bad_input(exports / "vector_add_fp32.json")
         result["overhead"] = _overhead(rust, exports / "vector_add_fp32.json", launches, repeat)
+        result["kernel_ms"] = _kernel_times(rust, exports, manifests)
     failed = [r for r in result["cases"] if r.get("ok") is False] + [c for c in result["checks"] if not c["ok"]]
     failed += [{"export": k, **v} for k, v in result["exports"].items() if "error" in v]
     result["ok"] = not failed
@@ -291,6 +309,39 @@ def _python_launch(mpath, image, x, outp, dtype, shape, sizes, scalars) -> torch
     torch.cuda.synchronize()
     o.check(f"{outp} ({image})")
     return o.out.cpu()
+
+
+def _kernel_times(rust: str | None, exports: pathlib.Path, manifests: dict) -> dict:
+    """Median ms at the GPU sizes: Triton's JIT launch vs the exports (any size; multiple-of-16 hints)."""
+    import triton.testing
+
+    from .launch import Launcher
+
+    out: dict[str, dict] = {}
+    for kernel, (names, sizes, scalars) in _PERF.items():
+        if not all(n in manifests for n in names):
+            continue
+        dtype = _TORCH[manifests[names[0]]["dtype"]]
+        x = {k: t.cuda() for k, t in _inputs(kernel, dtype, sizes, seed=99).items()}
+        o = torch.empty(_out_shape(kernel, sizes), dtype=dtype, device="cuda")
+        jit_launch = functools.partial(_triton_launch, kernel, x, scalars, manifests[names[0]])
+        jit = jit_launch()
+        row = {"sizes": sizes, "triton_jit": triton.testing.do_bench(jit_launch, return_mode="median")}
+        for n in names:
+            p = Launcher(exports / f"{n}.json").prepare(*x.values(), o, sizes=sizes, **scalars)
+            row[n] = triton.testing.do_bench(p.launch, return_mode="median")
+            torch.cuda.synchronize()
+            row[f"{n}_max_abs_diff_vs_jit"] = (o.double() - jit.double()).abs().max().item()
+            if rust:
+                cmd = [rust, "bench", "--manifest", str(exports / f"{n}.json"), "--launches", "20", "--repeat", "10",
+                       "--warmup", "5"] + [a for k, v in sizes.items() for a in ("--size", f"{k}={v}")]
+                cmd += [a for k, v in scalars.items() for a in ("--scalar", f"{k}={v!r}")]
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+                row[f"{n}_rust_bench"] = (json.loads(proc.stdout)["median_us"] / 1e3 if proc.returncode == 0
+                                          else proc.stderr.strip())
+        out[kernel] = row
+    return out
+
 
 
 def _python_bad_input(mpath: pathlib.Path) -> list[dict]:
@@ -340,6 +391,11 @@ def format_table(result: dict) -> str:
         for k, v in result["overhead"].items():
             lines.append(f"    {k:24} " + (f"{v['median_us']:8.2f} ({v['min_us']:.2f})" if "median_us" in v
                                             else f"ERROR {v.get('error')}"))
+    for kernel, row in result.get("kernel_ms", {}).items():
+        lines.append(f"  {kernel} {row['sizes']}: median ms")
+        for k, v in row.items():
+            if k != "sizes":
+                lines.append(f"    {k:44} {v:.4g}" if isinstance(v, float) else f"    {k:44} {v}")
     lines.append(f"  overall: {'ok' if result['ok'] else 'FAILED'}")
     return "\n".join(lines)
 

@@ -78,15 +78,16 @@ def test_vector_add_manifest(exported):
 
 def test_matmul_manifest(exported):
     m = _manifest(exported, "matmul")
-    _check_common(m, exported, 12)
+    _check_common(m, exported, 9)
     assert m["dtype"] == "fp16" and m["params"][0]["type"] == "*fp16"
     assert m["constexprs"]["UPCAST"] is False and m["constexprs"]["DOT_PRECISION"] == "tf32"
+    assert {k: m["constexprs"][k] for k in ("stride_ak", "stride_bn", "stride_cn")} == dict.fromkeys(
+        ("stride_ak", "stride_bn", "stride_cn"), 1), "unit strides are compiled in, as a JIT launch does"
     assert m["threads_per_block"] == 256 and m["shared_bytes"] > 0
     plan = resolve(m, {"M": 1000, "N": 777, "K": 513})
     cx = m["constexprs"]
     assert plan.grid == (-(-1000 // cx["BLOCK_M"]) * -(-777 // cx["BLOCK_N"]), 1, 1)
-    assert plan.scalars == {"M": 1000, "N": 777, "K": 513, "stride_am": 513, "stride_ak": 1, "stride_bk": 777,
-                            "stride_bn": 1, "stride_cm": 777, "stride_cn": 1}
+    assert plan.scalars == {"M": 1000, "N": 777, "K": 513, "stride_am": 513, "stride_bk": 777, "stride_cm": 777}
     assert plan.numel == {"a_ptr": 1000 * 513, "b_ptr": 513 * 777, "c_ptr": 1000 * 777}
 
 
@@ -163,6 +164,8 @@ def test_bad_export_requests(tmp_path):
     check_bad_input(export, "vector_add", tmp_path, driver_cuda="9.9", match="no PTX ISA known for CUDA")
     check_bad_input(export, "vector_add", tmp_path, max_ptx="9.0", driver_cuda="13.0", match="not both")
     check_bad_input(export, "vector_add", tmp_path, fallback="sass", match="fallback must be")
+    check_bad_input(export, "linear_attention", tmp_path, hint16=["scale"], match="--hint16 scale: only integer")
+    check_bad_input(export, "linear_attention", tmp_path, hint16=["T2"], match="--hint16 T2: only integer")
     with pytest.raises(TypeError, match="unknown export options"):
         export("vector_add", tmp_path, warps=4)
     check_bad_input(export, "vector_add", tmp_path, constexprs={"BLOCK": 64}, match="not constexprs")
@@ -232,8 +235,13 @@ def test_gpu_script_logic_without_a_gpu(tmp_path):
         args += ["--rust", str(rust)]
     assert main(args) == 0
     r = json.loads((tmp_path / "export.json").read_text())
-    assert r["ok"] and all(c["ok"] for c in r["checks"]) and len(r["checks"]) == 2
-    assert set(r["exports"]) == {"vector_add_fp32", "matmul_fp16", "linear_attention_bf16"}
+    assert r["ok"] and all(c["ok"] for c in r["checks"]) and len(r["checks"]) == 3, r["checks"]
+    assert set(r["exports"]) == {"vector_add_fp32", "matmul_fp16", "linear_attention_bf16",
+                                 "linear_attention_bf16_aligned"}
+    aligned = json.loads((tmp_path / "export" / "linear_attention_bf16_aligned.json").read_text())
+    assert "(H*K) % 16 == 0" in aligned["requires"] and aligned["shared_bytes"] > r["exports"][
+        "linear_attention_bf16"]["shared_bytes"], "the hints let Triton pipeline the loads through shared memory"
+    assert "cp.async" in (tmp_path / "export" / "linear_attention_bf16_aligned.ptx").read_text()
     if rust.is_file():
         rust_rows = [c for c in r["cases"] if c["launcher"] == "rust"]
         assert rust_rows and all("host-side checks passed" in c.get("reason", "") for c in rust_rows), rust_rows

@@ -4,8 +4,9 @@
 # launch overhead against Triton's own launcher. Needs no cargo: pass the prebuilt binary (built on the CPU
 # machine with `cargo build --offline --release` in rust/).
 #   bash scripts/gpu_export.sh [path/to/workbook-launch] [--quick]
-# Writes results/gpu/export.json, results/gpu/export-table.txt and results/gpu/export/ (manifests, PTX, cubins),
-# and copies them to $OUT/export when OUT is set. Exit status 0 only if every launch matched.
+# On a GPU it writes results/gpu/export.json, results/gpu/export-table.txt and results/gpu/export/ (manifests,
+# PTX, cubins), copied to $OUT/export when OUT is set (without a GPU: bench-results/export-cpu/). Exit status 0
+# only if every launch matched. About a minute on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-rust/target/release/workbook-launch}
@@ -20,9 +21,9 @@ if [[ -x $bin ]]; then
 else
   echo "no Rust launcher at $bin (build it with: cd rust && cargo build --offline --release); its rows are skipped"
 fi
-python3 -m kernels.export.roundtrip "${rust_args[@]}" --out results/gpu "$@"
+python3 -m kernels.export.roundtrip "${rust_args[@]}" "$@"
 status=$?
-if [[ -n ${OUT:-} ]]; then
+if [[ -n ${OUT:-} && -f results/gpu/export.json ]]; then
   mkdir -p "$OUT/export"
   cp -r results/gpu/export.json results/gpu/export-table.txt results/gpu/export "$OUT/export/" 2>/dev/null || true
 fi

@@ -1,7 +1,7 @@
 """Round trip on a GPU: export kernels, launch them through the Rust and the Python driver-API launchers, compare
 with torch, and time what a launch costs on the host.
 
-    python -m kernels.export.roundtrip --rust rust/target/release/workbook-launch --out results/gpu
+    python -m kernels.export.roundtrip --rust rust/target/release/workbook-launch [--out DIR] [--quick]
 
 Correctness: each case's inputs are seeded random tensors written as raw files; every launcher's output is
 checked against the float64 oracle within the dtype's tolerance and against the package's own Triton launch of
@@ -403,7 +403,8 @@ def format_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.export.roundtrip", description=__doc__.splitlines()[0])
     ap.add_argument("--rust", help="path to the workbook-launch binary")
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/gpu"))
+    ap.add_argument("--out", type=pathlib.Path, default=None,
+                    help="results folder (results/gpu on a GPU, bench-results/export-cpu otherwise)")
     ap.add_argument("--quick", action="store_true", help="three cases instead of five")
     ap.add_argument("--launches", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=15)
@@ -412,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     if rust and not pathlib.Path(rust).is_file():
         print(f"error: no Rust launcher at {rust}", file=sys.stderr)
         return 2
-    result = run(rust=rust, out=args.out, quick=args.quick, launches=args.launches, repeat=args.repeat)
+    out = args.out or pathlib.Path("results/gpu" if ON_GPU else "bench-results/export-cpu")
+    result = run(rust=rust, out=out, quick=args.quick, launches=args.launches, repeat=args.repeat)
     return 0 if result["ok"] else 1
 
 

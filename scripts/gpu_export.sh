@@ -9,8 +9,11 @@
 # only if every launch matched. About a minute on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=${1:-rust/target/release/workbook-launch}
-shift || true
+bin=rust/target/release/workbook-launch
+if [[ $# -gt 0 && $1 != --* ]]; then
+  bin=$1
+  shift
+fi
 python3 -c "import kernels" 2>/dev/null || export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 python3 -c "import cuda.bindings.driver" 2>/dev/null || echo "cuda-bindings missing: the Python launcher rows fail"

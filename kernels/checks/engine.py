@@ -39,6 +39,10 @@ __all__ = [
     "perf_verdict",
     "describe_case",
     "active_cases",
+    "expected_outputs",
+    "poisoned_view",
+    "grade_local",
+    "summary_line",
 ]
 
 #: Set in the grader's sandbox: graded cells there are judged outside the notebook, so ``check`` does nothing.
@@ -164,6 +168,23 @@ def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> di
         return {}
     device = DEVICE if device is None else device
     return {k: _poisoned(tuple(shape), dtype, device) for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items()}
+
+
+def expected_outputs(ex: Exercise, case: Case, cpu_inputs: dict) -> dict[str, tuple[tuple, torch.dtype, int]]:
+    """name -> (shape, dtype, guard) of each poisoned output buffer, as :func:`alloc_outputs` lays them out."""
+    if ex.outputs is None:
+        return {}
+    out = {}
+    for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items():
+        shape = tuple(shape)
+        out[k] = (shape, dtype, _guard(math.prod(shape)))
+    return out
+
+
+def poisoned_view(buffer: torch.Tensor, shape: tuple, guard: int) -> Poisoned:
+    """The :class:`Poisoned` over a returned buffer laid out by :func:`alloc_outputs`."""
+    n = math.prod(shape)
+    return Poisoned(buffer, buffer[guard: guard + n].view(shape), guard)
 
 
 def _sync():

@@ -274,6 +274,8 @@ def _build(entry: str, lookup: Callable[[str], Binding | None], what: str) -> Ke
                        f"`@triton.jit def {entry}(...)` in a code cell")
     if b.kind != "jit":
         raise Rejected(_not_a_kernel(entry, b, what))
+    if _stub(b.node):
+        raise Rejected(f"{entry} is not implemented yet: replace `raise NotImplementedError()` with your code")
     order: list[str] = []
     consts: dict[str, Binding] = {}
     imports: dict[str, str] = {}
@@ -358,6 +360,15 @@ def _literal_only(name: str, b: Binding) -> None:
                 ast.literal_eval(k.value)
         except (ValueError, SyntaxError):
             raise Rejected(f"{name}: @triton.jit arguments must be literals, got `{b.detail}`") from None
+
+
+def _stub(fn: ast.AST) -> bool:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+                return True
+    return False
 
 
 def _not_a_kernel(name: str, b: Binding, what: str) -> str:

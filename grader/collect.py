@@ -1,0 +1,132 @@
+"""Collecting submissions: a folder of notebooks per student, read defensively and matched to lessons.
+
+Nothing a student submits may abort a batch. A notebook that is not JSON, or not a notebook, is recorded as an
+explicit 0 with the reason; a newer nbformat is read as 4.5 when its cells are recognisable; a lesson notebook
+under another name is found by its graded cell ids and restored; extra files are listed and ignored; a missing
+lesson is an explicit 0 ("not submitted"). Graded cells are never taken from the submission: the grader uses the
+instructor's (see :mod:`grader.notebook`), so edited, deleted or metadata-stripped test cells change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import uuid
+from dataclasses import dataclass, field
+
+__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids"]
+
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass
+class Submission:
+    student: str
+    lesson: str
+    notebook: dict | None
+    notes: list[str] = field(default_factory=list)
+    path: str = ""
+
+
+def grade_ids(nb: dict) -> set[str]:
+    out = set()
+    for c in nb.get("cells", []) if isinstance(nb, dict) else []:
+        md = c.get("metadata") if isinstance(c, dict) else None
+        nbg = md.get("nbgrader") if isinstance(md, dict) else None
+        if isinstance(nbg, dict) and isinstance(nbg.get("grade_id"), str):
+            out.add(nbg["grade_id"])
+    return out
+
+
+def _text(src) -> str | None:
+    if isinstance(src, str):
+        return src
+    if isinstance(src, list) and all(isinstance(s, str) for s in src):
+        return "".join(src)
+    return None
+
+
+def read_notebook(path: pathlib.Path, *, max_bytes: int = 50 << 20) -> tuple[dict | None, list[str]]:
+    """A normalised nbformat-4.5 dict (no outputs, valid unique ids), or None with the reason."""
+    notes: list[str] = []
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return None, [f"{path.name} is {size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB limit"]
+        raw = json.loads(path.read_bytes().decode("utf-8", "replace"))
+    except (OSError, ValueError) as e:
+        return None, [f"{path.name} is not a readable notebook (malformed JSON: {str(e)[:120]})"]
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
+        return None, [f"{path.name} is JSON but not a notebook (no list of cells)"]
+    major, minor = raw.get("nbformat"), raw.get("nbformat_minor")
+    if not isinstance(major, int) or major < 4:
+        return None, [f"{path.name} has nbformat {major!r}; version 4 or newer is needed"]
+    if major > 4 or (isinstance(minor, int) and minor > 5):
+        notes.append(f"{path.name} declares nbformat {major}.{minor}, newer than 4.5: read as 4.5")
+    cells, seen = [], set()
+    dropped = 0
+    for c in raw["cells"]:
+        if not isinstance(c, dict) or c.get("cell_type") not in ("code", "markdown", "raw"):
+            dropped += 1
+            continue
+        src = _text(c.get("source", ""))
+        if src is None:
+            dropped += 1
+            continue
+        md = c.get("metadata") if isinstance(c.get("metadata"), dict) else {}
+        cid = c.get("id")
+        if not (isinstance(cid, str) and _ID.match(cid)) or cid in seen:
+            cid = uuid.uuid4().hex[:12]
+        seen.add(cid)
+        cell = {"cell_type": c["cell_type"], "id": cid, "metadata": md, "source": src}
+        if c["cell_type"] == "code":
+            cell.update(outputs=[], execution_count=None)
+        cells.append(cell)
+    if dropped:
+        notes.append(f"{path.name}: {dropped} unreadable cell(s) ignored")
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    nb = {"cells": cells, "metadata": {k: v for k, v in meta.items() if k in ("kernelspec", "language_info")},
+          "nbformat": 4, "nbformat_minor": 5}
+    return nb, notes
+
+
+def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]) -> dict[str, Submission]:
+    """Match one student's notebooks (``folder/*.ipynb``, also one level down) to ``lessons`` (id -> source)."""
+    files = sorted(p for p in list(folder.glob("*.ipynb")) + list(folder.glob("*/*.ipynb"))
+                   if ".ipynb_checkpoints" not in p.parts)
+    out: dict[str, Submission] = {}
+    unmatched: list[pathlib.Path] = []
+    for p in files:
+        if p.stem in lessons and p.stem not in out:
+            nb, notes = read_notebook(p)
+            out[p.stem] = Submission(student, p.stem, nb, notes, str(p))
+        else:
+            unmatched.append(p)
+    extras = []
+    for p in unmatched:
+        nb, notes = read_notebook(p)
+        ids = grade_ids(nb) if nb else set()
+        best, overlap = None, 0.0
+        for lesson, src in lessons.items():
+            want = grade_ids(src)
+            share = len(ids & want) / max(len(want), 1)
+            if lesson not in out and share > overlap:
+                best, overlap = lesson, share
+        if best is not None and overlap >= 0.5:
+            out[best] = Submission(student, best, nb, notes + [f"found {best} under the name {p.name}"], str(p))
+        else:
+            extras.append(p.name)
+    for lesson in lessons:
+        if lesson not in out:
+            out[lesson] = Submission(student, lesson, None, ["not submitted"])
+    if extras:
+        for s in out.values():
+            s.notes.append(f"ignored extra file(s): {', '.join(extras)}")
+            break
+    return out
+
+
+def collect_folder(folder: pathlib.Path, lessons: dict[str, dict]) -> dict[str, dict[str, Submission]]:
+    """``folder/<student>/...ipynb`` -> student -> lesson -> :class:`Submission`."""
+    return {d.name: collect_student(d.name, d, lessons) for d in sorted(folder.iterdir()) if d.is_dir()}

@@ -1,0 +1,282 @@
+"""The demo class: one submission per fault and attack the grader must withstand, with the score each must get.
+
+Every student but two submits the grader's fixture lesson (``tests/grader/fixtures/90_grader_fixture.py``: a
+kernel, a strided kernel, a torch function and a value with a GPU speed requirement; 13 points), changed in one
+way. ``solution`` submits every lesson's solution and must score 100%; ``release`` submits every untouched
+student notebook and must score 0. Expected scores are per mode, because some cases only exist on a GPU (a hung
+kernel is an infinite loop in the interpreter; a race that the interpreter, running one program at a time,
+hides; speed requirements, which the interpreter reports as not graded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+from dataclasses import dataclass, field
+
+from .percent import read_percent, release
+
+__all__ = ["FIXTURE", "DemoStudent", "students", "fixture_notebooks", "write_class"]
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = _ROOT / "tests" / "grader" / "fixtures"
+LESSON = "90_grader_fixture"
+FULL = 13.0
+
+
+@dataclass
+class DemoStudent:
+    name: str
+    what: str
+    lessons: dict  # lesson -> "solution" | "release" | callable(solution, release) -> notebook | bytes | None
+    expect: dict  # lesson -> {"interpreter": score, "gpu": score}
+    gpu_only: bool = False
+    files: dict = field(default_factory=dict)  # extra file name -> bytes
+
+
+def fixture_notebooks() -> tuple[dict, dict]:
+    """(instructor source, student release) of the fixture lesson."""
+    src = read_percent((FIXTURE / f"{LESSON}.py").read_text())
+    return src, release(src)
+
+
+def _with(base: dict, **cells) -> dict:
+    nb = json.loads(json.dumps(base))
+    for cell in nb["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in cells:
+            cell["source"] = cells[gid]
+    return nb
+
+
+_SCALE = '''@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+{body}'''
+_STORE = "    tl.store(out_ptr + offs, (x.to(tl.float32) * alpha).to(out_ptr.dtype.element_ty), mask=mask)"
+_CUMSUM = '''def cumsum(x):
+{body}
+    n = x.shape[-1]
+    return x @ torch.ones(n, n, dtype=x.dtype, device=x.device).triu()'''
+
+
+def _scale(body: str) -> dict:
+    return {"ex1-kernel": _SCALE.format(body=body)}
+
+
+def _cumsum(body: str) -> dict:
+    return {"ex3-fn": _CUMSUM.format(body=body)}
+
+
+_PATCH = '''import builtins, sys
+import numpy, torch
+import kernels.checks as kc
+import kernels.checks.engine as ke
+import kernels.checks.spec as ks
+kc.check = ke.check = lambda *a, **k: None
+ke.verdict = lambda *a, **k: []
+ke.perf_verdict = lambda *a, **k: []
+torch.allclose = numpy.allclose = lambda *a, **k: True
+torch.Tensor.__sub__ = lambda a, b: a * 0
+for ex in list(ks._REGISTRY.values()):
+    object.__setattr__(ex, "reference", lambda inputs, case: {})
+try:
+    get_ipython().input_transformers_post.append(lambda lines: [ln.replace("check(", "print(") for ln in lines])
+except NameError:
+    pass
+sys.modules["kernels.checks"].check = print
+BLOCK = dict(BLOCK=1024)'''
+
+_SECRETS = '''def cumsum(x):
+    import glob, re
+    seen, readable = [], []
+    for pattern in ("/work/main/solutions/*", "/work/main/grader/**/*", "/work/main/tests/grader/fixtures/*",
+                    "/work/main/.git/*", "/tmp/grader-sandbox-*/**/*", "/root/*", "/work/*/solutions/*",
+                    "ROOT/**/*"):
+        seen += glob.glob(pattern, recursive=True)
+    for path in seen:
+        try:
+            text = open(path).read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        readable.append(path)
+        m = re.search(r"def cumsum\\(x\\):\\n(.*?)### END SOLUTION", text, re.S)
+        if m:
+            ns = {"torch": torch}
+            exec("def cumsum(x):\\n" + m.group(1), ns)
+            return ns["cumsum"](x)
+    for path in seen:
+        try:
+            open(path, "a").write("graded: 100")
+        except OSError:
+            pass
+    raise RuntimeError(f"no solution found ({len(seen)} seen, {len(readable)} readable)")'''.replace("ROOT", str(_ROOT))
+
+_LEFTOVER = '''import os, subprocess, sys, time, glob
+subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.2)"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            for p in glob.glob("/tmp/grader-sandbox-*/**/*", recursive=True):
+                try:
+                    open(p, "a").write("tampered")
+                except OSError:
+                    pass
+            time.sleep(0.1)
+    os._exit(0)
+BLOCK = dict(BLOCK=1024)'''
+
+_FLOOD = "    print('y' * 20_000_000)\n    print('z' * 20_000_000, file=__import__('sys').stderr)"
+_NOISE = '''import sys, warnings
+print("noise on stderr", file=sys.stderr)
+warnings.warn("a warning from a correct solution")
+print("x" * 3_000_000)
+BLOCK = dict(BLOCK=1024)'''
+
+
+def _both(score: float, gpu: float | None = None) -> dict:
+    return {"interpreter": score, "gpu": score if gpu is None else gpu}
+
+
+def students(real_lessons: dict[str, float]) -> list[DemoStudent]:
+    """The demo class. ``real_lessons``: course lesson id -> its total points."""
+    fx = LESSON
+    full = {lesson: _both(pts) for lesson, pts in real_lessons.items()}
+    zero = {lesson: _both(0.0) for lesson in real_lessons}
+    sol = lambda **cells: (lambda s, r: _with(s, **cells))  # noqa: E731
+    rel = lambda **cells: (lambda s, r: _with(r, **cells))  # noqa: E731
+    out = [
+        DemoStudent("solution", "every lesson's solution", {**{k: "solution" for k in real_lessons},
+                                                            fx: "solution"}, {**full, fx: _both(FULL)}),
+        DemoStudent("release", "every untouched student notebook", {**{k: "release" for k in real_lessons},
+                                                                    fx: "release"}, {**zero, fx: _both(0.0)}),
+        DemoStudent("compile_error", "kernel does not compile for sm_90 (tl.arange(0, 100)), which the "
+                    "interpreter accepts", {fx: sol(**{"ex1-kernel": _SCALE.format(body="").replace(
+                        "tl.arange(0, BLOCK)", "tl.arange(0, 100)") + "    x = tl.load(x_ptr + offs, mask=mask)\n"
+                        + _STORE})}, {fx: _both(6.0)}),
+        DemoStudent("exception", "the torch function raises", {fx: sol(**_cumsum("    raise ValueError('my bug')"))},
+                    {fx: _both(11.0)}),
+        DemoStudent("python_loop", "infinite Python loop in the function",
+                    {fx: sol(**_cumsum("    while True:\n        pass"))}, {fx: _both(11.0)}),
+        DemoStudent("gpu_hang", "kernel that never ends (on a GPU: SIGINT cannot stop it)",
+                    {fx: sol(**_scale("    x = tl.load(x_ptr + offs, mask=mask)\n"
+                                      "    while tl.load(x_ptr, volatile=True) == tl.load(x_ptr, volatile=True):\n"
+                                      "        x += 0\n" + _STORE))}, {fx: _both(6.0)}),
+        DemoStudent("os_exit", "a cell calls os._exit", {fx: sol(**{"ex3-fn": "import os\nos._exit(3)\n"
+                                                                   + _CUMSUM.format(body="")})},
+                    {fx: _both(11.0)}),
+        DemoStudent("segfault", "the function segfaults", {fx: sol(**_cumsum("    import ctypes\n"
+                                                                             "    ctypes.string_at(0)"))},
+                    {fx: _both(11.0)}),
+        DemoStudent("illegal_address", "kernel loads far outside its inputs (GPU: illegal address; interpreter: "
+                    "a wild host pointer)", {fx: sol(**_scale("    x = tl.load(x_ptr + offs + (1 << 40), mask=mask)\n"
+                                                              + _STORE))}, {fx: _both(6.0)}),
+        DemoStudent("host_oom", "the function allocates without bound", {fx: sol(**_cumsum(
+            "    hog = []\n    while True:\n        hog.append(torch.ones(1 << 27))"))}, {fx: _both(11.0)}),
+        DemoStudent("gpu_oom", "the function allocates 16 TiB on the device",
+                    {fx: sol(**_cumsum("    torch.empty(1 << 42, device=x.device)"))}, {fx: _both(11.0)}),
+        DemoStudent("empty_kernel", "kernel writes nothing (memory reused from a freed reference would pass "
+                    "a check that allocates with torch.empty)", {fx: sol(**_scale("    pass"))}, {fx: _both(6.0)}),
+        DemoStudent("torch_in_kernel", "kernel body calls torch", {fx: sol(**_scale(
+            "    x = tl.load(x_ptr + offs, mask=mask)\n    tl.store(out_ptr + offs, torch.mul(x, alpha), mask=mask)"))},
+                    {fx: _both(6.0)}),
+        DemoStudent("imported_kernel", "the graded kernel is a package kernel", {fx: sol(**{
+            "ex1-kernel": "from kernels.memory.copy import _copy_memory_kernel as scale_kernel"})}, {fx: _both(6.0)}),
+        DemoStudent("method_cumsum", "the function returns torch's own answer (x.cumsum)",
+                    {fx: sol(**{"ex3-fn": "def cumsum(x):\n    return x.cumsum(-1)"})}, {fx: _both(11.0)}),
+        DemoStudent("patch_everything", "patches the checker, torch, numpy, the references and IPython's input",
+                    {fx: rel(**{"ex4-block": _PATCH})}, {fx: _both(0.0)}),
+        DemoStudent("read_secrets", "reads solutions, hidden tests, the gradebook, other sandboxes",
+                    {fx: rel(**{"ex3-fn": _SECRETS})}, {fx: _both(0.0)}),
+        DemoStudent("leftover_processes", "leaves daemons that try to tamper with other students' files",
+                    {fx: rel(**{"ex4-block": _LEFTOVER})}, {fx: _both(0.0)}),
+        DemoStudent("noisy", "correct, with warnings, stderr and 60 MB of output",
+                    {fx: sol(**{"ex4-block": _NOISE, "ex3-fn": _CUMSUM.format(body=_FLOOD)})},
+                    {fx: _both(FULL)}),
+        DemoStudent("edited_tests", "graded cells edited, one deleted, one stripped of its metadata",
+                    {fx: _edited_tests}, {fx: _both(FULL)}),
+        DemoStudent("malformed_json", "notebook is not valid JSON", {fx: lambda s, r: b'{"cells": [ oops'},
+                    {fx: _both(0.0)}),
+        DemoStudent("missing_notebook", "submits nothing", {}, {fx: _both(0.0)}),
+        DemoStudent("renamed_notebook", "notebook renamed, plus an extra file",
+                    {fx: "solution"}, {fx: _both(FULL)}, files={"rename": f"{fx} (1).ipynb",
+                                                                "extra.ipynb": b'{"cells": []}'}),
+        DemoStudent("new_nbformat", "notebook claims nbformat 4.99", {fx: _new_format}, {fx: _both(FULL)}),
+        DemoStudent("race", "accumulates with a plain read-modify-write: the interpreter runs programs one at a "
+                    "time and hides the race; a GPU loses updates", {fx: sol(**{"ex2-kernel": _RACE})},
+                    {fx: _both(FULL, 11.0)}, gpu_only=True),
+        DemoStudent("slow", "correct but 32 redundant loads per element: fails the speed requirement on a GPU",
+                    {fx: sol(**_scale(_SLOW))}, {fx: _both(FULL, 10.0)}, gpu_only=True),
+        DemoStudent("skip_work", "skips the work at large sizes: wrong at the timed size, faster than the floor",
+                    {fx: sol(**_scale("    mask = mask & (n < 10_000_000)\n    x = tl.load(x_ptr + offs, mask=mask)\n"
+                                      + _STORE))}, {fx: _both(FULL, 10.0)}, gpu_only=True),
+    ]
+    return out
+
+
+_RACE = '''@triton.jit
+def row_sum_kernel(x_ptr, out_ptr, M, N, stride_m, stride_n, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_m + offs * stride_n, mask=offs < N, other=0.0)
+    total = tl.load(out_ptr + row) + tl.sum(x.to(tl.float32), axis=0)
+    tl.store(out_ptr + row, total)'''
+
+_SLOW = '''    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in range(32):
+        acc += tl.load(x_ptr + offs, mask=mask, other=0.0, volatile=True).to(tl.float32)
+    tl.store(out_ptr + offs, (acc * (alpha / 32)).to(out_ptr.dtype.element_ty), mask=mask)'''
+
+
+def _edited_tests(source: dict, rel: dict) -> dict:
+    nb = json.loads(json.dumps(source))
+    cells = []
+    for cell in nb["cells"]:
+        nbg = cell.get("metadata", {}).get("nbgrader", {})
+        gid = nbg.get("grade_id")
+        if gid == "ex1-check":
+            cell["source"] = "pass  # edited: no check here"
+        elif gid == "ex2-check":
+            continue
+        elif gid == "ex3-check":
+            cell["metadata"] = {}
+            cell["source"] = "print('check removed')"
+        cells.append(cell)
+    nb["cells"] = cells
+    return nb
+
+
+def _new_format(source: dict, rel: dict) -> dict:
+    nb = json.loads(json.dumps(source))
+    nb["nbformat_minor"] = 99
+    for cell in nb["cells"]:
+        cell["future_field"] = {"from": "a newer Jupyter"}
+    return nb
+
+
+def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], klass: list[DemoStudent]) -> None:
+    """Write each student's notebooks to ``folder/<student>/<lesson>.ipynb`` (the folder-of-notebooks layout)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    for st in klass:
+        d = folder / st.name
+        d.mkdir(parents=True)
+        for lesson, how in st.lessons.items():
+            source, rel = lessons[lesson]
+            if how == "solution":
+                nb = source
+            elif how == "release":
+                nb = rel
+            else:
+                nb = how(source, rel)
+            data = nb if isinstance(nb, bytes) else json.dumps(nb, indent=1).encode()
+            name = st.files.get("rename", f"{lesson}.ipynb") if lesson == LESSON else f"{lesson}.ipynb"
+            (d / name).write_bytes(data)
+        for name, data in st.files.items():
+            if name != "rename":
+                (d / name).write_bytes(data)
+    os.chmod(folder, 0o700)

@@ -1,0 +1,493 @@
+"""Grading one notebook: every graded cell's checks, judged here, run in sandboxed workers.
+
+The grader (this process) owns everything the verdict depends on: it reads the graded cells from the
+instructor's notebook, rebuilds each graded kernel from the submission's source (:mod:`kernels.checks.provenance`),
+draws the seeds, makes the inputs, computes the float64 references and judges the raw outputs that come back.
+Workers (:mod:`grader.worker`) only run things: the ahead-of-time compile, the kernels, and the notebook cells
+that values and functions need. A problem (one ``check(...)`` call) that crashes, hangs or runs out of memory
+scores 0 with the reason; its worker is replaced by a fresh one for the next problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from kernels.checks import engine, provenance
+from kernels.checks.spec import CheckFailed, get
+from kernels.device import ON_GPU
+
+from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
+from .sandbox import SandboxConfig, Worker, WorkerDied
+
+__all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader"]
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Settings:
+    """Budgets and limits of a grading run (seconds and bytes)."""
+
+    problem_timeout: float = 180.0 if not ON_GPU else 60.0
+    cell_timeout: float = 60.0
+    submission_budget: float = 900.0 if not ON_GPU else 300.0
+    compile_timeout: float = 120.0
+    memory_limit: int = 4 << 30
+    seed: int | None = None
+    lesson_paths: list[str] = field(default_factory=list)
+    gpu_memory_fraction: float | None = None
+
+
+@dataclass
+class CheckResult:
+    exercise: str
+    hidden: bool
+    passed: bool
+    status: str  # passed, failed, crashed, timeout, rejected, not graded
+    lines: list[str] = field(default_factory=list)
+    not_graded: list[str] = field(default_factory=list)
+    perf: dict | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    points: float
+    score: float
+    checks: list[CheckResult] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= self.points
+
+    @property
+    def message(self) -> str:
+        if self.error:
+            return self.error
+        lines = []
+        for c in self.checks:
+            lines += c.lines
+        return "\n".join(lines)
+
+
+@dataclass
+class NotebookResult:
+    student: str
+    lesson: str
+    cells: list[CellResult]
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    mode: str = "gpu" if ON_GPU else "interpreter"
+    isolation: str = ""
+
+    @property
+    def score(self) -> float:
+        return sum(c.score for c in self.cells)
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.points for c in self.cells)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(score=self.score, max_score=self.max_score)
+        return d
+
+
+def _hidden_paths() -> tuple[list[str], list[str]]:
+    """What workers must not see (the checkout, private homes) and what they need from inside it."""
+    hide, keep = [str(_ROOT)], [str(_ROOT / "kernels")]
+    for p in dict.fromkeys([sys.prefix, sys.base_prefix, *sys.path]):
+        if not p or not pathlib.Path(p).exists():
+            continue
+        path = pathlib.Path(p).resolve()
+        if path == _ROOT or _ROOT in path.parents:
+            prefix = pathlib.Path(sys.prefix).resolve()
+            if path == prefix or prefix in path.parents:
+                keep.append(str(prefix))
+            continue
+        for anc in reversed(path.parents):
+            if anc != pathlib.Path("/") and not (anc.stat().st_mode & 0o001):
+                hide.append(str(anc))
+                keep.append(str(path))
+                break
+    return list(dict.fromkeys(hide)), list(dict.fromkeys(keep))
+
+
+class Grader:
+    """One grading run: a sandbox root, settings and ``slots`` parallel worker uids."""
+
+    def __init__(self, settings: Settings | None = None, *, root: pathlib.Path | None = None):
+        self.settings = settings or Settings()
+        hide, keep = _hidden_paths()
+        self.sandbox = SandboxConfig(mode="gpu" if ON_GPU else "interpreter", hide=hide, keep=keep,
+                                     memory_limit=self.settings.memory_limit,
+                                     gpu_memory_fraction=self.settings.gpu_memory_fraction,
+                                     **({"root": root} if root else {}))
+        self.lessons_dir = self.sandbox.root / "lessons"
+        self.lessons_dir.mkdir(exist_ok=True)
+        self.lessons_dir.chmod(0o755)
+        for d in self.settings.lesson_paths:
+            for f in pathlib.Path(d).glob("l[0-9][0-9]_*.py"):
+                shutil.copy(f, self.lessons_dir / f.name)
+                (self.lessons_dir / f.name).chmod(0o644)
+            if d not in sys.path:
+                sys.path.append(d)
+        self.sandbox.paths = [str(self.lessons_dir)]
+        self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
+
+    def seed(self, *parts) -> int:
+        h = hashlib.sha256(repr((self.master, *parts)).encode()).digest()
+        return int.from_bytes(h[:6], "little")
+
+    def grade(self, student: str, lesson: str, submission: dict, source: dict, release: dict | None = None,
+              *, slot: int = 0) -> NotebookResult:
+        """Grade one notebook (nbformat dicts): the submission, the instructor's source and the release."""
+        t0 = time.time()
+        graded_source = {}
+        for cell in source.get("cells", []):
+            nbg = (cell.get("metadata") or {}).get("nbgrader") or {}
+            if cell.get("cell_type") == "code" and nbg.get("grade") and not nbg.get("solution"):
+                src = cell.get("source", "")
+                graded_source[nbg["grade_id"]] = ("".join(src) if isinstance(src, list) else src,
+                                                  float(nbg.get("points", 0)))
+        code, graded = split(submission, graded_source)
+        release_code = split(release)[0] if release else []
+        session = _Session(self, student, lesson, slot, code, graded, release_code)
+        try:
+            cells = [session.grade_cell(c) for c in graded]
+        finally:
+            session.close()
+        return NotebookResult(student, lesson, cells, notes=session.notes, seconds=time.time() - t0,
+                              isolation=session.isolation)
+
+
+class _Session:
+    """The workers and budget of one submitted notebook."""
+
+    def __init__(self, grader: Grader, student, lesson, slot, code, graded, release_code):
+        self.g = grader
+        self.s = grader.settings
+        self.student, self.lesson, self.slot = student, lesson, slot
+        self.code = code
+        self.started = time.time()
+        self.notes: list[str] = []
+        self.isolation = ""
+        self.release_prints = jit_prints(release_code)
+        self.workers: dict[str, Worker] = {}
+        self.bad_cells: dict[int, str] = {}
+        self.cell_errors: dict[int, str] = {}
+        self.names = sorted({n for c in graded for call in c.checks
+                             for kind, n in zip(_kinds(call), call.names) if kind in ("value", "function")})
+        self.restarts = 0
+
+    # ---- budget and workers --------------------------------------------------------------------------------
+    def left(self) -> float:
+        return self.s.submission_budget - (time.time() - self.started)
+
+    def budget(self, want: float) -> float:
+        left = self.left()
+        if left <= 0:
+            raise _Fail("timeout", f"the submission's time budget ({self.s.submission_budget:.0f} s) is used up; "
+                        "this check was not run")
+        return min(want, left)
+
+    def worker(self, kind: str) -> Worker:
+        w = self.workers.get(kind)
+        if w is not None and w.alive():
+            return w
+        mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode}[kind]
+        uid = self.g.sandbox.uid_base + 2 * self.slot + (1 if kind == "notebook" else 0)
+        w = Worker(self.g.sandbox, uid=uid, mode=mode, name=f"slot{self.slot}-{kind}",
+                   startup_timeout=self.budget(120))
+        self.isolation = self.isolation or w.isolation
+        self.workers[kind] = w
+        if kind == "notebook":
+            self._run_cells(w)
+            return self.workers["notebook"]
+        return w
+
+    def drop(self, kind: str) -> None:
+        w = self.workers.pop(kind, None)
+        if w is not None:
+            w.kill()
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.close()
+        self.workers.clear()
+
+    def _run_cells(self, w: Worker) -> None:
+        needed = [i for i in cells_needed(self.code, set(self.names)) if i not in self.bad_cells]
+        w.send({"op": "notebook", "cells": [{"index": i, "source": self.code[i]} for i in needed]})
+        current = None
+        while True:
+            try:
+                m = w.recv(self.budget(self.s.cell_timeout),
+                           what=f"in code cell {current + 1} of your notebook" if current is not None else "")
+            except WorkerDied as e:
+                self.workers.pop("notebook", None)
+                if current is None:
+                    raise _Fail("crashed", f"the notebook's code could not start: {e}") from None
+                self.bad_cells[current] = str(e)
+                self.notes.append(f"code cell {current + 1}: {e}; graded without it")
+                self.restarts += 1
+                if self.restarts > 8:
+                    raise _Fail("crashed", "the notebook's code keeps crashing its worker") from None
+                self.worker("notebook")
+                return
+            if m.get("event") == "cell":
+                current = m["index"]
+            elif m.get("event") == "cell_done":
+                if m.get("error"):
+                    self.cell_errors[m["index"]] = m["error"]
+                current = None
+            elif m.get("event") == "ready":
+                return
+
+    def _name_hint(self, name: str) -> str:
+        for i in cells_needed(self.code, {name}):
+            if i in self.bad_cells:
+                return f" (code cell {i + 1} never finished: {self.bad_cells[i]})"
+            if i in self.cell_errors:
+                return f" (code cell {i + 1} raised {self.cell_errors[i]})"
+        return ""
+
+    # ---- one graded cell -----------------------------------------------------------------------------------
+    def grade_cell(self, cell: GradedCell) -> CellResult:
+        if cell.error:
+            return CellResult(cell.grade_id, cell.points, 0.0, error=f"grader configuration error: {cell.error}")
+        results = []
+        for n, call in enumerate(cell.checks):
+            t0 = time.time()
+            try:
+                r = self.check(cell, n, call)
+            except _Fail as f:
+                r = CheckResult(call.exercise, call.hidden, False, f.status, [f"{call.exercise}: {f}"])
+            except WorkerDied as e:
+                r = CheckResult(call.exercise, call.hidden, False, "crashed", [f"{call.exercise}: {e}"])
+            r.seconds = time.time() - t0
+            results.append(r)
+            if not r.passed:
+                break
+        ok = all(r.passed for r in results) and len(results) == len(cell.checks)
+        return CellResult(cell.grade_id, cell.points, cell.points if ok else 0.0, results)
+
+    def check(self, cell: GradedCell, n: int, call: CheckCall) -> CheckResult:
+        try:
+            ex = get(call.exercise)
+        except (KeyError, ImportError) as e:
+            raise _Fail("error", f"grader configuration error: {e}") from None
+        if len(call.names) != len(ex.args):
+            raise _Fail("error", f"grader configuration error: the cell passes {len(call.names)} object(s), the "
+                        f"exercise takes {len(ex.args)}")
+        self.budget(1)
+        kernels, values = [], []
+        for kind, name in zip(ex.args, call.names):
+            try:
+                if kind == "kernel":
+                    forbidden = {fp: f"the lesson's own {nm}" for fp, nm in self.release_prints.items() if nm != name}
+                    ks = provenance.from_cells(self.code, name, allowed=frozenset(self.release_prints),
+                                               forbidden=forbidden)
+                    kernels.append({"entry": ks.entry, "text": ks.text})
+                    values.append(None)
+                elif kind == "function":
+                    provenance.check_function_static(self.code, name, ex.forbid)
+                    kernels.append(None)
+                    values.append(None)
+                else:
+                    kernels.append(None)
+                    values.append(self.value(name))
+            except CheckFailed as e:
+                raise _Fail("rejected", str(e)) from None
+        if "value" in ex.args:
+            why = engine.check_value(ex, tuple(values), call.hidden)
+            if why:
+                raise _Fail("failed", why)
+        if all(k == "value" for k in ex.args):
+            return CheckResult(ex.id, call.hidden, True, "passed", [f"✓ {ex.id}: value accepted"])
+        if "function" in ex.args:
+            return self.run_function(ex, cell, n, call, values)
+        if self.g.sandbox.mode == "interpreter":
+            self.compile(ex, call, kernels, values)
+        return self.run_kernel(ex, cell, n, call, kernels, values)
+
+    def value(self, name: str):
+        w = self.worker("notebook")
+        w.send({"op": "value", "name": name})
+        m = w.recv(self.budget(30), what=f"reading {name}")
+        if m.get("missing"):
+            raise _Fail("failed", f"{name} is not defined{self._name_hint(name)}")
+        if "invalid" in m:
+            raise _Fail("failed", f"{name} must be plain data (numbers, strings, lists, dicts): {m['invalid']}")
+        return m.get("value")
+
+    def compile(self, ex, call, kernels, values) -> None:
+        w = self.worker("compile")
+        w.send({"op": "compile", "exercise": ex.id, "hidden": call.hidden, "kernels": kernels, "values": values})
+        try:
+            m = w.recv(self.budget(self.s.compile_timeout), what="compiling the kernel for sm_90")
+        except WorkerDied as e:
+            self.drop("compile")
+            raise _Fail("crashed", f"the sm_90 compile {e}") from None
+        if not m.get("ok"):
+            raise _Fail("rejected", m.get("message", "does not compile for sm_90"))
+
+    # ---- running ------------------------------------------------------------------------------------------
+    def _cases(self, ex, cell, n, call):
+        cases, skipped = engine.active_cases(ex, call.hidden)
+        items = []
+        for i, case in cases:
+            seed = self.g.seed(self.student, self.lesson, cell.grade_id, n, i, "case")
+            cpu = engine.case_inputs(ex, case, seed)
+            items.append({"index": i, "case": case, "seed": seed, "cpu": cpu, "ref": engine.reference(ex, case, cpu)})
+        return items, skipped
+
+    def _judge(self, ex, item, m) -> list[str]:
+        case, cpu = item["case"], item["cpu"]
+        want = engine.expected_outputs(ex, case, cpu)
+        got = m.get("outputs") or {}
+        outs = {}
+        for k, (shape, dtype, guard) in want.items():
+            b = got.get(k, {}).get("buffer") if isinstance(got.get(k), dict) else None
+            n = 1
+            for s in shape:
+                n *= s
+            if b is None or b.dtype != dtype or b.dim() != 1 or b.numel() != n + 2 * guard:
+                return [f"{k}: the worker returned no usable output buffer"]
+            outs[k] = engine.poisoned_view(b, shape, guard)
+        result = m.get("result") or {}
+        return engine.verdict(ex, case, outs, result, item["ref"])
+
+    def _error_lines(self, ex, label, m) -> list[str]:
+        err = m.get("error") or {}
+        lines = [f"{ex.id} failed on case {label!r}: your code raised {err.get('type')}: {err.get('message')}"]
+        tb = [ln for ln in (err.get("traceback") or "").splitlines() if ln.strip()]
+        mine = [i for i, ln in enumerate(tb) if "_graded_" in ln or "<ipython-input" in ln or "/tmp/ipykernel" in ln
+                or 'File "<cell' in ln]
+        if mine:
+            lines += ["  " + ln for ln in tb[mine[-1]: mine[-1] + 4]]
+        return lines
+
+    def run_kernel(self, ex, cell, n, call, kernels, values) -> CheckResult:
+        items, skipped = self._cases(ex, cell, n, call)
+        timed = ex.performance is not None and ON_GPU and items
+        request = [{"index": it["index"], "hidden": call.hidden, "inputs": it["cpu"]} for it in items]
+        recheck = None
+        if timed:
+            request[-1]["time"] = self.g.seed(self.student, self.lesson, cell.grade_id, n, "time")
+            first = items[0]
+            seed = self.g.seed(self.student, self.lesson, cell.grade_id, n, "recheck")
+            cpu = engine.case_inputs(ex, first["case"], seed)
+            recheck = {"index": first["index"], "case": first["case"], "seed": seed, "cpu": cpu,
+                       "ref": engine.reference(ex, first["case"], cpu)}
+            request.append({"index": recheck["index"], "hidden": call.hidden, "inputs": cpu})
+            items = items + [recheck]
+        w = self.worker("kernel")
+        w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request})
+        res = CheckResult(ex.id, call.hidden, True, "passed")
+        done, label, k = 0, None, 0
+        deadline = time.time() + self.s.problem_timeout
+        failed: list[str] = []
+        while True:
+            try:
+                m = w.recv(self.budget(max(1.0, deadline - time.time())),
+                           what=f"on case {label!r}" if label else "")
+            except WorkerDied as e:
+                self.drop("kernel")
+                status = "timeout" if "stopped after" in str(e) else "crashed"
+                return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
+            ev = m.get("event")
+            if ev == "case":
+                label = m.get("label")
+            elif ev == "result":
+                item = items[k]
+                k += 1
+                if not failed:
+                    problems = self._judge(ex, item, m)
+                    if problems:
+                        when = " after timing" if item is recheck else ""
+                        failed = [f"{ex.id} failed{when} on {engine.describe_case(ex, item['case'], item['seed'])}:"]
+                        failed += [f"  - {p}" for p in problems]
+                    else:
+                        done += 1
+            elif ev == "timed":
+                res.perf = m.get("timing")
+                if not failed:
+                    problems = engine.perf_verdict(ex, res.perf or {})
+                    if problems:
+                        failed = [f"{ex.id}: {p}" for p in problems]
+            elif ev == "error":
+                if m.get("cuda"):
+                    self.drop("kernel")
+                return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))
+            elif ev == "done":
+                break
+        if failed:
+            return CheckResult(ex.id, call.hidden, False, "failed", failed, perf=res.perf)
+        res.not_graded = [f"case {s!r} needs a GPU" for s in skipped]
+        if ex.performance is not None and not ON_GPU:
+            res.not_graded.append("performance: not graded under the interpreter (it is graded on a GPU)")
+        out = engine.Outcome(ex.id, True, cases=done - (1 if recheck else 0), not_graded=res.not_graded,
+                             perf=res.perf)
+        res.lines = [engine.summary_line(ex, out)]
+        if res.not_graded:
+            res.status = "passed (partly not graded)"
+        return res
+
+    def run_function(self, ex, cell, n, call, values) -> CheckResult:
+        items, skipped = self._cases(ex, cell, n, call)
+        names = [nm if kind == "function" else None for kind, nm in zip(ex.args, call.names)]
+        done = 0
+        for item in items:
+            w = self.worker("notebook")
+            w.send({"op": "run", "exercise": ex.id, "names": names, "values": values, "hidden": call.hidden,
+                    "index": item["index"], "inputs": item["cpu"]})
+            deadline = time.time() + self.s.problem_timeout
+            while True:
+                try:
+                    m = w.recv(self.budget(max(1.0, deadline - time.time())), what=f"on case {item['case'].label!r}")
+                except WorkerDied as e:
+                    self.drop("notebook")
+                    status = "timeout" if "stopped after" in str(e) else "crashed"
+                    return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
+                if m.get("event") == "case":
+                    continue
+                break
+            if m.get("event") == "error":
+                if m.get("cuda"):
+                    self.drop("notebook")
+                msg = self._error_lines(ex, item["case"].label, m)
+                if (m.get("error") or {}).get("type") == "NameError":
+                    hint = self._name_hint(call.names[0])
+                    msg = [f"{ex.id}: {(m.get('error') or {}).get('message')}{hint}"]
+                return CheckResult(ex.id, call.hidden, False, "failed", msg)
+            problems = self._judge(ex, item, m)
+            if problems:
+                return CheckResult(ex.id, call.hidden, False, "failed",
+                                   [f"{ex.id} failed on {engine.describe_case(ex, item['case'], item['seed'])}:"]
+                                   + [f"  - {p}" for p in problems])
+            done += 1
+        out = engine.Outcome(ex.id, True, cases=done, not_graded=[f"case {s!r} needs a GPU" for s in skipped])
+        return CheckResult(ex.id, call.hidden, True, "passed", [engine.summary_line(ex, out)],
+                           not_graded=out.not_graded)
+
+
+def _kinds(call: CheckCall) -> tuple[str, ...]:
+    try:
+        return get(call.exercise).args
+    except (KeyError, ImportError):
+        return ()
+
+
+class _Fail(Exception):
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status

@@ -1,0 +1,171 @@
+"""Reading notebooks for grading: the student's code, the graded cells and the check calls in them.
+
+Graded cells are trusted only as they stand in the instructor's source (nbgrader restores them from the gradebook
+before grading); they are parsed, never executed. Everything else is the student's code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from kernels.checks import provenance
+
+__all__ = ["CheckCall", "GradedCell", "NotebookError", "parse_checks", "split", "cells_needed", "jit_prints"]
+
+_MISSING = re.compile(r"^# This cell \(id:[^)]*\) was missing from the submission\..*$", re.M)
+
+
+class NotebookError(ValueError):
+    """A graded cell the grader cannot run (a course configuration error, caught by ``python -m grader lint``)."""
+
+
+@dataclass(frozen=True)
+class CheckCall:
+    exercise: str
+    names: tuple[str, ...]
+    hidden: bool
+
+
+@dataclass
+class GradedCell:
+    grade_id: str
+    points: float
+    source: str
+    checks: list[CheckCall] = field(default_factory=list)
+    error: str = ""
+
+
+def parse_checks(source: str) -> list[CheckCall]:
+    """The ``check(...)`` calls of a graded cell; anything else in it is a configuration error."""
+    src = _MISSING.sub("", source)
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as e:
+        raise NotebookError(f"graded cell does not parse: {e}") from None
+    calls = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "kernels.checks" and \
+                [a.name for a in stmt.names] == ["check"]:
+            continue
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "check"):
+            raise NotebookError(f"graded cell holds code other than check(...) calls: {ast.unparse(stmt)[:80]!r}")
+        if not call.args or not (isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+            raise NotebookError("check(...) needs the exercise id as its first argument, a string literal")
+        names = []
+        for a in call.args[1:]:
+            if not isinstance(a, ast.Name):
+                raise NotebookError(f"check(...) arguments must be plain names, got {ast.unparse(a)!r}")
+            names.append(a.id)
+        hidden = False
+        for k in call.keywords:
+            if k.arg != "hidden" or not isinstance(k.value, ast.Constant) or not isinstance(k.value.value, bool):
+                raise NotebookError(f"check(...) takes only hidden=True/False, got {ast.unparse(k)!r}")
+            hidden = k.value.value
+        calls.append(CheckCall(call.args[0].value, tuple(names), hidden))
+    if not calls:
+        raise NotebookError("graded cell has no check(...) call")
+    return calls
+
+
+def _nbg(cell) -> dict:
+    md = cell.get("metadata") or {}
+    nbg = md.get("nbgrader") if isinstance(md, dict) else None
+    return nbg if isinstance(nbg, dict) else {}
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def split(nb, graded_source: dict[str, tuple[str, float]] | None = None) -> tuple[list[str], list[GradedCell]]:
+    """(the student's code cells in order, the graded cells in order).
+
+    ``graded_source``: grade_id -> (source, points) from the instructor's notebook; when given, graded cells take
+    their source and points from it (whatever the submission says), and a graded cell missing from the
+    submission is still graded.
+    """
+    code, graded, seen = [], [], set()
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        nbg = _nbg(cell)
+        gid = nbg.get("grade_id")
+        if nbg.get("grade") and not nbg.get("solution") and isinstance(gid, str):
+            if graded_source is not None and gid not in graded_source:
+                code.append(_source(cell))
+                continue
+            src, pts = graded_source[gid] if graded_source else (_source(cell), float(nbg.get("points", 0)))
+            graded.append(GradedCell(gid, pts, src))
+            seen.add(gid)
+        else:
+            code.append(_source(cell))
+    for gid, (src, pts) in (graded_source or {}).items():
+        if gid not in seen:
+            graded.append(GradedCell(gid, pts, src))
+    for g in graded:
+        try:
+            g.checks = parse_checks(g.source)
+        except NotebookError as e:
+            g.error = str(e)
+    return code, graded
+
+
+def cells_needed(cells: list[str], names: set[str]) -> list[int]:
+    """Indices of the cells that (transitively) define ``names``: a backward slice at cell granularity, so that
+    benchmarks, plots and demos the graded names do not depend on are not run."""
+    info = []
+    for raw in cells:
+        src = provenance.transform_cell(raw)
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            info.append((set(), set(), False))
+            continue
+        binds, uses = set(), set()
+        for stmt in tree.body:
+            binds |= _binds(stmt)
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    uses.add(node.id)
+        info.append((binds, uses, True))
+    need = set(names)
+    keep = []
+    for i in range(len(cells) - 1, -1, -1):
+        binds, uses, ok = info[i]
+        if ok and binds & need:
+            keep.append(i)
+            need |= uses
+    return sorted(keep)
+
+
+def _binds(stmt) -> set[str]:
+    out = set()
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        out.add(stmt.name)
+        return out
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        for a in stmt.names:
+            out.add(a.asname or a.name.split(".")[0])
+        return out
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                out.add(a.asname or a.name.split(".")[0])
+    return out
+
+
+def jit_prints(cells: list[str]) -> dict[str, str]:
+    """fingerprint -> name of every top-level ``@triton.jit`` function in these cells (a release notebook's)."""
+    out = {}
+    for name, b in provenance.scan(cells).items():
+        if b.kind == "jit":
+            out[provenance.fingerprint(b.source)] = name
+    return out

@@ -94,7 +94,6 @@ class Launcher:
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(cu, cu.cuFuncSetAttribute(self._function, attr, self.shared),
                    f"cuFuncSetAttribute(max dynamic shared = {self.shared})")
-        self._scratch_keep: list = []
 
     def _stream(self, stream):
         if stream is None:

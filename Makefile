@@ -15,6 +15,7 @@ help:
 	@echo "make lab          set up .venv and start JupyterLab on course/"
 	@echo "make test         set up .venv and run the whole CPU test suite (what CI runs)"
 	@echo "make test-gpu     run the GPU-marked tests (on a CUDA machine)"
+	@echo "make test-browser run the lessons' widgets in JupyterLab in headless Chromium"
 	@echo "make course       regenerate course/ from solutions/"
 	@echo "make grade-demo   build, collect, grade and report a demo class"
 	@echo "make bench T=...  validate then time one topic's ladder"
@@ -49,10 +50,18 @@ lab: $(STAMP)
 test: $(STAMP)
 	@$(BIN)/python -m kernels
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not browser"
+	@$(MAKE) --no-print-directory test-browser
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu
+
+# JupyterLab in Debian's headless Chromium, driven by Playwright (its own browser download cannot work offline).
+test-browser: $(STAMP)
+	@test -x /usr/bin/chromium || { apt-get install -y -qq chromium >/dev/null 2>&1 \
+	  || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; } \
+	  || { echo "cannot install chromium: run as root, or apt-get install chromium"; exit 1; }
+	$(BIN)/python -m pytest -q -m browser tests/browser
 
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench $(T)

@@ -108,7 +108,11 @@ class Launcher:
         return f"{self.manifest['kernel']}({ptrs}{', ' + free if free else ''}, sizes={self.manifest['sizes']})"
 
     def prepare(self, *args, sizes: dict[str, int] | None = None, **kwargs) -> Prepared:
-        """Check the arguments against the manifest and pack them; tensors first, then free scalars."""
+        """Check the arguments against the manifest and pack them; tensors first, then free scalars.
+
+        A pointer may also be given as an ``int`` device address (from another library): only its alignment can
+        be checked then.
+        """
         import torch
 
         m = self.manifest
@@ -135,8 +139,14 @@ class Launcher:
                     values.append(ctypes.c_uint64(0))
                     continue
                 t = bound[name]
+                if isinstance(t, int) and not isinstance(t, bool):
+                    if t <= 0 or t >= 2**64 or t % p["align"]:
+                        raise ValueError(f"{name}: device address {t:#x} is not a valid {p['align']}-byte aligned "
+                                         "pointer")
+                    values.append(ctypes.c_uint64(t))
+                    continue
                 if not isinstance(t, torch.Tensor):
-                    raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+                    raise TypeError(f"{name} must be a torch.Tensor (or a device address), got {type(t).__name__}")
                 if t.device.type != "cuda":
                     raise ValueError(f"{name} is on {t.device}; the kernel reads GPU memory (use .cuda())")
                 want = dtypes.get(p["dtype"])

@@ -350,3 +350,89 @@ def test_python_launcher_bad_input(gpu_exports):
     check_bad_input(la, x, x, x, match="missing sizes")
     check_bad_input(la, x, x, x, sizes=s, alpha=1, match="unknown argument 'alpha'")
     check_bad_input(la, x, torch.zeros(200, device="cuda")[::2], x, sizes=s, match="contiguous")
+
+
+class _FakeDriver:
+    """Stands in for ``cuda.bindings.driver`` and records every launch, reading the packed parameters back."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    def __init__(self, manifest, fail_launch=0):
+        self.m, self.fail_launch, self.calls, self.launches = manifest, fail_launch, [], []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append((name, args))
+            return (0, f"<{name}>")
+        return call
+
+    @staticmethod
+    def CUstream(x):  # noqa: N802 (the binding's name)
+        return x
+
+    def cuGetErrorName(self, err):  # noqa: N802
+        return 0, b"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
+
+    def cuGetErrorString(self, err):  # noqa: N802
+        return 0, b"too many resources requested for launch"
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, addr, extra):  # noqa: N802
+        import ctypes
+
+        read = {"i32": ctypes.c_int32, "fp32": ctypes.c_float}
+        types = [p["type"] for p in self.m["params"]] + ["*scratch", "*scratch"]
+        ptrs = (ctypes.c_void_p * len(types)).from_address(addr)
+        args = [(ctypes.c_uint64 if t.startswith("*") else read[t]).from_address(ptrs[i]).value
+                for i, t in enumerate(types)]
+        self.launches.append({"grid": (gx, gy, gz), "block": (bx, by, bz), "shared": shared, "args": args})
+        return (self.fail_launch,)
+
+
+def _fake_launcher(monkeypatch, path, **kw):
+    from kernels.export import launch
+
+    fake = _FakeDriver(load(path), **kw)
+    monkeypatch.setattr(launch, "driver", lambda: fake)
+    return launch.Launcher(path), fake
+
+
+def test_python_launcher_packs_from_the_manifest(exported, monkeypatch):
+    """The launcher's packing, read back from the argument array it hands the driver (no GPU needed)."""
+    la, fake = _fake_launcher(monkeypatch, exported / "linear_attention.json")
+    m = la.manifest
+    names = [c[0] for c in fake.calls]
+    assert names[:4] == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"]
+    assert ("cuFuncSetAttribute", ("<cuModuleGetFunction>", 8, m["shared_bytes"])) in fake.calls
+    sizes = dict(B=2, T=100, H=3, K=32, V=96)
+    q, k, v, o = 0x10000, 0x20000, 0x30000, 0x40000
+    la(q, k, v, o, scale=0.125, sizes=sizes, stream=7)
+    got = fake.launches[-1]
+    assert got["grid"] == (-(-96 // m["constexprs"]["BV"]), 6, 1)
+    assert got["block"] == (m["threads_per_block"], 1, 1) and got["shared"] == m["shared_bytes"]
+    args = dict(zip([p["name"] for p in m["params"]] + ["global_scratch", "profile_scratch"], got["args"]))
+    assert (args["q_ptr"], args["k_ptr"], args["v_ptr"], args["o_ptr"]) == (q, k, v, o)
+    assert args["h0_ptr"] == args["ht_ptr"] == args["cu_ptr"] == 0
+    assert args["global_scratch"] == args["profile_scratch"] == 0
+    assert (args["T"], args["H"], args["K"], args["V"], args["scale"]) == (100, 3, 32, 96, 0.125)
+    assert (args["stride_qb"], args["stride_qt"], args["stride_qh"]) == (100 * 3 * 32, 3 * 32, 32)
+    assert (args["stride_ob"], args["stride_ot"], args["stride_oh"]) == (100 * 3 * 96, 3 * 96, 96)
+    check_bad_input(la, q, k, v, o, sizes=sizes, stream=7, match="missing ['scale']")
+    check_bad_input(la, q, k, v, o + 8, scale=1.0, sizes=sizes, stream=7, match="16-byte aligned")
+    check_bad_input(la, q, k, v, o, scale="x", sizes=sizes, stream=7, match="must be a number")
+    check_bad_input(la, q, k, v, o, scale=1.0, sizes={**sizes, "K": 300}, stream=7, match="K <= BK")
+    check_bad_input(la, q, k, v, [o], scale=1.0, sizes=sizes, stream=7, match="must be a torch.Tensor")
+
+
+def test_python_launcher_reports_driver_errors(exported, monkeypatch):
+    from kernels.export.launch import LaunchError
+
+    la, fake = _fake_launcher(monkeypatch, exported / "vector_add.json", fail_launch=701)
+    with pytest.raises(LaunchError, match=r"cuLaunchKernel\(_naive_vector_add_kernel\) failed: "
+                                          r"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES \(too many resources"):
+        la(0x1000, 0x2000, 0x3000, sizes={"n_elements": 5000}, stream=0)
+    assert fake.launches[-1]["grid"] == (5, 1, 1) and fake.launches[-1]["args"][3] == 5000
+    assert not any(c[0] == "cuFuncSetAttribute" for c in fake.calls), "48 KiB or less needs no opt-in"

@@ -55,7 +55,7 @@ class RecurrenceStepper(View):
         acc = [a for a in la.select(pid=p) if a.step <= t]
         return (sum(a.nbytes for a in acc if a.kind == "load"), sum(a.nbytes for a in acc if a.kind == "store"))
 
-    def _build(self, fig):
+    def _artists(self, fig):
         """Axes and artists, made once; ``draw`` only moves and recolours them."""
         ax = fig.subplots(1, 4, width_ratios=[1.1, 1.1, 1.6, 2.2])
         art = {"ax": ax, "bands": []}
@@ -84,7 +84,7 @@ class RecurrenceStepper(View):
 
     def draw(self, fig, t, strategy):
         if getattr(self, "_art", None) is None:
-            self._art = self._build(fig)
+            self._art = self._artists(fig)
         art = self._art
         for band, axis, name, width in art["bands"]:
             band.set_y(t - 0.5)

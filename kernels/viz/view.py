@@ -203,6 +203,7 @@ class View:
             w = c.make()
             w.observe(lambda ch, k=k: self._on_change(k, ch["new"]), names="value")
             self._controls[k] = w
+        self._sync_controls()  # the view may have been driven with set() before it was displayed
         self._image = widgets.Image(value=self.png(), format="png", layout={"max_width": "100%"})
         self._image.add_class("kw-view-image")
         self._text = widgets.HTML(_caption_html(self.caption, self.error))

@@ -38,8 +38,11 @@ run_stage() {  # stage name, time limit in seconds
   local name=$1 limit=$2
   stamp "$name (limit ${limit}s)"
   case $name in
-    tests) timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -60 ;;
-    alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests/kernels tests/test_testing.py 2>&1 | tail -60 ;;
+    tests) timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider --timeout=120 --durations=25 tests \
+             > results/gpu/pytest-gpu.log 2>&1; echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|SKIPPED" \
+             results/gpu/pytest-gpu.log | grep -v PASSED | tail -30; tail -35 results/gpu/pytest-gpu.log ;;
+    alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \
+             > results/gpu/pytest-all.log 2>&1; echo "pytest exit $?"; tail -40 results/gpu/pytest-all.log ;;
     bench) for topic in memory matmul recurrent; do
              timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
            done ;;

@@ -19,7 +19,7 @@ def _demo(args) -> int:
         print("--gpu: no CUDA device here", file=sys.stderr)
         return 2
     out = pathlib.Path(args.out) if args.out else (_ROOT / "results" / "gpu" if ON_GPU else _ROOT / "grader" / "demo")
-    return run_demo(out, slots=args.slots, lessons=args.lessons, students=args.students)
+    return run_demo(out, slots=args.slots, lessons=args.lessons, students=args.students, direct=args.direct)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--slots", type=int, default=2, help="submissions graded at once")
     d.add_argument("--lessons", nargs="*", help="course lessons to include (default: all)")
     d.add_argument("--students", nargs="*", help="only these demo students")
+    d.add_argument("--direct", action="store_true", help="grade without nbgrader (no gradebook, feedback, CSV)")
     d.set_defaults(fn=_demo)
     args = ap.parse_args(argv)
     return args.fn(args)

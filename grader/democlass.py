@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import time
 
 from kernels.device import MODE, ON_GPU, describe
@@ -26,15 +27,30 @@ __all__ = ["run_demo", "course_lessons"]
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def read_source(path: pathlib.Path) -> dict:
+    """An instructor notebook from a percent-format lesson: the course build's reader (jupytext) when installed,
+    else the grader's own."""
+    try:
+        import jupytext  # noqa: F401
+        import nbformat
+
+        from kernels.course import solution_notebook
+    except ImportError:
+        from .percent import read_percent
+
+        return read_percent(path.read_text())
+    return json.loads(nbformat.writes(solution_notebook(path.stem, validate=False, source=path)))
+
+
 def course_lessons(only: list[str] | None = None) -> dict[str, tuple[dict, dict]]:
     """lesson id -> (instructor source, student release), for every lesson in ``solutions/``."""
-    from .percent import read_percent, release
+    from .percent import release
 
     out = {}
     for p in sorted((_ROOT / "solutions").glob("[0-9][0-9]_*.py")):
         if only is not None and p.stem not in only:
             continue
-        src = read_percent(p.read_text())
+        src = read_source(p)
         committed = _ROOT / "course" / f"{p.stem}.ipynb"
         rel = json.loads(committed.read_text()) if committed.exists() else release(src)
         out[p.stem] = (src, rel)
@@ -53,31 +69,63 @@ def _leftovers(uid_base: int, slots: int) -> list[int]:
     return [p for u in range(uid_base, uid_base + 2 * slots) for p in _pids_of(u)]
 
 
+def _has_nbgrader() -> bool:
+    try:
+        import nbformat  # noqa: F401
+        import nbgrader  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def settings_uid_base(grader) -> int:
+    return grader.sandbox.uid_base if grader is not None else 61000
+
+
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
-             settings: Settings | None = None) -> int:
+             settings: Settings | None = None, direct: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     real = course_lessons(lessons)
-    fx_src, fx_rel = demo.fixture_notebooks()
-    all_lessons = {**real, demo.LESSON: (fx_src, fx_rel)}
+    fx_src = read_source(demo.FIXTURE / f"{demo.LESSON}.py")
+    sources = {**{k: v[0] for k, v in real.items()}, demo.LESSON: fx_src}
     klass = demo.students({k: _points(v[0]) for k, v in real.items()})
     if students:
         klass = [s for s in klass if s.name in students]
-    folder = out / "submitted"
-    demo.write_class(folder, all_lessons, klass)
-    sources = {k: v[0] for k, v in all_lessons.items()}
-    releases = {k: v[1] for k, v in all_lessons.items()}
-    collected = collect_folder(folder, sources)
-    subs = [collected[st.name][lesson] for st in klass for lesson in all_lessons
-            if lesson in st.expect]
-    settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 30.0, cell_timeout=60.0,
+    settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 20.0, cell_timeout=60.0,
                                     memory_limit=2 << 30, lesson_paths=[str(demo.FIXTURE)],
                                     gpu_memory_fraction=0.45 if ON_GPU else None)
-    grader = Grader(settings)
-    built = time.time() - t0
-    results = grade_class(grader, subs, sources, releases, slots=slots)
+    with_nbgrader = not direct and _has_nbgrader()
+    failures: list = []
+    if with_nbgrader:
+        from . import workflow
+
+        root = out / "course"
+        if root.exists():
+            shutil.rmtree(root)
+        releases = workflow.build_course(root, sources)
+        releases.update({k: v[1] for k, v in real.items()})
+        for lesson, nb in releases.items():
+            (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
+        folder = out / "incoming"
+        demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
+        workflow.collect(root, folder)
+        built = time.time() - t0
+        results, failures = workflow.autograde(root, slots=slots, settings=settings)
+        grader = None
+    else:
+        releases = {**{k: v[1] for k, v in real.items()}, demo.LESSON: demo.release(fx_src)}
+        folder = out / "incoming"
+        demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
+        collected = collect_folder(folder, sources)
+        subs = [collected[st.name][lesson] for st in klass for lesson in sources if lesson in st.expect]
+        grader = Grader(settings)
+        built = time.time() - t0
+        results = grade_class(grader, subs, sources, releases, slots=slots)
     graded = time.time() - t0 - built
-    left = _leftovers(grader.sandbox.uid_base, slots)
+    results = [r for r in results if any(r.student == st.name and r.lesson in st.expect for st in klass)]
+    subs = results
+    left = _leftovers(settings_uid_base(grader), slots)
     expected = {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
     print(table(results, expected, mode=f"{MODE}; {describe()}"))
     bad = [(r.student, r.lesson, r.score, expected[(r.student, r.lesson)]) for r in results
@@ -89,13 +137,32 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         for n in r.notes:
             print(f"  {r.student}/{r.lesson}: note: {n[:200]}")
     per_sub = [r.seconds for r in results if r.student == "solution"]
-    summary = {"mode": MODE, "where": describe(), "isolation": sorted({r.isolation for r in results if r.isolation}),
+    summary = {"mode": MODE, "nbgrader": with_nbgrader, "where": describe(),
+               "isolation": sorted({r.isolation for r in results if r.isolation}),
                "students": len(klass), "submissions": len(subs), "slots": slots, "build_s": built,
                "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in results
                                                                  if r.student == "solution"},
                "solution_total_s": sum(per_sub), "mismatches": bad, "leftover_processes": left,
                "gpu_only_students": [s.name for s in klass if s.gpu_only],
                "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}
+    if with_nbgrader:
+        from . import workflow
+
+        fb = workflow.feedback(root)
+        csv = workflow.export(root, out / "grades.csv")
+        book = workflow.gradebook_scores(root)
+        differ = [(k, v, book.get(k)) for k, v in ((( r.student, r.lesson), r.score) for r in results)
+                  if book.get(k) is None or abs(book[k] - v) > 1e-9]
+        html = sorted(str(p.relative_to(root)) for p in (root / "feedback").rglob("*.html"))
+        summary.update(nbgrader={"autograde_failures": failures, "feedback_failures": fb, "csv": str(csv),
+                                 "feedback_html": len(html), "gradebook_differs": differ})
+        print(f"nbgrader: gradebook recorded {len(book)} submissions, {len(html)} feedback pages, CSV {csv.name}")
+        for f in failures + fb:
+            print(f"FAIL: nbgrader step failed for {f[0]}/{f[1]}: {f[2][-300:]}")
+        for k, v, b in differ:
+            print(f"FAIL: gradebook has {b} for {k[0]}/{k[1]}, the grader gave {v:g}")
+        if failures or fb or differ:
+            bad = bad + [("nbgrader", "", 0, 0)]
     report(results, out / "grade-demo.json", summary)
     print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
           f"({MODE}); one full solution submission: {sum(per_sub):.0f} s of grading")

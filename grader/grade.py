@@ -10,10 +10,12 @@ scores 0 with the reason; its worker is replaced by a fresh one for the next pro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import pathlib
 import shutil
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -121,6 +123,46 @@ def _hidden_paths() -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(hide)), list(dict.fromkeys(keep))
 
 
+class GpuLock:
+    """Shared while a slot runs anything on the GPU, exclusive while one slot times a kernel, so that no
+    timing overlaps another submission's work (a hung kernel included: it holds the GPU until it is killed)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.readers = 0
+        self.writer = False
+        self.waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self.cond:
+            while self.writer or self.waiting:
+                self.cond.wait()
+            self.readers += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.readers -= 1
+                self.cond.notify_all()
+
+    def upgrade(self) -> None:
+        """From shared to exclusive (the caller holds shared)."""
+        with self.cond:
+            self.readers -= 1
+            self.waiting += 1
+            while self.writer or self.readers:
+                self.cond.wait()
+            self.waiting -= 1
+            self.writer = True
+
+    def downgrade(self) -> None:
+        with self.cond:
+            self.writer = False
+            self.readers += 1
+            self.cond.notify_all()
+
+
 class Grader:
     """One grading run: a sandbox root, settings and ``slots`` parallel worker uids."""
 
@@ -142,6 +184,7 @@ class Grader:
                 sys.path.append(d)
         self.sandbox.paths = [str(self.lessons_dir)]
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
+        self.gpu = GpuLock()
 
     def seed(self, *parts) -> int:
         h = hashlib.sha256(repr((self.master, *parts)).encode()).digest()
@@ -162,7 +205,10 @@ class Grader:
         release_code = split(release)[0] if release else []
         session = _Session(self, student, lesson, slot, code, graded, release_code)
         try:
-            cells = [session.grade_cell(c) for c in graded]
+            cells = []
+            for c in graded:
+                with self.gpu.shared() if ON_GPU else contextlib.nullcontext():
+                    cells.append(session.grade_cell(c))
         finally:
             session.close()
         return NotebookResult(student, lesson, cells, notes=session.notes, seconds=time.time() - t0,
@@ -396,11 +442,14 @@ class _Session:
         done, label, k = 0, None, 0
         deadline = time.time() + self.s.problem_timeout
         failed: list[str] = []
+        exclusive = False
         while True:
             try:
                 m = w.recv(self.budget(max(1.0, deadline - time.time())),
                            what=f"on case {label!r}" if label else "")
             except WorkerDied as e:
+                if exclusive:
+                    self.g.gpu.downgrade()
                 self.drop("kernel")
                 status = "timeout" if "stopped after" in str(e) else "crashed"
                 return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
@@ -418,13 +467,23 @@ class _Session:
                         failed += [f"  - {p}" for p in problems]
                     else:
                         done += 1
+            elif ev == "timing":
+                self.g.gpu.upgrade()
+                exclusive = True
+                w.send({"op": "go"})
+                deadline = max(deadline, time.time() + self.s.problem_timeout)
             elif ev == "timed":
+                if exclusive:
+                    self.g.gpu.downgrade()
+                    exclusive = False
                 res.perf = m.get("timing")
                 if not failed:
                     problems = engine.perf_verdict(ex, res.perf or {})
                     if problems:
                         failed = [f"{ex.id}: {p}" for p in problems]
             elif ev == "error":
+                if exclusive:
+                    self.g.gpu.downgrade()
                 if m.get("cuda"):
                     self.drop("kernel")
                 return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))

@@ -190,6 +190,8 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
                  "result": result})
         if item.get("time"):
             ch.send({"event": "timing", "label": ex.performance.case.label})
+            if ch.recv().get("op") != "go":
+                return
             try:
                 timing = time_performance(ex, args, int(item["time"]))
             except BaseException as e:

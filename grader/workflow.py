@@ -1,0 +1,278 @@
+"""The instructor's steps over an nbgrader course folder: build, collect, autograde, feedback, export.
+
+The course folder is ``grader/`` (``grader/demo/course`` for the demo class), laid out as nbgrader expects:
+``source/`` (instructor notebooks), ``release/`` (student notebooks), ``submitted/<student>/<lesson>/``,
+``autograded/``, ``feedback/``, ``gradebook.db``, plus ``reports/`` (the grader's notes, per-submission results
+and summary). Every step also works with plain nbgrader commands run in that folder; these add the defensive
+collect, parallel sandboxed grading, the progress bar and the summary table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import zipfile
+
+from .collect import Submission, collect_folder, read_notebook
+
+__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_zip", "autograde", "feedback", "export",
+           "gradebook_scores"]
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+COURSE = _ROOT / "grader"
+CONFIG = COURSE / "nbgrader_config.py"
+
+
+def api(root: pathlib.Path):
+    """An ``NbGraderAPI`` on course folder ``root`` with the course configuration."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = Config()
+    config.merge(PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config())
+    config.CourseDirectory.root = str(root.resolve())
+    config.CourseDirectory.db_url = f"sqlite:///{(root / 'gradebook.db').resolve()}"
+    config.Application.log_level = "WARN"
+    return NbGraderAPI(config=config)
+
+
+def build(lessons: list[str] | None = None) -> dict:
+    """The course itself: ``solutions/`` -> ``grader/source`` -> ``nbgrader generate_assignment`` -> ``course/``."""
+    from kernels.course import build as course_build
+
+    return course_build(lessons or None)
+
+
+def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict]:
+    """A course folder of its own from instructor notebooks (lesson -> nbformat dict); returns the releases.
+
+    Uses ``kernels.course._nbgrader`` (``nbgrader generate_assignment``) when nbgrader is installed; otherwise
+    the grader's own release transform, so grading also works where nbgrader is not installed.
+    """
+    from .percent import release
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "nbgrader_config.py").write_text(
+        f"c = get_config()  # noqa: F821\nload_subconfig({str(CONFIG)!r})  # noqa: F821\n")
+    for lesson, nb in sources.items():
+        d = root / "source" / lesson
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
+    try:
+        import nbgrader  # noqa: F401
+    except ImportError:
+        return {lesson: release(nb) for lesson, nb in sources.items()}
+    env = dict(os.environ, PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ["PATH"]]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "kernels.course._nbgrader", "--root", str(root), "--config", str(CONFIG),
+           "--db", f"sqlite:///{(root / 'gradebook.db').resolve()}", *sources]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nbgrader generate_assignment failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    paths = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {lesson: json.loads(pathlib.Path(p).read_text()) for lesson, p in paths.items()}
+
+
+def sources_of(root: pathlib.Path) -> dict[str, dict]:
+    out = {}
+    for p in sorted((root / "source").glob("*/*.ipynb")):
+        if p.stem == p.parent.name:
+            out[p.stem] = json.loads(p.read_text())
+    return out
+
+
+def releases_of(root: pathlib.Path) -> dict[str, dict]:
+    out = {}
+    for p in sorted((root / "release").glob("*/*.ipynb")):
+        if p.stem == p.parent.name:
+            out[p.stem] = json.loads(p.read_text())
+    return out
+
+
+def _notes_path(root: pathlib.Path) -> pathlib.Path:
+    return root / "reports" / "notes.json"
+
+
+def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None) -> dict:
+    """``folder/<student>/*.ipynb`` -> ``root/submitted/<student>/<lesson>/<lesson>.ipynb``, read defensively.
+
+    ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). A student
+    who did not submit one of them, or submitted it unreadable, gets an empty submission folder, graded as an
+    explicit 0; the reason is kept in ``reports/notes.json``.
+    """
+    sources = sources_of(root)
+    collected = collect_folder(folder, sources)
+    if lessons is None:
+        lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
+                          if sub.notebook is not None or sub.notes != ["not submitted"]})
+    notes = {}
+    for student, subs in collected.items():
+        for lesson, sub in subs.items():
+            if lesson not in lessons:
+                continue
+            d = root / "submitted" / student / lesson
+            d.mkdir(parents=True, exist_ok=True)
+            target = d / f"{lesson}.ipynb"
+            if target.exists():
+                target.unlink()
+            if sub.notebook is not None:
+                target.write_text(json.dumps(sub.notebook, indent=1))
+                (d / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+            notes.setdefault(student, {})[lesson] = sub.notes
+    _notes_path(root).parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
+    old.update(notes)
+    _notes_path(root).write_text(json.dumps(old, indent=1))
+    for d in (root / "submitted", root / "reports"):
+        os.chmod(d, 0o700)
+    return collected
+
+
+def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2 << 30) -> dict:
+    """An LMS download (a zip of ``<student>_<lesson>.ipynb`` files) -> a folder per student -> :func:`collect`.
+
+    Names follow ``c.FileNameCollectorPlugin.named_regexp`` of the course configuration, as nbgrader's
+    ``zip_collect`` does; members with absolute or parent paths, and archives over ``max_bytes``, are refused.
+    """
+    import re
+    import tempfile
+
+    from traitlets.config.loader import PyFileConfigLoader
+
+    pattern = re.compile(PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
+                         .FileNameCollectorPlugin.named_regexp)
+    with tempfile.TemporaryDirectory(prefix="grader-zip-") as tmp, zipfile.ZipFile(archive) as z:
+        total = sum(i.file_size for i in z.infolist())
+        if total > max_bytes:
+            raise ValueError(f"{archive} expands to {total / 2**30:.1f} GiB, over the limit")
+        for info in z.infolist():
+            name = pathlib.PurePosixPath(info.filename)
+            if info.is_dir() or name.is_absolute() or ".." in name.parts:
+                continue
+            m = pattern.match(name.name)
+            if not m:
+                continue
+            d = pathlib.Path(tmp) / m["student_id"]
+            d.mkdir(exist_ok=True)
+            (d / m["file_id"]).write_bytes(z.read(info))
+        return collect(root, pathlib.Path(tmp))
+
+
+def submissions(root: pathlib.Path, lessons: list[str] | None = None,
+                students: list[str] | None = None) -> list[Submission]:
+    """What ``collect`` left in ``root/submitted``, with its notes."""
+    notes = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
+    out = []
+    for sdir in sorted((root / "submitted").iterdir()) if (root / "submitted").exists() else []:
+        if not sdir.is_dir() or (students and sdir.name not in students):
+            continue
+        for ldir in sorted(sdir.iterdir()):
+            if not ldir.is_dir() or (lessons and ldir.name not in lessons):
+                continue
+            path = ldir / f"{ldir.name}.ipynb"
+            n = notes.get(sdir.name, {}).get(ldir.name, [])
+            if path.exists():
+                nb, more = read_notebook(path)
+                out.append(Submission(sdir.name, ldir.name, nb, n + [m for m in more if m not in n], str(path)))
+            else:
+                out.append(Submission(sdir.name, ldir.name, None, n or ["not submitted"]))
+    return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        yield buf
+
+
+def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2, settings=None,
+              progress: bool = True):
+    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde."""
+    from . import nbexec
+    from .grade import Grader, Settings
+    from .run import grade_class
+
+    sources, releases = sources_of(root), releases_of(root)
+    subs = [s for s in submissions(root, lessons, students) if s.lesson in sources]
+    grader = Grader(settings or Settings())
+    results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
+    out = nbexec.results_dir(root)
+    for r in results:
+        nbexec.PREGRADED[(r.student, r.lesson, r.lesson)] = r
+        p = out / r.student / f"{r.lesson}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(r.as_dict(), indent=1, default=str))
+    failures = []
+    a = api(root)
+    for sub, r in zip(subs, results):
+        if sub.notebook is None:
+            _record_zero(root, r, "; ".join(sub.notes) or "not submitted")
+            continue
+        with _quiet() as log:
+            res = a.autograde(r.lesson, r.student, force=True, create=True)
+        if not res.get("success"):
+            failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))
+    return results, failures
+
+
+def _record_zero(root: pathlib.Path, result, reason: str) -> None:
+    """An explicit 0 in the gradebook for a notebook that could not be graded, with the reason as a comment."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+        gb.update_or_create_student(result.student)
+        gb.update_or_create_submission(result.lesson, result.student)
+        nb = gb.find_submission_notebook(result.lesson, result.lesson, result.student)
+        for grade in nb.grades:
+            grade.auto_score = 0
+            grade.needs_manual_grade = False
+        for comment in nb.comments:
+            comment.auto_comment = reason
+        gb.db.commit()
+
+
+def feedback(root: pathlib.Path) -> list[tuple[str, str, str]]:
+    """``nbgrader generate_feedback`` for every autograded submission: HTML under ``feedback/``."""
+    a = api(root)
+    failures = []
+    for student_dir in sorted((root / "autograded").iterdir()) if (root / "autograded").exists() else []:
+        for ldir in sorted(student_dir.iterdir()):
+            with _quiet() as log:
+                res = a.generate_feedback(ldir.name, student_dir.name, force=True)
+            if not res.get("success"):
+                failures.append((student_dir.name, ldir.name, log.getvalue()[-2000:]))
+    return failures
+
+
+def export(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
+    """``nbgrader export``: one CSV row per student and lesson."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb, _quiet():
+        CsvExportPlugin(to=str(path)).export(gb)
+    return path
+
+
+def gradebook_scores(root: pathlib.Path) -> dict[tuple[str, str], float]:
+    """(student, lesson) -> the score recorded in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+        for a in gb.assignments:
+            for s in gb.students:
+                try:
+                    sub = gb.find_submission(a.name, s.id)
+                except Exception:
+                    continue
+                out[(s.id, a.name)] = float(sub.score)
+    return out

@@ -421,6 +421,12 @@ def _hooks(rec: _Recorder):
         rec.grid(nx, ny, nz)
         return orig_dim(nx, ny, nz)
 
+    orig_patch_tensor = _interp._patch_lang_tensor
+
+    def patch_tensor(tensor, scope):
+        orig_patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", _index)
+
     def grid_idx(x, y, z):
         rec.program(x, y, z)
         return orig_idx(x, y, z)
@@ -442,6 +448,8 @@ def _hooks(rec: _Recorder):
     b.set_grid_dim, b.set_grid_idx = grid_dim, grid_idx
     GE._init_args_hst = init_args
     JITFunction.run, JITFunction.__call__ = jit_run, jit_call
+    if _numpy_too_new():
+        _interp._patch_lang_tensor = patch_tensor
     interpret_knob = triton.knobs.runtime.interpret
     triton.knobs.runtime.interpret = True
     try:
@@ -449,12 +457,18 @@ def _hooks(rec: _Recorder):
     finally:
         triton.knobs.runtime.interpret = interpret_knob
         JITFunction.run, JITFunction.__call__ = orig_run, orig_call
+        _interp._patch_lang_tensor = orig_patch_tensor
         GE._init_args_hst = orig_init
         for k, v in saved_builder.items():
             if v is None:
                 b.__dict__.pop(k, None)
             else:
                 setattr(b, k, v)
+
+
+def _index(self) -> int:
+    # numpy >= 2.4 no longer converts a one-element array to a scalar implicitly (triton#9171)
+    return int(np.asarray(self.handle.data).reshape(-1)[0])
 
 
 def _numpy_too_new() -> bool:

@@ -8,6 +8,7 @@ problem sizes and constexprs listed in the manifest.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["ExprError", "parse", "names", "evaluate"]
@@ -97,8 +98,9 @@ class _Parser:
         return ("call", tok, *args)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse(text: str):
-    """The syntax tree of ``text`` (nested tuples); raises :class:`ExprError` with the column on a typo."""
+    """The syntax tree of ``text`` (nested tuples, cached); raises :class:`ExprError` with the column on a typo."""
     if not isinstance(text, str) or not text.strip():
         raise ExprError(f"an expression must be a non-empty string, got {text!r}")
     p = _Parser(text)

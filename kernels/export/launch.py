@@ -12,6 +12,7 @@ when the kernel asks for scratch, a fresh buffer. Launches go on torch's current
 from __future__ import annotations
 
 import ctypes
+import functools
 import pathlib
 
 from .manifest import ManifestError, check_int, image_path, load, resolve
@@ -48,6 +49,7 @@ def _check(cu, result, what: str):
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
+@functools.cache
 def _torch_dtypes():
     import torch
 
@@ -81,6 +83,7 @@ class Launcher:
         self.block, self.shared = m["threads_per_block"], m["shared_bytes"]
         self._pointers = [p for p in m["params"] if p["kind"] == "pointer" and p["role"] != "unused"]
         self._free = [p for p in m["params"] if p["kind"] == "scalar" and p.get("value") is None]
+        self._plans: dict[tuple, object] = {}  # sizes -> resolved plan: a launch loop resolves once
         self._cu = cu = driver()
         _check(cu, cu.cuInit(0), "cuInit")
         dev = _check(cu, cu.cuDeviceGet(device), f"cuDeviceGet({device})")
@@ -129,7 +132,10 @@ class Launcher:
         missing = [p["name"] for p in order if p["name"] not in bound]
         if missing:
             raise TypeError(f"{m['kernel']}: missing {missing}; {self.signature()}")
-        plan = resolve(m, dict(sizes or {}))
+        key = tuple(sorted((sizes or {}).items()))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = resolve(m, dict(sizes or {}))
         dtypes = _torch_dtypes()
         values, keep = [], []
         for p in m["params"]:

@@ -18,6 +18,7 @@ usage:
   workbook-launch run     --manifest M.json --size NAME=INT... [--scalar NAME=NUM...] [--in PARAM=FILE...]
                           [--out PARAM=FILE...] [--image ptx|cubin] [--grid X[,Y[,Z]]] [--device N]
                           [--expect-triton VERSION]
+                          (--arg NAME=VALUE is --in for a pointer parameter, --scalar for a scalar)
   workbook-launch bench   (the options of run) [--launches N] [--repeat R] [--warmup W]
   workbook-launch devices
 
@@ -33,6 +34,8 @@ pub struct Args {
     pub scalars: Vec<(String, f64)>,
     pub inputs: Vec<(String, PathBuf)>,
     pub outputs: Vec<(String, PathBuf)>,
+    /// `--arg NAME=VALUE`: an input file for a pointer parameter, a number for a scalar (decided by the manifest).
+    pub args: Vec<(String, String)>,
     pub image: Option<String>,
     pub grid: Option<[u32; 3]>,
     pub device: usize,
@@ -72,6 +75,7 @@ pub fn parse_args(argv: &[String]) -> Result<Args> {
                 let (k, v) = pair(flag, &value()?)?;
                 a.scalars.push((k, number(flag, &v)?));
             }
+            "--arg" => a.args.push(pair(flag, &value()?)?),
             "--in" => {
                 let (k, v) = pair(flag, &value()?)?;
                 a.inputs.push((k, PathBuf::from(v)));
@@ -137,6 +141,17 @@ pub fn prepare(a: &Args, need_all_inputs: bool) -> Result<HostJob> {
         seen.push(k.clone());
     }
     let find = |name: &str| manifest.params.iter().find(|p| p.name == name);
+    let mut a = a.clone();
+    for (name, value) in std::mem::take(&mut a.args) {
+        match find(&name).map(|p| &p.kind) {
+            Some(Kind::Pointer { .. }) => a.inputs.push((name, PathBuf::from(value))),
+            Some(Kind::Scalar { .. }) => a.scalars.push((name.clone(), number(&format!("--arg {name}"), &value)?)),
+            None => {
+                return Err(Error::Argument(format!("--arg {name}: {} has no parameter {name:?}", manifest.kernel)))
+            }
+        }
+    }
+    let a = &a;
     for (name, _) in &a.inputs {
         match find(name).map(|p| &p.kind) {
             Some(Kind::Pointer { role: Role::In | Role::InOut, .. }) => {}

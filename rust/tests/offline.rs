@@ -170,6 +170,27 @@ fn cli_checks_files_and_sizes_before_touching_a_gpu() {
     )
     .unwrap();
     assert_eq!(job.inputs.len(), 3);
+    let job = prepare(
+        &parse_args(&args(&[
+            "run",
+            "--manifest",
+            ms,
+            "--size",
+            "n_elements=1000",
+            "--arg",
+            &xs,
+            "--arg",
+            &format!("y_ptr={}", x.display()),
+        ]))
+        .unwrap(),
+        true,
+    )
+    .unwrap();
+    assert!(job.inputs.iter().all(|(_, d)| d.as_ref().map(|b| b.len()) == Some(4000) || d.is_none()));
+    let e = parse_args(&args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--arg", "alpha=2"]))
+        .and_then(|a| prepare(&a, true))
+        .unwrap_err();
+    assert!(e.to_string().contains("no parameter \"alpha\""), "{e}");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--in", &xs, "--in", &shorts]),

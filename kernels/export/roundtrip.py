@@ -278,6 +278,7 @@ def run(*, rust: str | None, out: pathlib.Path, quick: bool = False, launches: i
                                      "message": str(e)})
     if ON_GPU and "vector_add_fp32" in manifests:
         result["checks"] += _python_bad_input(exports / "vector_add_fp32.json")
+        result["checks"] += _too_new_ptx(rust, exports / "vector_add_fp32.json", work)
         result["overhead"] = _overhead(rust, exports / "vector_add_fp32.json", launches, repeat)
         result["kernel_ms"] = _kernel_times(rust, exports, manifests)
     failed = [r for r in result["cases"] if r.get("ok") is False] + [c for c in result["checks"] if not c["ok"]]
@@ -342,6 +343,37 @@ def _kernel_times(rust: str | None, exports: pathlib.Path, manifests: dict) -> d
         out[kernel] = row
     return out
 
+
+
+def _too_new_ptx(rust: str | None, mpath: pathlib.Path, work: pathlib.Path) -> list[dict]:
+    """What the driver says about PTX newer than it knows (the case the exporter's refusal prevents)."""
+    import re
+
+    from .launch import Launcher, LaunchError
+
+    d = work / "too-new"
+    d.mkdir()
+    m = json.loads(mpath.read_text())
+    ptx = (mpath.parent / m["images"]["ptx"]).read_text()
+    (d / m["images"]["ptx"]).write_text(re.sub(r"^\.version \d+\.\d+", ".version 9.9", ptx, count=1, flags=re.M))
+    (d / m["images"]["cubin"]).write_bytes((mpath.parent / m["images"]["cubin"]).read_bytes())
+    (d / mpath.name).write_text(json.dumps({**m, "ptx_isa": "9.9"}))
+    rows = []
+    want = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+    try:
+        Launcher(d / mpath.name, image="ptx")
+        rows.append({"check": f"python launcher reports {want}", "ok": False, "message": "it loaded"})
+    except LaunchError as e:
+        rows.append({"check": f"python launcher reports {want}", "ok": want in str(e), "message": str(e)})
+    if rust:
+        x = d / "x.bin"
+        x.write_bytes(bytes(4 * 1024))
+        proc = subprocess.run([rust, "run", "--manifest", str(d / mpath.name), "--image", "ptx", "--size",
+                               "n_elements=1024", "--in", f"x_ptr={x}", "--in", f"y_ptr={x}"],
+                              capture_output=True, text=True, timeout=60)
+        rows.append({"check": f"rust launcher reports {want}", "ok": proc.returncode == 5 and want in proc.stderr,
+                     "message": proc.stderr.strip()})
+    return rows
 
 
 def _python_bad_input(mpath: pathlib.Path) -> list[dict]:

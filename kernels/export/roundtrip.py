@@ -355,9 +355,9 @@ def _too_new_ptx(rust: str | None, mpath: pathlib.Path, work: pathlib.Path) -> l
     d.mkdir()
     m = json.loads(mpath.read_text())
     ptx = (mpath.parent / m["images"]["ptx"]).read_text()
-    (d / m["images"]["ptx"]).write_text(re.sub(r"^\.version \d+\.\d+", ".version 9.9", ptx, count=1, flags=re.M))
+    (d / m["images"]["ptx"]).write_text(re.sub(r"^\.version \d+\.\d+", ".version 9.4", ptx, count=1, flags=re.M))
     (d / m["images"]["cubin"]).write_bytes((mpath.parent / m["images"]["cubin"]).read_bytes())
-    (d / mpath.name).write_text(json.dumps({**m, "ptx_isa": "9.9"}))
+    (d / mpath.name).write_text(json.dumps({**m, "ptx_isa": "9.4"}))
     rows = []
     want = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
     try:

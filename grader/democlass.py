@@ -83,7 +83,7 @@ def settings_uid_base(grader) -> int:
 
 
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
-             settings: Settings | None = None, direct: bool = False) -> int:
+             settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = ()) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     real = course_lessons(lessons)
@@ -92,9 +92,9 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     klass = demo.students({k: _points(v[0]) for k, v in real.items()})
     if students:
         klass = [s for s in klass if s.name in students]
-    settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 20.0, cell_timeout=60.0,
+    settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
                                     memory_limit=2 << 30, lesson_paths=[str(demo.FIXTURE)],
-                                    gpu_memory_fraction=0.45 if ON_GPU else None)
+                                    gpu_memory_fraction=0.3 if ON_GPU else None)
     with_nbgrader = not direct and _has_nbgrader()
     failures: list = []
     if with_nbgrader:
@@ -164,6 +164,9 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         if failures or fb or differ:
             bad = bad + [("nbgrader", "", 0, 0)]
     report(results, out / "grade-demo.json", summary)
+    for d in reports:
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
     print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
           f"({MODE}); one full solution submission: {sum(per_sub):.0f} s of grading")
     if left:

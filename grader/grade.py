@@ -10,8 +10,10 @@ scores 0 with the reason; its worker is replaced by a fresh one for the next pro
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
+import os
 import pathlib
 import shutil
 import sys
@@ -24,7 +26,7 @@ from kernels.checks.spec import CheckFailed, get
 from kernels.device import ON_GPU
 
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
-from .sandbox import SandboxConfig, Worker, WorkerDied
+from .sandbox import SandboxConfig, Worker, WorkerDied, lockdown
 
 __all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader"]
 
@@ -185,6 +187,19 @@ class Grader:
         self.sandbox.paths = [str(self.lessons_dir)]
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
         self.gpu = GpuLock()
+        self.isolation = self._probe()
+
+    def _probe(self) -> str:
+        """Start one worker to learn how it is isolated; without mount namespaces, make the private folders
+        unreadable to other uids instead (restored when this process exits)."""
+        w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=self.sandbox.mode, name="probe")
+        how = w.isolation
+        w.close()
+        if how == "permissions":
+            private = [str(_ROOT / d) for d in ("solutions", "grader", "tests", ".git", "course", "results")]
+            changed = lockdown(private)
+            atexit.register(lambda: [os.chmod(p, m) for p, m in changed])
+        return how
 
     def seed(self, *parts) -> int:
         h = hashlib.sha256(repr((self.master, *parts)).encode()).digest()

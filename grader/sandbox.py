@@ -102,9 +102,12 @@ class _Process(ForkServerProcess):
 
 
 def _uid_of(pid: str) -> int | None:
+    """The real uid of a live process (``None`` for zombies, which hold nothing but their exit status)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
+                if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                    return None
                 if line.startswith("Uid:"):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -246,7 +249,12 @@ class Worker:
         if code < 0:
             sig = signal.Signals(-code)
             return f"the process died of {_SIGNALS.get(sig, sig.name)}{where}"
-        return f"the process exited with code {code}{where} (os._exit, sys.exit or a fatal error)"
+        tail = ""
+        if not hasattr(self, "hello"):
+            self._drain.join(timeout=2)
+            lines = [ln for ln in self.output().splitlines() if ln.strip()]
+            tail = f": {' | '.join(lines[-3:])}" if lines else ""
+        return f"the process exited with code {code}{where} (os._exit, sys.exit or a fatal error){tail}"
 
     def _read_output(self, conn) -> None:
         fd = conn.fileno()

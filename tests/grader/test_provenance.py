@@ -1,0 +1,102 @@
+"""How a graded kernel's provenance is established: rebuilt from the notebook's own source, never a package
+kernel or a copy of one, and compiled ahead of time for sm_90 (which refuses what only the interpreter runs)."""
+
+import inspect
+import textwrap
+
+import pytest
+
+from kernels.checks import provenance
+from kernels.checks.provenance import Rejected, from_cells
+
+SETUP = "import kernels\nimport torch\nimport triton\nimport triton.language as tl\nfrom kernels.memory.copy import _copy_memory_kernel\n"
+KERNEL = '''
+BLOCK = tl.constexpr(128)
+
+
+@triton.jit
+def _helper(x):
+    return x * 2
+
+
+@triton.jit
+def my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(out_ptr + offs, _helper(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+'''
+
+
+def test_rebuilds_kernel_with_helpers_and_constants():
+    ks = from_cells([SETUP, KERNEL], "my_kernel")
+    assert "def _helper" in ks.text and "def my_kernel" in ks.text
+    assert "kernels" not in ks.text.replace("kernels.checks.provenance", "")
+    assert set(ks.functions) == {"my_kernel", "_helper"}
+
+
+def test_last_definition_wins_and_redefinition_by_assignment_is_refused():
+    later = "my_kernel = _copy_memory_kernel"
+    with pytest.raises(Rejected, match="imported|run time"):
+        from_cells([SETUP, KERNEL, later], "my_kernel")
+
+
+@pytest.mark.parametrize("cell, match", [
+    ("from kernels.memory.copy import _copy_memory_kernel as my_kernel", "is imported"),
+    ("def my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE):\n    out_ptr.copy_(x_ptr)", "plain Python function"),
+    ("my_kernel = triton.jit(lambda x: x)", "run time"),
+    ("@triton.jit\ndef my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):\n    torch.mul(x_ptr, 2)", "torch"),
+    ("@triton.jit\ndef my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):\n    _copy_memory_kernel(x_ptr)",
+     "imported from kernels"),
+    ("@triton.jit\ndef my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):\n    open('/etc/passwd')", "builtin"),
+    ("@triton.jit\ndef my_kernel(x_ptr, n=__import__('os').getpid()):\n    pass", "literal"),
+    ("@triton.jit\ndef my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):\n    # YOUR CODE HERE\n"
+     "    raise NotImplementedError()", "not implemented yet"),
+    ("@triton.autotune(configs=[], key=[])\n@triton.jit\ndef my_kernel(x_ptr):\n    pass", "only @triton.jit"),
+])
+def test_refuses_what_is_not_the_students_own_kernel(cell, match):
+    with pytest.raises(Rejected, match=match):
+        from_cells([SETUP, cell], "my_kernel")
+
+
+def test_refuses_a_renamed_copy_of_a_package_kernel():
+    from kernels.memory import copy
+
+    src = textwrap.dedent(inspect.getsource(copy._copy_memory_kernel.fn))
+    renamed = src.replace("_copy_memory_kernel", "my_kernel").replace("offs", "idx").replace("pid", "me")
+    with pytest.raises(Rejected, match="copy of the package's kernels.memory.copy._copy_memory_kernel"):
+        from_cells([SETUP, "@triton.jit\n" + renamed], "my_kernel")
+    fp = provenance.fingerprint(renamed)
+    assert provenance.package_fingerprints()[fp] == "kernels.memory.copy._copy_memory_kernel"
+
+
+def test_a_kernel_the_lesson_provides_is_not_an_answer():
+    ks_src = [SETUP, KERNEL.replace("my_kernel", "provided_kernel"), KERNEL]
+    prints = {provenance.fingerprint(b.source): n for n, b in provenance.scan(ks_src[:2]).items() if b.kind == "jit"}
+    with pytest.raises(Rejected, match="the lesson provides"):
+        from_cells(ks_src, "my_kernel", forbidden={fp: n for fp, n in prints.items() if n != "my_kernel"})
+
+
+def test_ahead_of_time_compile_refuses_what_the_interpreter_runs(tmp_path):
+    """``tl.arange(0, 100)`` runs under the interpreter but does not compile: the sm_90 compile catches it."""
+    from kernels.checks import aot
+    from kernels.checks.spec import CheckFailed
+
+    bad = ("@triton.jit\ndef scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):\n"
+           "    offs = tl.program_id(0) * BLOCK + tl.arange(0, 100)\n"
+           "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)\n")
+    good = bad.replace("tl.arange(0, 100)", "tl.arange(0, BLOCK)")
+    ks_bad, ks_good = from_cells([SETUP, bad], "scale_kernel"), from_cells([SETUP, good], "scale_kernel")
+    aot.verify("90_grader_fixture.scale", False, [{"entry": ks_good.entry, "text": ks_good.text}], [None])
+    with pytest.raises(CheckFailed, match="does not compile for a GPU"):
+        aot.verify("90_grader_fixture.scale", False, [{"entry": ks_bad.entry, "text": ks_bad.text}], [None])
+
+
+def test_function_answers_may_not_reach_the_package():
+    from kernels.checks.provenance import check_function_static
+
+    cells = [SETUP + "from kernels.linear_attention import reference as ref\n",
+             "def mine(x):\n    return helper(x)\n\ndef helper(x):\n    return ref.reference_linear_attention(x)"]
+    with pytest.raises(Rejected, match="kernels.linear_attention"):
+        check_function_static(cells, "mine")
+    check_function_static([SETUP, "def mine(x):\n    return torch.cumsum(x, -1)"], "mine")
+    with pytest.raises(Rejected, match="torch.cumsum"):
+        check_function_static([SETUP, "def mine(x):\n    return torch.cumsum(x, -1)"], "mine", ("torch.cumsum",))

@@ -1,0 +1,128 @@
+"""The sandbox: what student code in a worker can and cannot do, and how the grader stops it."""
+
+import pathlib
+
+import pytest
+import torch
+
+from grader import wire
+from grader.sandbox import SandboxConfig, Worker, WorkerDied, WorkerTimeout, _pids_of
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_wire_roundtrip_without_pickle():
+    t = torch.arange(12.0).view(3, 4).t()
+    msg = {"a": [1, 2.5, None, "x", float("inf")], "t": t, "b": torch.ones(3, dtype=torch.bfloat16)}
+    back = wire.decode(wire.encode(msg))
+    assert torch.equal(back["t"], t) and back["t"].stride() == t.stride()
+    assert back["b"].dtype == torch.bfloat16 and back["a"][4] == float("inf")
+    for bad in (b"", b"\x05\x00\x00\x00{oops", wire.encode({"t": torch.ones(2)})[:-1]):
+        with pytest.raises(wire.WireError):
+            wire.decode(bad)
+    with pytest.raises(wire.WireError):
+        wire.encode({"f": object()})
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    from grader.grade import _hidden_paths
+
+    hide, keep = _hidden_paths()
+    return SandboxConfig(mode="interpreter", hide=hide, keep=keep, memory_limit=1 << 30, output_cap=4096)
+
+
+def _notebook(cfg, source, uid=61990, timeout=60):
+    w = Worker(cfg, uid=uid, mode="interpreter", name=f"t{uid}")
+    w.send({"op": "notebook", "cells": [{"index": 0, "source": source}]})
+    while True:
+        m = w.recv(timeout)
+        if m["event"] == "ready":
+            return w
+
+
+PROBE = f'''
+import os, socket, glob
+facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.listdir({str(ROOT)!r}))}}
+for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
+             "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc"):
+    try:
+        open(path).read(10)
+        facts[path] = "read"
+    except OSError as e:
+        facts[path] = type(e).__name__
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    facts["network"] = "connected"
+except OSError as e:
+    facts["network"] = type(e).__name__
+try:
+    open({str(ROOT / "kernels" / "x.py")!r}, "w")
+    facts["write_kernels"] = "wrote"
+except OSError as e:
+    facts["write_kernels"] = type(e).__name__
+'''
+
+
+def test_worker_is_unprivileged_and_cannot_read_the_course(cfg):
+    w = _notebook(cfg, PROBE)
+    w.send({"op": "value", "name": "facts"})
+    facts = w.recv(30)["value"]
+    w.close()
+    assert facts["uid"] == 61990 and facts["gid"] == 61990
+    assert w.isolation in ("mount and network namespaces", "mount namespace"), w.isolation
+    assert set(facts["root_listing"]) <= {".venv", "kernels"}, facts["root_listing"]
+    for path, what in facts.items():
+        if path.startswith("/"):
+            assert what != "read", path
+    assert facts["write_kernels"] != "wrote"
+    if w.isolation == "mount and network namespaces":
+        assert facts["network"] != "connected"
+
+
+def test_hang_is_killed_with_its_leftover_processes(cfg):
+    src = ("import subprocess, sys\n"
+           "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], "
+           "start_new_session=True)\nwhile True:\n    pass\n")
+    w = Worker(cfg, uid=61991, mode="interpreter", name="hang")
+    w.send({"op": "notebook", "cells": [{"index": 0, "source": src}]})
+    with pytest.raises(WorkerTimeout, match="stopped after 3 s"):
+        while True:
+            w.recv(3)
+    assert _pids_of(61991) == []
+
+
+@pytest.mark.parametrize("src, match", [
+    ("import ctypes\nctypes.string_at(0)", "segmentation fault"),
+    ("import os\nos._exit(7)", "exited with code 7"),
+])
+def test_crash_reason_is_named(cfg, src, match):
+    w = Worker(cfg, uid=61992, mode="interpreter", name="crash")
+    w.send({"op": "notebook", "cells": [{"index": 0, "source": src}]})
+    with pytest.raises(WorkerDied, match=match):
+        while True:
+            w.recv(30)
+
+
+def test_output_is_capped(cfg):
+    w = _notebook(cfg, "import sys\nprint('x' * 100_000)\nprint('y' * 100_000, file=sys.stderr)")
+    w.close()
+    out = w.output()
+    assert len(out) < 4096 + 200 and "more bytes of output not kept" in out
+
+
+def test_memory_limit(cfg):
+    w = Worker(cfg, uid=61993, mode="interpreter", name="oom")
+    w.send({"op": "notebook", "cells": [{"index": 0, "source": "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"}]})
+    events = []
+    try:
+        while True:
+            m = w.recv(60)
+            events.append(m)
+            if m["event"] == "ready":
+                break
+    except WorkerDied as e:
+        assert "memory" in str(e)
+    else:
+        assert any("MemoryError" in (m.get("error") or "") for m in events), events
+    w.close()

@@ -296,8 +296,8 @@ check("02_naive_hbm_loops.bytes", naive_bytes, fused_bytes, hidden=True)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "bench_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Benchmark on your hardware
 #
-# The cell times your two kernels and the package's two on the lesson's size (`sizes("recurrent")`: the GPU
-# size above on a GPU, a tiny one in the interpreter), and prints each beside the **HBM floor**: the bytes the
+# The cell times your two kernels (and, on a GPU, the package's two) on the lesson's size (`sizes("recurrent")`:
+# the GPU size above on a GPU, a tiny one in the interpreter), and prints each beside the **HBM floor**: the bytes the
 # algorithm needs (inputs and outputs once, the fused count with one V block) divided by the copy bandwidth
 # measured here. Expect on an H200 the naive kernel to sit far above the floor, dominated by 2048 dependent
 # round trips of its state, and the fused one to gain an order of magnitude by keeping the state in registers
@@ -332,9 +332,11 @@ bandwidth = copy_bandwidth()
 floor_ms = (B * T * H * (2 * K + 2 * V) * dtype.itemsize + B * H * K * V * 4) / bandwidth * 1e3
 print(f"B={B} H={H} T={T} K={K} V={V} {dtype}; HBM floor {floor_ms:.4f} ms at {bandwidth / 1e9:,.0f} GB/s")
 print(f"{'version':>14} {'ms':>10} {'x floor':>9} {'rel. error':>11}")
-for name, fn in [("your naive", yours_naive), ("your fused", yours_fused),
-                 ("package naive", lambda: naive_recurrent(q, k, v)[0]),
-                 ("package fused", lambda: fused_recurrent(q, k, v)[0])]:
+versions = [("your naive", yours_naive), ("your fused", yours_fused)]
+if ON_GPU:  # in the interpreter each run takes seconds: time the package's kernels on a GPU only
+    versions += [("package naive", lambda: naive_recurrent(q, k, v)[0]),
+                 ("package fused", lambda: fused_recurrent(q, k, v)[0])]
+for name, fn in versions:
     try:
         err = rel_error(fn(), ref)
         ms = time_ms(fn)
@@ -345,7 +347,8 @@ for name, fn in [("your naive", yours_naive), ("your fused", yours_fused),
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ladder_md", "locked": true, "schema_version": 3, "solution": false}
 # The package's own ladder benchmark validates every version against the float64 oracle before timing it, over
-# several shapes on a GPU (`python -m kernels.bench recurrent`); the quick version runs here.
+# several shapes (`python -m kernels.bench recurrent`). On a GPU its quick version runs here; in the interpreter
+# it would take minutes and say nothing about speed, so the cell only says how to run it.
 
 # %% nbgrader={"grade": false, "grade_id": "ladder", "locked": true, "schema_version": 3, "solution": false}
 import pathlib
@@ -353,8 +356,11 @@ import tempfile
 
 from kernels.bench import run as run_bench
 
-with tempfile.TemporaryDirectory() as tmp:
-    result = run_bench("recurrent", quick=True, out=pathlib.Path(tmp))
+if ON_GPU:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_bench("recurrent", quick=True, out=pathlib.Path(tmp))
+else:
+    print("on a GPU: python -m kernels.bench recurrent   (validates, then times every version beside the floor)")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "nogpu", "locked": true, "schema_version": 3, "solution": false}
 # > **Without a GPU.** Both kernels run in the interpreter on a tiny problem (T = 37, K = V = 16) and are graded

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .build import COURSE, ROOT, graded_cells, solution_notebook, student_notebook
 
-__all__ = ["Executed", "execute", "restore_locked", "run_lesson", "problems"]
+__all__ = ["Executed", "execute", "restore_locked", "run_lesson", "run_widgets_alone", "problems"]
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Executed:
     """One notebook run: the executed notebook, its wall time and the error of each failing cell."""
 
     lesson: str
-    copy: str  # "solution" or "student"
+    copy: str  # "solution", "student" or "widgets"
     nb: object
     seconds: float
     errors: dict[str, str] = field(default_factory=dict)  # cell id -> "Name: message"
@@ -81,11 +81,20 @@ def run_lesson(lesson: str, copy: str = "solution", *, course: pathlib.Path = CO
     return execute(nb, lesson=lesson, copy=copy)
 
 
+def run_widgets_alone(lesson: str) -> Executed:
+    """Execute only the setup cell and the cells tagged ``widget`` of the student copy: every widget must work
+    without the learner's solutions and without the cells between it and the setup."""
+    nb = student_notebook(lesson)
+    first = _first_code(nb)
+    nb.cells = [nb.cells[first]] + [c for c in nb.cells if "widget" in c.metadata.get("tags", [])]
+    return execute(nb, lesson=lesson, copy="widgets")
+
+
 def problems(run: Executed) -> list[str]:
     """What is wrong with one run, as messages (empty: all good)."""
     graded = graded_cells(run.nb)
-    if run.copy == "solution":
-        return [f"{run.lesson} (solution): cell {cid!r} failed: {err}" for cid, err in run.errors.items()]
+    if run.copy in ("solution", "widgets"):
+        return [f"{run.lesson} ({run.copy}): cell {cid!r} failed: {err}" for cid, err in run.errors.items()]
     out = [f"{run.lesson} (student copy): graded cell {cid!r} passed without the learner's work"
            for cid in graded if not run.failed(cid)]
     for cell in run.nb.cells:

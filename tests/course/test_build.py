@@ -79,3 +79,28 @@ def test_lesson_ids_resolve_numbers_and_refuse_unknown_ones():
 def test_every_lesson_source_follows_the_rules(name):
     nb = solution_notebook(name)
     assert graded_cells(nb)
+
+
+@pytest.mark.parametrize("name", lesson_ids())
+def test_every_check_names_a_registered_exercise_with_matching_points(name):
+    import re
+
+    from kernels.checks.spec import lesson_exercises
+
+    exercises = lesson_exercises(name)
+    used = set()
+    for cell in solution_notebook(name).cells:
+        meta = cell.metadata["nbgrader"]
+        if not meta["grade"]:
+            continue
+        calls = re.findall(r"""check\(\s*["']([^"']+)["'][^\n]*""", cell.source)
+        hidden = "hidden=True" in cell.source
+        for ex_id in set(calls):
+            assert ex_id in exercises, f"{name}: cell {cell.id!r} checks {ex_id!r}, which the lesson does not register"
+            want = exercises[ex_id].points[1 if hidden else 0]
+            assert meta["points"] == want, (f"{name}: cell {cell.id!r} carries {meta['points']} points; "
+                                            f"{ex_id} gives {want} to its {'hidden' if hidden else 'visible'} cell")
+            used.add((ex_id, hidden))
+    for ex_id, ex in exercises.items():
+        assert (ex_id, False) in used, f"{name}: exercise {ex_id} has no visible check cell"
+        assert ((ex_id, True) in used) == bool(ex.hidden), f"{name}: {ex_id}: hidden cases and hidden cell disagree"

@@ -7,7 +7,7 @@ GPU where there is one.
 import pytest
 
 from kernels.course import lesson_ids
-from kernels.course.run import problems, run_lesson
+from kernels.course.run import problems, run_lesson, run_widgets_alone
 
 _runs: dict = {}
 
@@ -30,4 +30,11 @@ def test_solution_runs_top_to_bottom_and_passes_every_graded_cell(name):
 @pytest.mark.parametrize("name", lesson_ids())
 def test_untouched_student_copy_fails_every_graded_cell(name):
     run = executed(name, "student")
+    assert not problems(run), "\n".join(problems(run))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", lesson_ids())
+def test_widget_cells_run_on_their_own_after_the_setup_cell(name):
+    run = run_widgets_alone(name)
     assert not problems(run), "\n".join(problems(run))

@@ -78,6 +78,8 @@ class GridExplorer(View):
         bars = bx.bar(range(len(vals)), vals, color=[_PALETTE[i % len(_PALETTE)] for i in range(len(vals))])
         for i, b in enumerate(bars):
             b.set_alpha(1.0 if i == pid else 0.3)
+        if len(vals) <= 16:
+            bx.set_xticks(range(len(vals)))
         bx.set_title("bytes moved per program", fontsize=9)
         bx.set_xlabel("program id")
         by = la.bytes(pid)

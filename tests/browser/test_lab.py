@@ -22,8 +22,12 @@ def _errors(page) -> list[str]:
 
 
 def _open_and_run(page, lab, name: str, expected: int, tag: str):
-    page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")  # reset: no tabs from earlier tests
+    try:
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / f"{tag}_failed.png"), full_page=True)
+        raise
     deadline = time.time() + 60
     while time.time() < deadline:  # the kernel must be connected before run-all
         dialog = page.locator(".jp-Dialog .jp-mod-accept")

@@ -39,15 +39,23 @@ SIZES = [4096, 16384, 65536, 262144]
 B, H, D = 4, 16, 128
 HBM_BPS = 4.26e12
 # Ordered by expected value, so a run cut short by the budget has measured the likeliest winners.
+# Run 1: BT64 BV64 w4 s2 best, larger L better (L2048 2.1x), BV128 w8 and BV32 worse; now L2 prefetch and hints.
 SWEEP = [
-    Config(512, 64, 64, 4, 2), Config(256, 64, 64, 4, 2), Config(1024, 64, 64, 4, 2), Config(512, 64, 128, 8, 2),
-    Config(256, 64, 128, 8, 2), Config(512, 64, 64, 4, 3), Config(512, 64, 32, 4, 2), Config(512, 64, 64, 8, 2),
-    Config(128, 64, 64, 4, 2), Config(512, 64, 64, 4, 1), Config(512, 32, 64, 4, 2), Config(256, 32, 64, 4, 3),
-    Config(2048, 64, 64, 4, 2), Config(768, 64, 64, 4, 2), Config(384, 64, 64, 4, 2), Config(256, 128, 64, 8, 2),
-    Config(1024, 64, 128, 8, 2), Config(512, 64, 128, 8, 3), Config(256, 64, 32, 4, 2), Config(1024, 64, 32, 4, 2),
+    Config(2048, 64, 64, 4, 2), Config(2048, 64, 64, 4, 2, prefetch=1), Config(2048, 64, 64, 4, 2, prefetch=2),
+    Config(2048, 64, 64, 4, 2, prefetch=4), Config(4096, 64, 64, 4, 2), Config(8192, 64, 64, 4, 2),
+    Config(4096, 64, 64, 4, 2, prefetch=2), Config(512, 64, 64, 4, 2, hints=True),
+    Config(512, 64, 64, 4, 2, prefetch=2, hints=True), Config(256, 64, 64, 4, 2, hints=True),
+    Config(256, 64, 64, 4, 2, prefetch=2, hints=True), Config(1024, 64, 64, 4, 2, hints=True),
+    Config(1024, 64, 64, 4, 2, prefetch=2), Config(512, 64, 64, 4, 2, prefetch=2), Config(1024, 64, 64, 4, 2),
+    Config(512, 64, 64, 4, 2), Config(2048, 64, 64, 4, 3), Config(2048, 64, 64, 4, 3, prefetch=2),
+    Config(2048, 64, 128, 8, 3, prefetch=2), Config(2048, 64, 64, 4, 2, prefetch=2, hints=True),
+    Config(512, 64, 64, 4, 2, prefetch=1, hints=True), Config(384, 64, 64, 4, 2, prefetch=2, hints=True),
+    Config(1024, 64, 64, 4, 2, prefetch=4, hints=True), Config(8192, 64, 64, 4, 2, prefetch=2),
+    Config(2048, 64, 64, 4, 1, prefetch=2), Config(2048, 64, 32, 4, 2, prefetch=2),
 ]
-SWEEP_D64 = [Config(512, 64, 64, 4, 2), Config(256, 64, 64, 4, 2), Config(1024, 64, 64, 4, 2),
-             Config(512, 64, 32, 4, 2), Config(512, 64, 64, 4, 3), Config(512, 64, 64, 8, 2)]
+SWEEP_D64 = [Config(512, 64, 64, 4, 3), Config(1024, 64, 64, 4, 3), Config(2048, 64, 64, 4, 3),
+             Config(1024, 64, 64, 4, 3, prefetch=2), Config(2048, 64, 64, 4, 3, prefetch=2),
+             Config(1024, 64, 64, 4, 4), Config(512, 64, 64, 4, 3, hints=True), Config(1024, 64, 32, 4, 3)]
 
 VARLEN_LENS = [37, 0, 1500, 1, 2 * 1024 + 77, 700, 3001]
 EXTRAS = {
@@ -61,7 +69,10 @@ EXTRAS = {
 
 
 def cfg_name(c: Config | None) -> str:
-    return "table" if c is None else f"L{c.L}-BT{c.BT}-BV{c.BV}-w{c.num_warps}-s{c.num_stages}"
+    if c is None:
+        return "table"
+    extra = (f"-pf{c.prefetch}" if c.prefetch else "") + ("-hint" if c.hints else "")
+    return f"L{c.L}-BT{c.BT}-BV{c.BV}-w{c.num_warps}-s{c.num_stages}{extra}"
 
 
 def make(Bn, T, Hn, K, V, dtype, seed):

@@ -28,23 +28,29 @@ SLOTS = 2
 
 @dataclass(frozen=True)
 class Config:
-    """Launch parameters: segment length ``L`` (tokens per program), chunk ``BT``, V-block ``BV``."""
+    """Launch parameters: segment length ``L`` (tokens per program), chunk ``BT``, V-block ``BV``.
+
+    ``prefetch``: chunks ahead to pull into L2 (0: none). ``hints``: phase A marks its K, V lines evict-last in L2
+    so phase B finds them there, and phase B marks them normal again. Both are ignored under the interpreter.
+    """
 
     L: int
     BT: int
     BV: int
     num_warps: int
     num_stages: int
+    prefetch: int = 0
+    hints: bool = False
 
 
 # (max(K, V) bucket, input element size) -> [(largest mean sequence length, config), ...], first match wins.
 CONFIGS: dict[tuple[int, int], list[tuple[float, Config]]] = {
-    (64, 2): [(8192, Config(256, 64, 64, 4, 2)), (math.inf, Config(512, 64, 64, 4, 2))],
-    (128, 2): [(8192, Config(256, 64, 64, 4, 2)), (math.inf, Config(512, 64, 64, 4, 2))],
-    (256, 2): [(math.inf, Config(256, 64, 32, 4, 2))],
-    (64, 4): [(math.inf, Config(256, 32, 64, 4, 2))],
-    (128, 4): [(math.inf, Config(256, 32, 32, 4, 2))],
-    (256, 4): [(math.inf, Config(256, 32, 16, 4, 1))],
+    (64, 2): [(math.inf, Config(512, 64, 64, 4, 3))],
+    (128, 2): [(8192, Config(1024, 64, 64, 4, 2)), (math.inf, Config(2048, 64, 64, 4, 2))],
+    (256, 2): [(math.inf, Config(512, 64, 32, 4, 2))],
+    (64, 4): [(math.inf, Config(512, 32, 64, 4, 2))],
+    (128, 4): [(math.inf, Config(512, 32, 32, 4, 2))],
+    (256, 4): [(math.inf, Config(512, 32, 16, 4, 1))],
 }
 # Under the interpreter: short segments and chunks, so small test sizes still cross several of each.
 INTERPRETER_CONFIG = Config(L=32, BT=16, BV=16, num_warps=4, num_stages=1)
@@ -61,6 +67,21 @@ def config_for(K: int, V: int, dtype: torch.dtype, T: float) -> Config:
 
 
 @triton.jit
+def _l2(ptrs, HINT: tl.constexpr):
+    """Touch the L2 lines at ``ptrs`` (one pointer per 128-byte line), nothing waits: 0 fetch, 1 fetch and keep
+    (evict-last), 2 mark as normal again."""
+    if HINT == 1:
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    elif HINT == 2:
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_normal [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _lookback_linear_attention_kernel(
     # pointers
     q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr, seg_ptr,
@@ -72,7 +93,7 @@ def _lookback_linear_attention_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L: tl.constexpr, BT: tl.constexpr,
     SLOTS: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, HINTS: tl.constexpr, LINE: tl.constexpr,
 ):
     # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
     ticket = tl.atomic_add(ticket_ptr, 1)
@@ -107,10 +128,22 @@ def _lookback_linear_attention_kernel(
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
 
+    # One pointer per 128-byte line of a [BT, BK] / [BT, BV] tile, for L2 prefetches.
+    lines_k = tl.arange(0, (BK + LINE - 1) // LINE) * LINE
+    lines_v = iv * BV + tl.arange(0, (BV + LINE - 1) // LINE) * LINE
+
     # Phase A: the segment's own Σ kᵀv (the last segment of a chain publishes nothing and skips it).
     local = tl.full([BK, BV], 0.0, dtype=tl.float32)
     for s in range(0, tl.where(last, 0, L), BT):
         rows = (t0 + s + offs_t).to(tl.int64)
+        if PREFETCH > 0:
+            ahead = tl.minimum(rows + PREFETCH * BT, eos - 1)
+            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :], 0)
+            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :], 0)
+            _l2(q_base + rows[:, None] * stride_qt + lines_k[None, :], 0)
+        if HINTS:
+            _l2(k_base + rows[:, None] * stride_kt + lines_k[None, :], 1)
+            _l2(v_base + rows[:, None] * stride_vt + lines_v[None, :], 1)
         kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)  # [BT, BK]
         vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)  # [BT, BV]
         if UPCAST:
@@ -144,6 +177,15 @@ def _lookback_linear_attention_kernel(
         rows = s + offs_t
         mt = rows < t1
         rows = rows.to(tl.int64)
+        if PREFETCH > 0:
+            ahead = tl.minimum(rows + PREFETCH * BT, t1 - 1)
+            _l2(q_base + ahead[:, None] * stride_qt + lines_k[None, :], 0)
+            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :], 0)
+            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :], 0)
+        if HINTS:
+            last_use = tl.minimum(rows, t1 - 1)
+            _l2(k_base + last_use[:, None] * stride_kt + lines_k[None, :], 2)
+            _l2(v_base + last_use[:, None] * stride_vt + lines_v[None, :], 2)
         qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
                      other=0.0)  # [BT, BK]
         kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
@@ -172,6 +214,8 @@ def _check_config(cfg: Config) -> None:
         raise ValueError(f"segment length L={cfg.L} must be a positive multiple of the chunk BT={cfg.BT}")
     if cfg.num_stages < 1:
         raise ValueError(f"num_stages={cfg.num_stages} must be at least 1")
+    if cfg.prefetch < 0:
+        raise ValueError(f"prefetch={cfg.prefetch} must be >= 0 (chunks ahead)")
 
 
 def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
@@ -222,7 +266,9 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         K=K, V=V, BK=BK, BV=BV, L=cfg.L, BT=cfg.BT, SLOTS=SLOTS,
         HAS_H0=h0 is not None, STORE_HT=ht is not None, IS_VARLEN=cu_seqlens is not None,
-        UPCAST=upcast_for_dot(q.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        UPCAST=upcast_for_dot(q.dtype), PREFETCH=0 if INTERPRET else cfg.prefetch, LINE=128 // q.element_size(),
+        HINTS=cfg.hints and not INTERPRET,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return o, ht
 

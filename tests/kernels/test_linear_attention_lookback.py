@@ -140,10 +140,13 @@ def test_bad_head_size():
     check_bad_input(lookback_linear_attention, q, q, randn(1, 8, 1, 16), 0.1, match="limit 256")
 
 
-# On the GPU: the tuned table at full size, and the properties a data race would break.
+# On the GPU: the tuned table at full size, and the properties a data race would break. Errors are computed on
+# the device (a CPU float64 copy of these outputs would take longer than the kernels).
 
-def _gpu_case(B, T, H, D, dtype, cu=None, seed=11):
-    return case(B, T, H, D, D, dtype, seed=seed, cu=cu)
+def _gpu_close(name, ref, out, tol):
+    assert torch.isfinite(out).all(), f"{name}: NaN/inf in the output (unwritten or overflowed)"
+    err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+    assert err <= tol, f"{name}: relative error {err:.3e} > tolerance {tol:.1e}"
 
 
 def _check_gpu(args):
@@ -152,35 +155,35 @@ def _check_gpu(args):
     d = (lambda x: None if x is None else x.double())
     ro, rht = reference_linear_attention(d(q), d(k), d(v), scale, d(h0), True, normalize=False, cu_seqlens=cu,
                                          chunk_size=256)
-    assert_close("o", ro, o, tolerance(q.dtype))
-    assert_close("final_state", rht, ht, tolerance(q.dtype))
+    _gpu_close("o", ro, o, tolerance(q.dtype, tf32=True))
+    _gpu_close("final_state", rht, ht, tolerance(q.dtype, tf32=True))
     return o, ht
 
 
-GPU_SHAPES = pick(cpu=[], gpu=[(4, 4096, 16, 128, torch.bfloat16), (2, 65536 + 37, 16, 128, torch.bfloat16),
-                               (1, 20000 - 3, 16, 128, torch.float16), (4, 16384, 32, 64, torch.bfloat16),
+GPU_SHAPES = pick(cpu=[], gpu=[(4, 4096, 16, 128, torch.bfloat16), (1, 40000 + 37, 16, 128, torch.bfloat16),
+                               (1, 20000 - 3, 16, 128, torch.float16), (2, 16384, 32, 64, torch.bfloat16),
                                (2, 5000, 8, 64, torch.float32)])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}_T{}_H{}_D{}_{}".format(*s[:4], str(s[4])[6:]))
 def test_gpu_table_configs(shape):
-    _check_gpu(_gpu_case(*shape))
+    _check_gpu(case(*shape[:4], shape[3], shape[4], seed=11))
 
 
 @pytest.mark.gpu
 def test_gpu_varlen():
     g = torch.Generator().manual_seed(12)
-    T = 65536
+    T = 40000
     cuts = torch.randperm(T - 1, generator=g)[:15].add(1).sort().values.tolist()
     cu = [0, 0, *cuts, T]  # includes an empty sequence
-    _check_gpu(_gpu_case(1, T, 16, 128, torch.bfloat16, cu=cu))
+    _check_gpu(case(1, T, 16, 128, 128, torch.bfloat16, seed=12, cu=cu))
 
 
 @pytest.mark.gpu
 def test_gpu_deterministic_across_launches():
     """Twenty launches, bit-identical: a stale flag or ring slot read anywhere would change some bits."""
-    args = _gpu_case(4, 16384 + 5, 16, 128, torch.bfloat16, seed=13)
+    args = case(2, 16384 + 5, 16, 128, 128, torch.bfloat16, seed=13)
     o0, h0 = _check_gpu(args)
     q, k, v, scale, s0, _ = args
     for _ in range(20):
@@ -191,12 +194,12 @@ def test_gpu_deterministic_across_launches():
 @pytest.mark.gpu
 def test_gpu_extra_memory_bound():
     """No O(T·D²) intermediate: the extra memory beyond o stays under 1/8 of the inputs' size."""
-    q, k, v, scale, _, _ = _gpu_case(4, 65536, 16, 128, torch.bfloat16, seed=14)
-    lookback_linear_attention(q, k, v, scale)
+    q, k, v = (torch.randn(4, 65536, 16, 128, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+    lookback_linear_attention(q, k, v, 0.1)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    o, _ = lookback_linear_attention(q, k, v, scale)
+    o, _ = lookback_linear_attention(q, k, v, 0.1)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - base - o.numel() * o.element_size()
     inputs = 3 * q.numel() * q.element_size()

@@ -66,7 +66,7 @@ def _points(nb: dict) -> float:
 def _leftovers(uid_base: int, slots: int) -> list[int]:
     from .sandbox import _pids_of
 
-    return [p for u in range(uid_base, uid_base + 2 * slots) for p in _pids_of(u)]
+    return [p for u in range(uid_base, uid_base + 3 * slots) for p in _pids_of(u)]
 
 
 def _has_nbgrader() -> bool:
@@ -78,8 +78,6 @@ def _has_nbgrader() -> bool:
     return True
 
 
-def settings_uid_base(grader) -> int:
-    return grader.sandbox.uid_base if grader is not None else 61000
 
 
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
@@ -110,9 +108,12 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         folder = out / "incoming"
         demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
         workflow.collect(root, folder)
+        for st in klass:
+            for lesson in sources:
+                if lesson not in st.expect:
+                    shutil.rmtree(root / "submitted" / st.name / lesson, ignore_errors=True)
         built = time.time() - t0
-        results, failures = workflow.autograde(root, slots=slots, settings=settings)
-        grader = None
+        results, failures, uid_base = workflow.autograde(root, slots=slots, settings=settings)
     else:
         releases = {**{k: v[1] for k, v in real.items()}, demo.LESSON: demo.release(fx_src)}
         folder = out / "incoming"
@@ -120,12 +121,13 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         collected = collect_folder(folder, sources)
         subs = [collected[st.name][lesson] for st in klass for lesson in sources if lesson in st.expect]
         grader = Grader(settings)
+        uid_base = grader.sandbox.uid_base
         built = time.time() - t0
         results = grade_class(grader, subs, sources, releases, slots=slots)
     graded = time.time() - t0 - built
     results = [r for r in results if any(r.student == st.name and r.lesson in st.expect for st in klass)]
     subs = results
-    left = _leftovers(settings_uid_base(grader), slots)
+    left = _leftovers(uid_base, slots)
     expected = {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
     print(table(results, expected, mode=f"{MODE}; {describe()}"))
     bad = [(r.student, r.lesson, r.score, expected[(r.student, r.lesson)]) for r in results

@@ -265,7 +265,7 @@ class _Session:
         if w is not None and w.alive():
             return w
         mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode}[kind]
-        uid = self.g.sandbox.uid_base + 2 * self.slot + (1 if kind == "notebook" else 0)
+        uid = self.g.sandbox.uid_base + 3 * self.slot + {"kernel": 0, "compile": 1, "notebook": 2}[kind]
         w = Worker(self.g.sandbox, uid=uid, mode=mode, name=f"slot{self.slot}-{kind}",
                    startup_timeout=self.budget(120))
         self.isolation = self.isolation or w.isolation

@@ -2,7 +2,8 @@
 
 Workers are forked from a ``multiprocessing`` fork server that has imported torch and the worker module only
 (no Triton, no CUDA context, nothing of the course), so a fresh worker costs a fork, not an interpreter start.
-Each worker gets a uid of its own (``uid_base + slot * 2``, and ``+ 1`` for a notebook's code), a private folder
+Each worker gets a uid of its own (``uid_base + 3 * slot``, ``+ 1`` for the compile worker, ``+ 2`` for the
+notebook's code, so none of them can signal, trace or read another), a private folder
 under the sandbox root, a wall-clock budget per request and a memory ceiling (``RLIMIT_AS`` without a GPU, and
 on every machine a watchdog over the resident memory of all processes of its uid). Killing a worker kills its
 process group and then every process left under its uid, so a daemon a student starts does not outlive it.
@@ -11,6 +12,7 @@ Messages are size-capped and decoded by :mod:`grader.wire` (no pickle).
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import pathlib
@@ -62,6 +64,23 @@ class SandboxConfig:
         self.root = pathlib.Path(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
+        self._lock = None
+        self.uid_base = self._claim(self.uid_base)
+
+    def _claim(self, first: int) -> int:
+        """A range of sandbox uids no other grading run on this machine holds (an flock per range), so two
+        runs never sweep each other's workers."""
+        for base in range(first, first + 100 * 40, 100):
+            fd = os.open(os.path.join(tempfile.gettempdir(), f".grader-uids-{base}.lock"), os.O_RDWR | os.O_CREAT,
+                         0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._lock = fd
+            return base
+        raise RuntimeError("every sandbox uid range is held by another grading run")
 
 
 def _context():

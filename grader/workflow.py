@@ -220,7 +220,7 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
             res = a.autograde(r.lesson, r.student, force=True, create=True)
         if not res.get("success"):
             failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))
-    return results, failures
+    return results, failures, grader.sandbox.uid_base
 
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:

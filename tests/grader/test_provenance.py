@@ -9,7 +9,8 @@ import pytest
 from kernels.checks import provenance
 from kernels.checks.provenance import Rejected, from_cells
 
-SETUP = "import kernels\nimport torch\nimport triton\nimport triton.language as tl\nfrom kernels.memory.copy import _copy_memory_kernel\n"
+SETUP = ("import kernels\nimport torch\nimport triton\nimport triton.language as tl\n"
+         "from kernels.memory.copy import _copy_memory_kernel\n")
 KERNEL = '''
 BLOCK = tl.constexpr(128)
 

@@ -32,8 +32,8 @@ def cfg():
     return SandboxConfig(mode="interpreter", hide=hide, keep=keep, memory_limit=1 << 30, output_cap=4096)
 
 
-def _notebook(cfg, source, uid=61990, timeout=60):
-    w = Worker(cfg, uid=uid, mode="interpreter", name=f"t{uid}")
+def _notebook(cfg, source, uid=90, timeout=60):
+    w = Worker(cfg, uid=cfg.uid_base + uid, mode="interpreter", name=f"t{uid}")
     w.send({"op": "notebook", "cells": [{"index": 0, "source": source}]})
     while True:
         m = w.recv(timeout)
@@ -69,7 +69,7 @@ def test_worker_is_unprivileged_and_cannot_read_the_course(cfg):
     w.send({"op": "value", "name": "facts"})
     facts = w.recv(30)["value"]
     w.close()
-    assert facts["uid"] == 61990 and facts["gid"] == 61990
+    assert facts["uid"] == cfg.uid_base + 90 and facts["gid"] == cfg.uid_base + 90
     assert w.isolation in ("mount and network namespaces", "mount namespace"), w.isolation
     assert set(facts["root_listing"]) <= {".venv", "kernels"}, facts["root_listing"]
     for path, what in facts.items():
@@ -84,12 +84,12 @@ def test_hang_is_killed_with_its_leftover_processes(cfg):
     src = ("import subprocess, sys\n"
            "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], "
            "start_new_session=True)\nwhile True:\n    pass\n")
-    w = Worker(cfg, uid=61991, mode="interpreter", name="hang")
+    w = Worker(cfg, uid=cfg.uid_base + 91, mode="interpreter", name="hang")
     w.send({"op": "notebook", "cells": [{"index": 0, "source": src}]})
     with pytest.raises(WorkerTimeout, match="stopped after 3 s"):
         while True:
             w.recv(3)
-    assert _pids_of(61991) == []
+    assert _pids_of(cfg.uid_base + 91) == []
 
 
 @pytest.mark.parametrize("src, match", [
@@ -97,7 +97,7 @@ def test_hang_is_killed_with_its_leftover_processes(cfg):
     ("import os\nos._exit(7)", "exited with code 7"),
 ])
 def test_crash_reason_is_named(cfg, src, match):
-    w = Worker(cfg, uid=61992, mode="interpreter", name="crash")
+    w = Worker(cfg, uid=cfg.uid_base + 92, mode="interpreter", name="crash")
     w.send({"op": "notebook", "cells": [{"index": 0, "source": src}]})
     with pytest.raises(WorkerDied, match=match):
         while True:
@@ -112,8 +112,9 @@ def test_output_is_capped(cfg):
 
 
 def test_memory_limit(cfg):
-    w = Worker(cfg, uid=61993, mode="interpreter", name="oom")
-    w.send({"op": "notebook", "cells": [{"index": 0, "source": "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"}]})
+    w = Worker(cfg, uid=cfg.uid_base + 93, mode="interpreter", name="oom")
+    hog = "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"
+    w.send({"op": "notebook", "cells": [{"index": 0, "source": hog}]})
     events = []
     try:
         while True:

@@ -31,3 +31,13 @@ def test_student_copy_has_no_solutions_hidden_tests_or_outputs(name):
             solved = [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 12]
             leaked = [ln for ln in solved if ln in cell.source]
             assert not leaked, f"{name}: cell {cell.id!r} gives away {leaked[:3]}"
+
+
+def test_course_readme_lists_every_notebook_with_its_points():
+    readme = (COURSE / "README.md").read_text()
+    for name in lesson_ids():
+        nb = solution_notebook(name)
+        points = sum(c.metadata["nbgrader"].get("points", 0) for c in nb.cells if c.metadata["nbgrader"]["grade"])
+        row = next((ln for ln in readme.splitlines() if f"`{name}.ipynb`" in ln), None)
+        assert row is not None, f"course/README.md does not list {name}.ipynb"
+        assert row.rstrip(" |").endswith(f"{points:g} points"), f"course/README.md: {name} is worth {points:g} points"

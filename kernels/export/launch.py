@@ -15,7 +15,7 @@ import ctypes
 import functools
 import pathlib
 
-from .manifest import ManifestError, check_int, image_path, load, resolve
+from .manifest import ManifestError, check_int, load, read_image, resolve
 
 __all__ = ["Launcher", "LaunchError", "ManifestError", "Prepared", "driver"]
 
@@ -79,7 +79,7 @@ class Launcher:
     def __init__(self, manifest: str | pathlib.Path, *, image: str | None = None, device: int = 0):
         self.manifest = m = load(manifest)
         self.image = image or m["prefer"]
-        path = image_path(m, self.image)
+        data = read_image(m, self.image)
         self.block, self.shared = m["threads_per_block"], m["shared_bytes"]
         self._pointers = [p for p in m["params"] if p["kind"] == "pointer" and p["role"] != "unused"]
         self._free = [p for p in m["params"] if p["kind"] == "scalar" and p.get("value") is None]
@@ -89,8 +89,9 @@ class Launcher:
         dev = _check(cu, cu.cuDeviceGet(device), f"cuDeviceGet({device})")
         self._ctx = _check(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         _check(cu, cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
-        image_buf = ctypes.create_string_buffer(path.read_bytes())  # NUL-terminated, as PTX must be
-        self._module = _check(cu, cu.cuModuleLoadData(ctypes.addressof(image_buf)), f"cuModuleLoadData({path.name})")
+        image_buf = ctypes.create_string_buffer(data)  # NUL-terminated, as PTX must be
+        self._module = _check(cu, cu.cuModuleLoadData(ctypes.addressof(image_buf)),
+                              f"cuModuleLoadData({m['images'][self.image]})")
         self._function = _check(cu, cu.cuModuleGetFunction(self._module, m["entry"].encode()),
                                 f"cuModuleGetFunction({m['entry']})")
         if self.shared > _MAX_DEFAULT_SHARED:

@@ -5,13 +5,15 @@ Pure Python with no GPU: the Python launcher and the tests use it, and the Rust 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 from dataclasses import dataclass
 
 from . import expr
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "ManifestError", "Launch", "load", "resolve", "INT_RANGES", "GRID_LIMITS"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "ManifestError", "Launch", "load", "image_path", "read_image", "resolve",
+           "INT_RANGES", "GRID_LIMITS"]
 
 FORMAT = "gpu-kernel-workbook/kernel-manifest"
 FORMAT_VERSION = 1
@@ -63,6 +65,17 @@ def image_path(m: dict, kind: str | None = None) -> pathlib.Path:
     if not p.is_file():
         raise ManifestError(f"{m['kernel']}: the {kind} image {p} is missing")
     return p
+
+
+def read_image(m: dict, kind: str | None = None) -> bytes:
+    """The bytes of an image, checked against the SHA-256 the manifest records (a stale export is refused)."""
+    path = image_path(m, kind)
+    data = path.read_bytes()
+    want = m.get("sha256", {}).get(kind or m["prefer"])
+    if want is not None and hashlib.sha256(data).hexdigest() != want:
+        raise ManifestError(f"{path} does not match its manifest (sha256 {hashlib.sha256(data).hexdigest()}, "
+                            f"manifest says {want}): export again")
+    return data
 
 
 @dataclass

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import hashlib
 import json
 import math
 import pathlib
@@ -355,9 +356,11 @@ def _too_new_ptx(rust: str | None, mpath: pathlib.Path, work: pathlib.Path) -> l
     d.mkdir()
     m = json.loads(mpath.read_text())
     ptx = (mpath.parent / m["images"]["ptx"]).read_text()
-    (d / m["images"]["ptx"]).write_text(re.sub(r"^\.version \d+\.\d+", ".version 9.4", ptx, count=1, flags=re.M))
+    newer = re.sub(r"^\.version \d+\.\d+", ".version 9.4", ptx, count=1, flags=re.M).encode()
+    (d / m["images"]["ptx"]).write_bytes(newer)
     (d / m["images"]["cubin"]).write_bytes((mpath.parent / m["images"]["cubin"]).read_bytes())
-    (d / mpath.name).write_text(json.dumps({**m, "ptx_isa": "9.4"}))
+    sha = {**m["sha256"], "ptx": hashlib.sha256(newer).hexdigest()}
+    (d / mpath.name).write_text(json.dumps({**m, "ptx_isa": "9.4", "sha256": sha}))
     rows = []
     want = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
     try:

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::cuda::{CudaContext, CudaSlice};
 use crate::error::{Error, Result};
-use crate::exported::{pack, Exported};
+use crate::exported::{pack, read_image, Exported};
 use crate::manifest::{Kind, Manifest, Plan, Role};
 
 pub const USAGE: &str = "\
@@ -124,6 +124,8 @@ pub struct HostJob {
     pub inputs: Vec<(String, Option<Vec<u8>>)>,
     pub outputs: Vec<(String, PathBuf)>,
     pub scalars: HashMap<String, f64>,
+    /// The image to load ("ptx" or "cubin") and its bytes, checked against the manifest's SHA-256.
+    pub image: (String, Vec<u8>),
 }
 
 pub fn prepare(a: &Args, need_all_inputs: bool) -> Result<HostJob> {
@@ -214,7 +216,8 @@ pub fn prepare(a: &Args, need_all_inputs: bool) -> Result<HostJob> {
     // Pack once with fake, aligned addresses so every scalar and pointer error shows before the GPU is touched.
     let fake: HashMap<String, u64> = inputs.iter().map(|(n, _)| (n.clone(), 1 << 20)).collect();
     pack(&manifest, &plan, &fake, &scalars, [0, 0])?;
-    Ok(HostJob { manifest, plan, inputs, outputs: a.outputs.clone(), scalars })
+    let image = read_image(&manifest, a.image.as_deref())?;
+    Ok(HostJob { manifest, plan, inputs, outputs: a.outputs.clone(), scalars, image })
 }
 
 fn json_str(s: &str) -> String {
@@ -274,7 +277,7 @@ struct Loaded {
 fn load(job: &HostJob, a: &Args) -> Result<Loaded> {
     let ctx = CudaContext::new(a.device)?;
     let stream = ctx.new_stream()?;
-    let ex = Exported::load(&ctx, job.manifest.clone(), a.image.as_deref())?;
+    let ex = Exported::from_image(&ctx, job.manifest.clone(), job.image.0.clone(), job.image.1.clone())?;
     let mut buffers = Vec::new();
     for (name, data) in &job.inputs {
         let bytes = job.plan.bytes(name).expect("sized") as usize;

@@ -99,6 +99,25 @@ fn scalar_param(kernel: &str, name: &str, ty: Scalar, v: f64) -> Result<ParamVal
     })
 }
 
+/// The bytes of the manifest's `image` ("ptx", "cubin"; `None`: the preferred one), checked against the SHA-256
+/// the manifest records, so that a re-exported image with a stale manifest (or the reverse) is refused.
+pub fn read_image(m: &Manifest, image: Option<&str>) -> Result<(String, Vec<u8>)> {
+    let (kind, path) = m.image(image)?;
+    let bytes =
+        std::fs::read(&path).map_err(|e| Error::Io(format!("cannot read the {kind} image {}: {e}", path.display())))?;
+    if let Some((_, want)) = m.sha256.iter().find(|(k, _)| *k == kind) {
+        let got = crate::sha256::hex_digest(&bytes);
+        if &got != want {
+            return Err(Error::Manifest(format!(
+                "{} does not match its manifest {} (sha256 {got}, manifest says {want}): export again",
+                path.display(),
+                m.path.display()
+            )));
+        }
+    }
+    Ok((kind, bytes))
+}
+
 /// A loaded export: its module and function, ready to launch from a [`Plan`].
 pub struct Exported {
     pub manifest: Manifest,
@@ -110,12 +129,17 @@ pub struct Exported {
 impl Exported {
     /// Load the manifest's `image` ("ptx" or "cubin"; `None`: the preferred one) into `ctx`.
     pub fn load(ctx: &Arc<CudaContext>, manifest: Manifest, image: Option<&str>) -> Result<Exported> {
-        let (kind, path) = manifest.image(image)?;
+        let (kind, bytes) = read_image(&manifest, image)?;
+        Exported::from_image(ctx, manifest, kind, bytes)
+    }
+
+    /// Load image bytes already read (and checked) with [`read_image`].
+    pub fn from_image(ctx: &Arc<CudaContext>, manifest: Manifest, kind: String, bytes: Vec<u8>) -> Result<Exported> {
         let img = match kind.as_str() {
-            "ptx" => Image::from(Ptx::from_file(&path)?),
-            "cubin" => Image::Cubin(
-                std::fs::read(&path).map_err(|e| Error::Io(format!("cannot read cubin {}: {e}", path.display())))?,
-            ),
+            "ptx" => Image::from(Ptx::from_src(
+                String::from_utf8(bytes).map_err(|_| Error::Manifest("the PTX image is not UTF-8 text".into()))?,
+            )),
+            "cubin" => Image::Cubin(bytes),
             other => return Err(Error::Manifest(format!("unknown image kind {other:?}"))),
         };
         let module = ctx.load_module(img)?;

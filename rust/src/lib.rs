@@ -26,11 +26,12 @@ pub mod exported;
 pub mod expr;
 pub mod json;
 pub mod manifest;
+pub mod sha256;
 
 pub use cuda::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, Image, KernelArg, LaunchArgs,
     LaunchConfig, ParamValue, Ptx,
 };
 pub use error::{Error, Result};
-pub use exported::{pack, Exported};
+pub use exported::{pack, read_image, Exported};
 pub use manifest::{Manifest, Plan};

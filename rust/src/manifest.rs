@@ -87,6 +87,8 @@ pub struct Manifest {
     pub ptx_isa: Option<String>,
     pub ptx_refused: Option<String>,
     pub images: Vec<(String, String)>,
+    /// SHA-256 of each image, when the manifest records it.
+    pub sha256: Vec<(String, String)>,
     pub prefer: String,
     pub threads_per_block: u32,
     pub shared_bytes: u32,
@@ -244,6 +246,11 @@ impl Manifest {
             ptx_isa: opt_string(&j, "ptx_isa"),
             ptx_refused: opt_string(&j, "ptx_refused"),
             images,
+            sha256: j
+                .get("sha256")
+                .and_then(Json::as_object)
+                .map(|kv| kv.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+                .unwrap_or_default(),
             prefer,
             threads_per_block: threads as u32,
             shared_bytes: shared as u32,

@@ -246,6 +246,22 @@ fn cli_checks_files_and_sizes_before_touching_a_gpu() {
 }
 
 #[test]
+fn images_are_checked_against_the_manifest() {
+    let d = tmpdir("sha");
+    let m = Manifest::load(fixture("vector_add.json"), None).unwrap();
+    let want = &m.sha256.iter().find(|(k, _)| k == "ptx").unwrap().1;
+    assert_eq!(want.len(), 64);
+    let text = std::fs::read_to_string(fixture("vector_add.json")).unwrap();
+    std::fs::write(d.join("vector_add.json"), &text).unwrap();
+    std::fs::write(d.join("vector_add.ptx"), "//\n.version 8.7\n").unwrap();
+    let m = Manifest::load(d.join("vector_add.json"), None).unwrap();
+    let e = workbook_launch::read_image(&m, Some("ptx")).unwrap_err();
+    assert!(e.to_string().contains("does not match its manifest") && e.to_string().contains(want.as_str()), "{e}");
+    let e = workbook_launch::read_image(&m, Some("cubin")).unwrap_err();
+    assert!(e.to_string().contains("cannot read the cubin image"), "{e}");
+}
+
+#[test]
 fn binary_reports_a_missing_driver_clearly() {
     let d = tmpdir("bin");
     std::fs::write(d.join("x.bin"), vec![0u8; 40]).unwrap();

@@ -436,3 +436,15 @@ def test_python_launcher_reports_driver_errors(exported, monkeypatch):
         la(0x1000, 0x2000, 0x3000, sizes={"n_elements": 5000}, stream=0)
     assert fake.launches[-1]["grid"] == (5, 1, 1) and fake.launches[-1]["args"][3] == 5000
     assert not any(c[0] == "cuFuncSetAttribute" for c in fake.calls), "48 KiB or less needs no opt-in"
+
+
+def test_launchers_refuse_an_image_that_does_not_match_its_manifest(exported, tmp_path, monkeypatch):
+    m = json.loads((exported / "vector_add.json").read_text())
+    (tmp_path / "vector_add.json").write_text(json.dumps(m))
+    (tmp_path / "vector_add.ptx").write_text((exported / "vector_add.ptx").read_text().replace("// ", "//  ", 1))
+    (tmp_path / "vector_add.cubin").write_bytes((exported / "vector_add.cubin").read_bytes())
+    with pytest.raises(ManifestError, match="vector_add.ptx does not match its manifest"):
+        _fake_launcher(monkeypatch, tmp_path / "vector_add.json")
+    from kernels.export import launch
+
+    assert launch.Launcher(tmp_path / "vector_add.json", image="cubin").image == "cubin", "the cubin still matches"

@@ -471,7 +471,7 @@ check("05_ptx_export_rust.build_launch", build_launch, hidden=True)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "driver-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Launch it through the driver API
 #
-# On a GPU, the cell below does by hand what Triton's launcher does: load the PTX into the current context
+# On a GPU, the cell below does by hand what Triton's launcher does: load the PTX into torch's context
 # (`cuModuleLoadData`; the driver JIT-compiles it for this GPU), look up the entry point
 # (`cuModuleGetFunction`), raise its shared-memory limit if it needs more than 48 KiB, pack **your** argument
 # list into an array of pointers to the values (`void **kernelParams`), and call `cuLaunchKernel` on torch's
@@ -497,6 +497,9 @@ def driver_launch(manifest, plan, image="ptx"):
 
     torch.cuda.init()
     ok(cu.cuInit(0), "cuInit")
+    context = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")),
+                 "cuDevicePrimaryCtxRetain")  # the context torch's runtime uses
+    ok(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
     data = (OUT / manifest["images"][image]).read_bytes() + (b"\0" if image == "ptx" else b"")
     module = ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
     function = ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")

@@ -354,6 +354,14 @@ def _special_refusals(fn, name):
         t = {n: torch.zeros(70_000, dtype=torch.bfloat16) for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")}
         _refuses(fn, "B*H = 70000 programs along grid y (CUDA allows 65535)", ValueError, m, sizes, t,
                  {"scale": 0.1}, "grid", "65535", "y")
+    if name == "package":
+        m = manifest("package")
+        sizes = dict(B=1, T=2, H=1, K=100, V=16)
+        t = {n: torch.zeros(e, dtype=torch.float16) for n, e in (("q_ptr", 200), ("k_ptr", 200), ("v_ptr", 32),
+                                                                  ("o_ptr", 32))}
+        t["ht_ptr"] = torch.zeros(1600)
+        _refuses(fn, "K=100 with BK=64 (requirement 'K <= BK')", ValueError, m, sizes, t, {"scale": 0.1},
+                 "K <= BK", "K")
     if name == "wide":
         m = manifest("wide")
         sizes = dict(M=50_000, N=50_000)

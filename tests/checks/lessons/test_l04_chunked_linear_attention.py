@@ -1,0 +1,122 @@
+"""Lesson 04's checks: the solutions pass; broken twins, a token loop, quadratic attention and calls into the
+package or fla fail with a message that says why."""
+
+import pytest
+import torch
+from lessonkit import assert_fails as fails
+from lessonkit import edit, function, grade, kernel, solution_cells
+
+from kernels.checks.lessons.l04_chunked_linear_attention import intra_chunk, recurrent
+from kernels.checks.provenance import Rejected, check_function_static
+
+CELLS = solution_cells("04_chunked_linear_attention")
+TORCH = CELLS["ex1-torch"]
+INTRA = CELLS["ex2-intra"]
+FUSED = CELLS["ex3-fused"]
+
+TOKEN_LOOP = '''
+def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    state = q.new_zeros(B, H, K, v.shape[-1])
+    o = torch.empty_like(v)
+    for t in range(T):
+        state = state + k[:, t, :, :, None] * v[:, t, :, None, :]
+        o[:, t] = scale * (q[:, t, :, None, :] @ state).squeeze(-2)
+    return o
+'''
+
+QUADRATIC = '''
+def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    scores = torch.einsum("bthk,bshk->bhts", q, k).tril()
+    return scale * torch.einsum("bhts,bshv->bthv", scores, v)
+'''
+
+PACKAGE = '''
+from kernels.linear_attention import chunk_linear_attn
+
+
+def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    return chunk_linear_attn(q, k, v, scale, normalize=False)[0]
+'''
+
+FLA = '''
+import fla.ops.linear_attn as la
+
+
+def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    return la.chunk_linear_attn(q, k, v, scale, normalize=False)[0]
+'''
+
+
+def test_references_agree():
+    q, k = torch.randn(2, 2, 37, 3, 8, dtype=torch.float64)
+    v = torch.randn(2, 37, 3, 5, dtype=torch.float64)
+    o = recurrent(q, k, v, 0.3)
+    by_hand = torch.zeros_like(o)
+    for t in range(37):
+        for s in range(t + 1):
+            by_hand[:, t] += 0.3 * (q[:, t] * k[:, s]).sum(-1, keepdim=True) * v[:, s]
+    torch.testing.assert_close(o, by_hand)
+    # one chunk covering everything is the whole causal sum
+    torch.testing.assert_close(intra_chunk(q, k, v, 0.3, 64), o)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_torch_solution_passes(hidden):
+    out = grade("04_chunked_linear_attention.chunked_torch", function(TORCH, "chunked_attention_torch",
+                                                                      {"torch": torch}), hidden=hidden)
+    assert out.passed, out.message
+
+
+def test_torch_twins_fail():
+    def check(src):
+        return grade("04_chunked_linear_attention.chunked_torch", function(src, "chunked_attention_torch",
+                                                                           {"torch": torch}))
+
+    fails(check(TOKEN_LOOP), "torch operations", "tokens")
+    fails(check(QUADRATIC), "quadratic")
+    fails(check(edit(TORCH, ".tril()", "")), "relative error")  # not causal inside the chunk
+    fails(check(edit(TORCH, "state = state + kc.transpose(-1, -2) @ vc", "pass")), "relative error")
+
+
+@pytest.mark.parametrize("src, words", [(PACKAGE, "kernels.linear_attention"), (FLA, "fla.ops.linear_attn")])
+def test_torch_answer_may_not_call_the_package_or_fla(src, words):
+    with pytest.raises(Rejected, match=words.replace(".", r"\.")):
+        check_function_static(["import torch", src], "chunked_attention_torch", forbid=("fla",))
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("cell, name, exercise", [
+    ("ex2-intra", "intra_chunk_kernel", "intra_chunk"),
+    ("ex3-fused", "chunked_attention_kernel", "chunked_fwd"),
+])
+def test_solution_kernels_pass(hidden, cell, name, exercise):
+    out = grade(f"04_chunked_linear_attention.{exercise}", kernel(CELLS[cell], name), hidden=hidden)
+    assert out.passed, out.message
+
+
+@pytest.mark.parametrize("source, name, exercise, old, new, words", [
+    (INTRA, "intra_chunk_kernel", "intra_chunk", "offs_c[:, None] >= offs_c[None, :]",
+     "offs_c[:, None] > offs_c[None, :]", ["relative error"]),  # drops the diagonal
+    (INTRA, "intra_chunk_kernel", "intra_chunk", "mask=mask_vo)", "mask=offs_t[:, None] < T)",
+     ["out of bounds"]),  # stores the columns past V (the last row's spill into the guard band)
+    (FUSED, "chunked_attention_kernel", "chunked_fwd",
+     "state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)", "state = state",
+     ["relative error"]),  # never carries the state
+    (FUSED, "chunked_attention_kernel", "chunked_fwd", "(o * scale)", "o", ["relative error"]),
+    (FUSED, "chunked_attention_kernel", "chunked_fwd", "mask=mask_qk, other=0.0)  # [BT, BK]\n        k",
+     "mask=offs_t[:, None] < T, other=0.0)  # [BT, BK]\n        k", ["o:"]),  # q not masked past K
+])
+def test_broken_kernels_fail(source, name, exercise, old, new, words):
+    broken = kernel(edit(source, old, new), name)
+    fails(grade(f"04_chunked_linear_attention.{exercise}", broken, hidden=exercise == "chunked_fwd"), *words)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell, name, exercise", [
+    ("ex2-intra", "intra_chunk_kernel", "intra_chunk"),
+    ("ex3-fused", "chunked_attention_kernel", "chunked_fwd"),
+])
+def test_gpu_hidden_cases_bf16_and_large(cell, name, exercise):
+    out = grade(f"04_chunked_linear_attention.{exercise}", kernel(CELLS[cell], name), hidden=True)
+    assert out.passed and not out.not_graded, out.message

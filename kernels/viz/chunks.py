@@ -65,6 +65,40 @@ class ChunkFlow(View):
             self._traced[chunk] = (la, roles, err)
         return self._traced[chunk]
 
+    def _artists(self, fig, chunk, states):
+        """Axes for one chunk size; moving between chunks only updates their data."""
+        from matplotlib.colors import ListedColormap
+
+        T, n = self.T, len(states)
+        fig.clear()
+        traced = self.launch is not None
+        axes = fig.subplots(1, 4 if traced else 3, width_ratios=[2.2, 0.9, 1.2, 1.8] if traced else [2.2, 1.2, 2.0])
+        ax, sx, bx = axes[0], axes[-2], axes[-1]
+        art = {"axes": axes, "chunk": chunk}
+        art["code"] = ax.imshow(np.zeros((T, T)), cmap=ListedColormap(["#ffffff", "#e6e6e6", "#9ecae1", "#f28e2b"]),
+                                vmin=0, vmax=3, interpolation="nearest")
+        for b in range(0, T, chunk):
+            ax.axhline(b - 0.5, color="#888888", lw=0.4)
+            ax.axvline(b - 0.5, color="#888888", lw=0.4)
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+        art["state"] = sx.imshow(states[0].numpy(), cmap="RdBu", interpolation="nearest")
+        norms = [float(torch.linalg.norm(x)) for x in states]
+        art["bars"] = bx.bar(range(n), norms, color="#4e79a7")
+        bx.set_xticks(range(n))
+        for j in range(n - 1):
+            bx.annotate("", xy=(j + 1, norms[j + 1]), xytext=(j, norms[j]),
+                        arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8))
+        bx.set_xlabel("chunk")
+        bx.set_ylabel("||S_i|| (Frobenius)")
+        bx.set_title("the state carried forward, chunk to chunk", fontsize=8)
+        if traced:
+            art["rows"] = axes[1].imshow(np.zeros((T, 4)), cmap=ListedColormap(["#f4f4f4", "#c6dbef", "#2171b5",
+                                                                                 "#c7e9c0", "#238b45"]),
+                                         vmin=0, vmax=4, aspect="auto", interpolation="nearest")
+            axes[1].set_xticks(range(4), ["Q", "K", "V", "O"], fontsize=8)
+        return art
+
     def draw(self, fig, chunk, i):
         T = self.T
         n = -(-T // chunk)
@@ -72,6 +106,9 @@ class ChunkFlow(View):
         if chunk not in self._cache:
             self._cache[chunk] = _chunked(self.q, self.k, self.v, chunk)
         out, states = self._cache[chunk]
+        art = getattr(self, "_art", None)
+        if art is None or art["chunk"] != chunk or not fig.axes:
+            art = self._art = self._artists(fig, chunk, states)
         s, e = i * chunk, min((i + 1) * chunk, T)
         code = np.zeros((T, T))  # 0 masked (future), 1 other rows' past, 2 via the state, 3 intra-chunk block
         rows, cols = np.indices((T, T))
@@ -79,39 +116,23 @@ class ChunkFlow(View):
         here = (rows >= s) & (rows < e)
         code[here & (cols < s)] = 2
         code[here & (cols >= s) & (cols <= rows)] = 3
-        fig.clear()
-        traced = self.launch is not None
-        axes = fig.subplots(1, 4 if traced else 3, width_ratios=[2.2, 0.9, 1.2, 1.8] if traced else [2.2, 1.2, 2.0])
-        ax, sx, bx = axes[0], axes[-2], axes[-1]
-        from matplotlib.colors import ListedColormap
-
-        ax.imshow(code, cmap=ListedColormap(["#ffffff", "#e6e6e6", "#9ecae1", "#f28e2b"]), vmin=0, vmax=3,
-                  interpolation="nearest")
-        for b in range(0, T, chunk):
-            ax.axhline(b - 0.5, color="#888888", lw=0.4)
-            ax.axvline(b - 0.5, color="#888888", lw=0.4)
-        ax.set_title(f"causal T x T, chunk {i} = rows {s}..{e - 1}\norange: intra-chunk (Q K^T * M) V; "
-                     "blue: through the state Q S", fontsize=8)
-        ax.set_xlabel("key position")
-        ax.set_ylabel("query position")
-        lim = max(1e-9, float(np.abs(states[i].numpy()).max()))
-        sx.imshow(states[i].numpy(), cmap="RdBu", vmin=-lim, vmax=lim, interpolation="nearest")
-        sx.set_title(f"S_{i} [K, V] entering chunk {i}\n= sum of K_j^T V_j, j < {i}", fontsize=8)
-        norms = [float(torch.linalg.norm(x)) for x in states]
-        bx.bar(range(n), norms, color=["#f28e2b" if j == i else "#4e79a7" for j in range(n)])
-        for j in range(n - 1):
-            bx.annotate("", xy=(j + 1, norms[j + 1]), xytext=(j, norms[j]),
-                        arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8))
-        bx.set_xlabel("chunk")
-        bx.set_ylabel("||S_i|| (Frobenius)")
-        bx.set_title("the state carried forward, chunk to chunk", fontsize=8)
+        art["code"].set_data(code)
+        axes = art["axes"]
+        axes[0].set_title(f"causal T x T, chunk {i} = rows {s}..{e - 1}\norange: intra-chunk (Q K^T * M) V; "
+                          "blue: through the state Q S", fontsize=8)
+        lim = max(1e-9, float(states[i].abs().max()))
+        art["state"].set_data(states[i].numpy())
+        art["state"].set_clim(-lim, lim)
+        axes[-2].set_title(f"S_{i} [K, V] entering chunk {i}\n= sum of K_j^T V_j, j < {i}", fontsize=8)
+        for j, bar in enumerate(art["bars"]):
+            bar.set_color("#f28e2b" if j == i else "#4e79a7")
         err = float((out - self.recurrent).abs().max() / self.recurrent.abs().max())
         L = e - s
         K, V = self.K, self.V
         text = (f"BT={chunk}: {n} chunks (the last holds {T - (n - 1) * chunk} rows). Chunk {i}: intra block "
                 f"{L}x{L} costs {2 * L * L * (K + V)} FLOPs, the state term {2 * L * K * V}, the state update "
                 f"{2 * L * K * V}. Chunked (float64) vs the recurrence: max relative difference {err:.1e}.")
-        if traced:
+        if self.launch is not None:
             text += "\n" + self._draw_rows(axes[1], chunk, i)
         return self.note + text
 
@@ -128,11 +149,7 @@ class ChunkFlow(View):
                 if a.step <= i:
                     rows = np.unique(a.elements() // width)
                     grid[rows, col] = np.maximum(grid[rows, col], (2 if a.step == i else 1) + (2 * (role == "O")))
-        from matplotlib.colors import ListedColormap
-
-        ax.imshow(grid, cmap=ListedColormap(["#f4f4f4", "#c6dbef", "#2171b5", "#c7e9c0", "#238b45"]), vmin=0,
-                  vmax=4, aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(4), ["Q", "K", "V", "O"], fontsize=8)
+        self._art["rows"].set_data(grid)
         ax.set_title(f"rows program {p[:2]}\nloads/stores, step {i}", fontsize=8)
         reuse = []
         for role in ("Q", "K", "V"):

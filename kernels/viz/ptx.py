@@ -161,31 +161,38 @@ class PtxExplorer(View):
         sel = p.select(category)
         k = self.limit("k", 0, max(0, len(sel) - 1))
         counts = p.counts()
-        fig.clear()
-        ax, tx = fig.subplots(1, 2, width_ratios=[1, 2.2])
-        cats = [c for c in CATEGORIES if c != "other"]
-        ax.barh(cats[::-1], [counts.get(c, 0) for c in cats[::-1]],
-                color=["#f28e2b" if c == category else "#4e79a7" for c in cats[::-1]])
-        for y, c in enumerate(cats[::-1]):
-            ax.text(counts.get(c, 0), y, f" {counts.get(c, 0)}", va="center", fontsize=8)
-        ax.set_title(f"{p.entry}: instructions by kind\n({counts.get('other', 0)} other: arithmetic, control)",
-                     fontsize=8)
-        ax.tick_params(labelsize=8)
-        tx.set_axis_off()
-        lines = p.text.splitlines()
-        if sel:
-            at = sel[k].line
+        cats = [c for c in CATEGORIES if c != "other"][::-1]
+        if getattr(self, "_art", None) is None or not fig.axes:
+            fig.clear()
+            ax, tx = fig.subplots(1, 2, width_ratios=[1, 2.2])
+            bars = ax.barh(cats, [counts.get(c, 0) for c in cats])
+            for y, c in enumerate(cats):
+                ax.text(counts.get(c, 0), y, f" {counts.get(c, 0)}", va="center", fontsize=8)
+            ax.set_title(f"{p.entry}: instructions by kind\n({counts.get('other', 0)} other: arithmetic, control)",
+                         fontsize=8)
+            ax.tick_params(labelsize=8)
+            tx.set_axis_off()
+            listing = tx.text(0, 1, "", family="monospace", fontsize=7.5, va="top")
+            lines = p.text.splitlines()
             code = [no for no in range(1, len(lines) + 1) if lines[no - 1].strip()
                     and not lines[no - 1].strip().startswith(("//", ".loc"))]
-            j = code.index(at)
+            self._art = {"bars": bars, "listing": listing, "lines": lines, "code": code,
+                         "where": {no: j for j, no in enumerate(code)}}
+        art = self._art
+        for bar, c in zip(art["bars"], cats):
+            bar.set_color("#f28e2b" if c == category else "#4e79a7")
+        lines, code = art["lines"], art["code"]
+        if sel:
+            at = sel[k].line
+            j = art["where"][at]
             shown = [f"{'>>' if no == at else '  '}{no:5d} {' '.join(lines[no - 1].split())[:78]}"
                      for no in code[max(0, j - self.context): j + self.context + 1]]
-            tx.text(0, 1, "\n".join(shown), family="monospace", fontsize=7.5, va="top")
+            art["listing"].set_text("\n".join(shown))
             ops = ", ".join(f"{o} x{n}" for o, n in p.opcodes(category).most_common(4))
             where = f" from kernel line {sel[k].source_line}" if sel[k].source_line else ""
             note = f"{category} {k + 1}/{len(sel)}: {sel[k].opcode}{where}. Most frequent: {ops}."
         else:
-            tx.text(0.5, 0.5, f"no {category} instructions in this kernel", ha="center", va="center")
+            art["listing"].set_text(f"no {category} instructions in this kernel")
             note = f"no {category} instructions."
         ptrs = [n for t, n in p.params if t == "ptr"]
         named = self.names or []

@@ -84,6 +84,29 @@ class TileExplorer(View):
                              "pass a=, b=, c= with the kernel's parameter names")
         return a, b, c
 
+    def _artists(self, fig, la, roles):
+        """Axes and images for one block configuration; program and step changes only update them."""
+        a, b, c = roles
+        fig.clear()
+        ax = fig.subplots(1, 3, width_ratios=[self.sizes["K"], self.sizes["N"], self.sizes["N"]])
+        cmap = _cmap()
+        art = {"ax": ax, "key": None}
+        art["a"] = ax[0].imshow(np.zeros(la.tensors[a].shape), cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
+        art["b"] = ax[1].imshow(np.zeros(la.tensors[b].shape), cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
+        M, N = self.sizes["M"], self.sizes["N"]
+        order = np.full((M, N), np.nan)
+        for i, q in enumerate(la.programs()):
+            for acc in la.select(c, "store", pid=q):
+                order.reshape(-1)[acc.elements()] = i
+        art["order"] = order
+        art["done"] = ax[2].imshow(order, cmap="viridis", vmin=0, vmax=len(la.programs()) - 1,
+                                   interpolation="nearest")
+        art["todo"] = ax[2].imshow(order, cmap="Greys", vmin=0, vmax=4, interpolation="nearest")
+        art["box"] = ax[2].add_patch(Rectangle((0, 0), 1, 1, fill=False, lw=2, edgecolor="#d62728"))
+        for axis in ax:
+            axis.tick_params(labelsize=7)
+        return art
+
     def draw(self, fig, pid, step, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M=1):
         blocks = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K)
         if self.grouped:
@@ -94,30 +117,25 @@ class TileExplorer(View):
         pid = self.limit("pid", 0, len(programs) - 1)
         p = programs[pid]
         step = self.limit("step", 0, la.steps(p) - 1)
-        fig.clear()
-        ax = fig.subplots(1, 3, width_ratios=[self.sizes["K"], self.sizes["N"], self.sizes["N"]])
-        cmap = _cmap()
-        for axis, name, title in ((ax[0], a, f"A = {a}: tiles program {pid} loads"),
-                                  (ax[1], b, f"B = {b}")):
-            axis.imshow(_touch_map(la, name, p, step), cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
-            axis.set_title(f"{title}\n(dark: step {step}, light: earlier)", fontsize=9)
-        # C: programs by launch order; the selected program's tile outlined, earlier ones shaded
-        M, N = self.sizes["M"], self.sizes["N"]
-        order = np.full((M, N), np.nan)
-        for i, q in enumerate(programs):
-            for acc in la.select(c, "store", pid=q):
-                order.reshape(-1)[acc.elements()] = i
-        ax[2].imshow(np.where(order <= pid, order, np.nan), cmap="viridis", vmin=0, vmax=len(programs) - 1,
-                     interpolation="nearest")
-        ax[2].imshow(np.where(order > pid, 1.0, np.nan), cmap="Greys", vmin=0, vmax=4, interpolation="nearest")
+        key = tuple(sorted(blocks.items()))
+        art = getattr(self, "_art", None)
+        if art is None or art["key"] != key or not fig.axes:
+            art = self._art = self._artists(fig, la, (a, b, c))
+            art["key"] = key
+        ax = art["ax"]
+        art["a"].set_data(_touch_map(la, a, p, step))
+        art["b"].set_data(_touch_map(la, b, p, step))
+        ax[0].set_title(f"A = {a}: tiles program {pid} loads\n(dark: step {step}, light: earlier)", fontsize=9)
+        ax[1].set_title(f"B = {b}\n(dark: step {step}, light: earlier)", fontsize=9)
+        # C: programs by launch order; the selected program's tile outlined, later ones grey
+        order = art["order"]
+        art["done"].set_data(np.where(order <= pid, order, np.nan))
+        art["todo"].set_data(np.where(order > pid, 1.0, np.nan))
         mine = np.argwhere(order == pid)
         if mine.size:
             (r0, c0), (r1, c1) = mine.min(0), mine.max(0)
-            ax[2].add_patch(Rectangle((c0 - 0.5, r0 - 0.5), c1 - c0 + 1, r1 - r0 + 1, fill=False, lw=2,
-                                      edgecolor="#d62728"))
+            art["box"].set_bounds(c0 - 0.5, r0 - 0.5, c1 - c0 + 1, r1 - r0 + 1)
         ax[2].set_title(f"C = {c}: programs 0..{pid} in launch order", fontsize=9)
-        for axis in ax:
-            axis.tick_params(labelsize=7)
         # reuse and the footprint of the first programs
         isz = la.tensors[a].itemsize
         loaded_a = la.bytes()[a]["load"]

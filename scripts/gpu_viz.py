@@ -26,29 +26,17 @@ sys.path.insert(0, str(ROOT))
 
 
 def measure(out: pathlib.Path) -> None:
-    import torch
-
     from kernels import describe, viz
-    from kernels.bench import copy_bandwidth
 
     print(describe())
-    ws = viz.measure.working_set([2**p for p in range(20, 32)])
-    st = viz.measure.strided([1, 2, 4, 8, 16, 32])
-    copy = copy_bandwidth()
-    props = torch.cuda.get_device_properties(0)
-    record = {"device": props.name, "date": ws["date"], "l2_bytes": ws["l2_bytes"], "copy_bandwidth": copy,
-              "source": "scripts/gpu_viz.py (kernels.viz.measure)",
-              "working_set": {"bytes": ws["bytes"], "bandwidth": ws["bandwidth"]},
-              "strided": {"stride": st["stride"], "bandwidth": st["bandwidth"]}}
-    print(f"copy bandwidth {copy / 1e12:.2f} TB/s, L2 {ws['l2_bytes'] / 2**20:.0f} MiB")
+    rec = viz.measure.record_reference(out / "viz_reference.json")
+    print(f"copy bandwidth {rec['copy_bandwidth'] / 1e12:.2f} TB/s, L2 {rec['l2_bytes'] / 2**20:.0f} MiB")
     print(f"{'working set':>14} {'re-read TB/s':>13}")
-    for b, bw in zip(ws["bytes"], ws["bandwidth"]):
+    for b, bw in zip(rec["working_set"]["bytes"], rec["working_set"]["bandwidth"]):
         print(f"{b / 2**20:>10.0f} MiB {bw / 1e12:>13.2f}")
     print(f"{'stride':>14} {'useful TB/s':>13}")
-    for s, bw in zip(st["stride"], st["bandwidth"]):
+    for s, bw in zip(rec["strided"]["stride"], rec["strided"]["bandwidth"]):
         print(f"{s:>14} {bw / 1e12:>13.2f}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "viz_reference.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out / 'viz_reference.json'}")
 
 

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from ..device import ON_GPU
 
-__all__ = ["working_set", "strided", "reference", "REFERENCE_FILE"]
+__all__ = ["working_set", "strided", "reference", "record_reference", "REFERENCE_FILE"]
 
 #: Numbers measured on the project's H200 by ``scripts/measure_viz_reference.py`` (committed with their date).
 REFERENCE_FILE = pathlib.Path(__file__).with_name("reference_h200.json")
@@ -110,3 +110,20 @@ def reference() -> dict:
         ref["label"] = f"reference: {ref.get('device', 'H200')} measured {ref.get('date', '')[:10]} " \
                        "(not this machine)"
     return ref
+
+
+def record_reference(path: str | pathlib.Path) -> dict:
+    """Measure everything :func:`reference` holds on this GPU and write it to ``path`` as JSON."""
+    _need_gpu("record_reference()")
+    from ..bench import copy_bandwidth
+
+    ws = working_set([2**p for p in range(20, 32)])
+    st = strided([1, 2, 4, 8, 16, 32])
+    record = {"device": ws["device"], "date": ws["date"], "l2_bytes": ws["l2_bytes"],
+              "copy_bandwidth": copy_bandwidth(), "source": "kernels.viz.measure.record_reference",
+              "working_set": {"bytes": ws["bytes"], "bandwidth": ws["bandwidth"]},
+              "strided": {"stride": st["stride"], "bandwidth": st["bandwidth"]}}
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return record

@@ -55,6 +55,16 @@ def test_strides_cost_bandwidth():
     assert "measured" in view.caption and "12%" in view.caption
 
 
+def test_record_the_reference_numbers():
+    """The H200 numbers the views show on a machine without a GPU: results/gpu/viz_reference.json."""
+    import pathlib
+
+    out = pathlib.Path(__file__).resolve().parents[2] / "results" / "gpu" / "viz_reference.json"
+    rec = viz.measure.record_reference(out)
+    ws = rec["working_set"]["bandwidth"]
+    assert max(ws[:4]) > 1.3 * ws[-1] and rec["strided"]["bandwidth"][3] < 0.6 * rec["strided"]["bandwidth"][0]
+
+
 def test_tracer_runs_a_compiled_kernel_on_cuda_tensors():
     n = 300
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")

@@ -2,7 +2,16 @@
 
 import pytest
 
-from kernels.course import COURSE, LESSONS, build, graded_cells, lesson_ids, solution_notebook, student_notebook
+from kernels.course import (
+    COURSE,
+    LESSONS,
+    OutOfSync,
+    build,
+    graded_cells,
+    lesson_ids,
+    solution_notebook,
+    student_notebook,
+)
 
 
 def test_course_is_in_sync_with_solutions():
@@ -41,3 +50,11 @@ def test_course_readme_lists_every_notebook_with_its_points():
         row = next((ln for ln in readme.splitlines() if f"`{name}.ipynb`" in ln), None)
         assert row is not None, f"course/README.md does not list {name}.ipynb"
         assert row.rstrip(" |").endswith(f"{points:g} points"), f"course/README.md: {name} is worth {points:g} points"
+
+
+def test_the_sync_check_catches_a_hand_edited_student_copy(tmp_path):
+    name = lesson_ids()[0]
+    edited = (COURSE / f"{name}.ipynb").read_text().replace("YOUR CODE HERE", "YOUR CODE HERE (edited)", 1)
+    (tmp_path / f"{name}.ipynb").write_text(edited)
+    with pytest.raises(OutOfSync, match=name):
+        build([name], check=True, course=tmp_path)

@@ -205,3 +205,14 @@ def test_ptx_parse():
     assert counts["parameters"] >= 9
     with pytest.raises(ValueError, match="no .entry"):
         viz.parse_ptx("// nothing here\n")
+
+
+def test_save_button_writes_the_current_picture(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    view = viz.coalescing_view()
+    view.set(stride=4)
+    save = next(w for w in view.widget.children[0].children[-1].children if getattr(w, "description", "") ==
+                "Save PNG")
+    save.click()
+    written = tmp_path / "artifacts" / "coalescing_view.png"
+    assert written.read_bytes() == view.png()

@@ -545,8 +545,14 @@ if ON_GPU and plan is not None:
     v = randn(gpu["B"], gpu["T"], gpu["H"], gpu["V"], dtype=torch.bfloat16, seed=5)
     o_driver = torch.full_like(v, float("nan"))
     scale = gpu["K"] ** -0.5
+    scratch = []  # keeps any scratch buffer alive until the launch is done
+
+    def alloc(nbytes, align):
+        scratch.append(torch.empty(nbytes + align, dtype=torch.uint8, device="cuda"))
+        return scratch[-1].data_ptr() + (-scratch[-1].data_ptr()) % align
+
     plan = build_launch(manifest, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": o_driver}, {"scale": scale},
-                        alloc=lambda n, a: torch.empty(n + a, dtype=torch.uint8, device="cuda").data_ptr())
+                        alloc)
     driver_launch(manifest, plan)
     o_triton = triton_launch(q, k, v, scale)
     ref = reference(q, k, v, scale)

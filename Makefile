@@ -74,6 +74,30 @@ course: $(STAMP)
 course-check: $(STAMP)
 	$(BIN)/python -m kernels.course --check $(L)
 
+# The grader (grader/README.md), one step per target over the nbgrader course folder grader/:
+# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip ZIP=1; EXPORT=grades.csv.
+.PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
+grade-demo: $(STAMP)
+	$(BIN)/python -m grader demo
+
+grade-build: $(STAMP)
+	$(BIN)/python -m grader build $(L)
+
+grade-collect: $(STAMP)
+	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip)
+
+grade-autograde: $(STAMP)
+	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))
+
+grade-feedback: $(STAMP)
+	$(BIN)/python -m grader feedback
+
+grade-export: $(STAMP)
+	$(BIN)/python -m grader export --to $(or $(EXPORT),grades.csv)
+
+grade-lint: $(STAMP)
+	$(BIN)/python -m grader lint
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 

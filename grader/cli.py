@@ -1,13 +1,26 @@
-"""``python -m grader <command>``: build, collect, autograde, feedback, export, report, lint, demo."""
+"""``python -m grader <command>``: build, collect, autograde, feedback, export, report, lint, demo.
+
+The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
+another): ``build`` the student notebooks from ``solutions/``; ``collect`` a folder of submissions
+(``<dir>/<student>/*.ipynb``) or an LMS zip; ``autograde`` them in the sandbox (on the GPU when there is one,
+in the interpreter otherwise; the report says which); ``feedback`` (HTML per student); ``export`` (CSV);
+``report`` (the summary table again). ``lint`` checks that every graded cell of every lesson is gradable.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import sys
+import time
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _course(args) -> pathlib.Path:
+    return pathlib.Path(args.course).resolve() if args.course else _ROOT / "grader"
 
 
 def _demo(args) -> int:
@@ -27,9 +40,132 @@ def _demo(args) -> int:
                     direct=args.direct, reports=reports)
 
 
+def _build(args) -> int:
+    from . import workflow
+
+    built = workflow.build(args.lessons)
+    print(f"built {len(built)} lesson(s): {', '.join(built)}")
+    return 0
+
+
+def _collect(args) -> int:
+    from . import workflow
+
+    root = _course(args)
+    if args.zip:
+        collected = workflow.collect_zip(root, pathlib.Path(args.source))
+    else:
+        collected = workflow.collect(root, pathlib.Path(args.source), args.lessons)
+    for student, subs in collected.items():
+        for lesson, sub in subs.items():
+            state = "ok" if sub.notebook is not None else "0"
+            notes = f" ({'; '.join(sub.notes)})" if sub.notes else ""
+            print(f"{student:>20} {lesson:<28} {state}{notes}")
+    return 0
+
+
+def _autograde(args) -> int:
+    import kernels  # noqa: F401
+    from kernels.device import MODE, describe
+
+    from . import workflow
+    from .grade import Settings
+    from .run import report, table
+
+    root = _course(args)
+    settings = Settings(seed=args.seed)
+    if args.timeout:
+        settings.problem_timeout = args.timeout
+    t0 = time.time()
+    results, failures, _ = workflow.autograde(root, lessons=args.lessons, students=args.students,
+                                              slots=args.slots, settings=settings)
+    print(table(results, mode=f"{MODE}; {describe()}"))
+    report(results, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
+                                                        "seconds": time.time() - t0, "nbgrader_failures": failures})
+    for r in results:
+        for c in r.cells:
+            if not c.passed:
+                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
+    for f in failures:
+        print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
+    print(f"graded {len(results)} notebook(s) in {time.time() - t0:.0f} s ({MODE})")
+    return 1 if failures else 0
+
+
+def _feedback(args) -> int:
+    from . import workflow
+
+    failures = workflow.feedback(_course(args))
+    for f in failures:
+        print(f"feedback failed for {f[0]}/{f[1]}:\n{f[2]}", file=sys.stderr)
+    print(f"feedback HTML under {_course(args) / 'feedback'}")
+    return 1 if failures else 0
+
+
+def _export(args) -> int:
+    from . import workflow
+
+    path = workflow.export(_course(args), pathlib.Path(args.to))
+    print(f"grades written to {path}")
+    return 0
+
+
+def _report(args) -> int:
+    from .run import table
+
+    path = _course(args) / "reports" / "summary.json"
+    data = json.loads(path.read_text())
+
+    class R:
+        def __init__(self, d):
+            self.__dict__.update(d)
+            self.cells = [type("C", (), {"passed": c["score"] >= c["points"]})() for c in d["cells"]]
+
+    print(table([R(d) for d in data["results"]], mode=data.get("mode", "")))
+    return 0
+
+
+def _lint(args) -> int:
+    import kernels  # noqa: F401
+
+    from .lint import lint
+
+    problems = lint(args.lessons)
+    for p in problems:
+        print(p)
+    print(f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split(": ", 1)[1])
+    ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    ap.add_argument("--course", help="nbgrader course folder (default: grader/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("build", help="solutions/ -> grader/source -> generate_assignment -> course/")
+    p.add_argument("lessons", nargs="*")
+    p.set_defaults(fn=_build)
+    p = sub.add_parser("collect", help="copy submissions into submitted/, defensively")
+    p.add_argument("source", help="a folder <student>/*.ipynb, or with --zip an LMS download")
+    p.add_argument("--zip", action="store_true", help="source is a zip of <student>_<lesson>.ipynb files")
+    p.add_argument("--lessons", nargs="*", help="lessons to collect (default: those anyone submitted)")
+    p.set_defaults(fn=_collect)
+    p = sub.add_parser("autograde", help="grade collected submissions in the sandbox and record them")
+    p.add_argument("--lessons", nargs="*")
+    p.add_argument("--students", nargs="*")
+    p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
+    p.add_argument("--seed", type=int, help="master seed (default: fresh)")
+    p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
+    p.set_defaults(fn=_autograde)
+    p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")
+    p.set_defaults(fn=_feedback)
+    p = sub.add_parser("export", help="grades as CSV")
+    p.add_argument("--to", default="grades.csv")
+    p.set_defaults(fn=_export)
+    p = sub.add_parser("report", help="print the last autograde's summary table")
+    p.set_defaults(fn=_report)
+    p = sub.add_parser("lint", help="check that every graded cell of the lessons can be graded")
+    p.add_argument("lessons", nargs="*")
+    p.set_defaults(fn=_lint)
     d = sub.add_parser("demo", help="build the course, grade the demo class, check every expected score")
     d.add_argument("--gpu", action="store_true", help="require a GPU (fail if there is none)")
     d.add_argument("--work", help="the demo's course folder and report (default: grader/demo)")

@@ -194,6 +194,12 @@ class Grader:
         unreadable to other uids instead (restored when this process exits)."""
         w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=self.sandbox.mode, name="probe")
         how = w.isolation
+        if self.sandbox.mode == "gpu":
+            w.send({"op": "warm"})
+            w.recv(300, what="warming Triton's cache")
+            seed = self.sandbox.root / "triton-seed"
+            shutil.copytree(w.dir / ".triton", seed, dirs_exist_ok=True)
+            self.sandbox.triton_seed = str(seed)
         w.close()
         if how == "permissions":
             private = [str(_ROOT / d) for d in ("solutions", "grader", "tests", ".git", "course", "results")]

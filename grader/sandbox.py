@@ -59,6 +59,7 @@ class SandboxConfig:
     output_cap: int = 64 << 10
     message_cap: int = 1 << 31
     gpu_memory_fraction: float | None = None
+    triton_seed: str | None = None  # a Triton cache (its compiled CUDA helpers) copied into every new worker
 
     def __post_init__(self):
         self.root = pathlib.Path(self.root)
@@ -200,6 +201,10 @@ class Worker:
         if self.dir.exists():
             shutil.rmtree(self.dir, ignore_errors=True)
         sweep(uid)
+        if cfg.triton_seed:
+            shutil.copytree(cfg.triton_seed, self.dir / ".triton")
+            for path in [self.dir, *self.dir.rglob("*")]:
+                os.lchown(path, uid, uid)
         ctx = _context()
         ours, theirs = ctx.Pipe(duplex=True)
         out_r, out_w = ctx.Pipe(duplex=False)

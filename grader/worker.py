@@ -322,7 +322,13 @@ def main(cfg: dict, conn, out) -> None:
         kind = req.get("op")
         if kind == "stop":
             return
-        if kind == "kernel":
+        if kind == "warm":
+            from kernels.memory.copy import copy_memory
+
+            copy_memory(torch.ones(4096, device="cuda"))
+            _sync()
+            ch.send({"event": "warm"})
+        elif kind == "kernel":
             _serve_kernel(ch, req)
         elif kind == "compile":
             _serve_compile(ch, req)

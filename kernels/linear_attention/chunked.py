@@ -95,6 +95,11 @@ def _blocks(K: int, V: int) -> tuple[int, int, int]:
     return BK, BV, 4 if BK * BV <= 128 * 64 else 8
 
 
+def _stages(BT: int, BK: int, BV: int, itemsize: int) -> int:
+    """Three buffered loads of q, k, v tiles fit in an H100/H200's 227 KiB of shared memory unless fp32 K > 128."""
+    return 3 if BT * (2 * BK + BV) * itemsize <= 96 * 1024 else 2
+
+
 def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
                              chunk_size: int = 64):
     """Causal linear attention, unnormalised: ``(o [B, T, H, V], final_state [N, H, K, V] fp32 or None)``.
@@ -105,6 +110,9 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     if chunk_size not in (16, 32, 64, 128):
         raise ValueError(f"chunk_size={chunk_size} must be 16, 32, 64 or 128")
+    if chunk_size == 128 and (p.K > 128 or q.dtype == torch.float32):
+        raise ValueError(f"chunk_size=128 needs fp16/bf16 inputs and K <= 128 (got {q.dtype}, K={p.K}): its "
+                         "[128, K] tiles do not fit on-chip otherwise; use 64")
     o = torch.empty(*q.shape[:3], p.V, dtype=q.dtype, device=q.device)
     ht = torch.empty(p.N, p.H, p.K, p.V, dtype=torch.float32, device=q.device) if output_final_state else None
     BK, BV, num_warps = _blocks(p.K, p.V)
@@ -119,6 +127,6 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
         BT=chunk_size, BK=BK, BV=BV,
         USE_H0=initial_state is not None, STORE_HT=output_final_state, IS_VARLEN=cu_seqlens is not None,
         UPCAST=upcast_for_dot(q.dtype), PRECISION="ieee" if q.dtype == torch.float32 else None,
-        num_warps=num_warps,
+        num_warps=num_warps, num_stages=_stages(chunk_size, BK, BV, q.element_size()),
     )
     return o, ht

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from kernels.device import DEVICE, ON_GPU, pick
+from kernels.device import DEVICE, ON_GPU
 from kernels.linear_attention import VERSIONS, chunk_linear_attn, pick_version
 from kernels.linear_attention.chunked import chunked_linear_attention
 from kernels.linear_attention.chunked_torch import torch_chunked_linear_attention
@@ -98,7 +98,7 @@ def check_call(fn, case, made=()) -> None:
 
 
 SHAPES = [(1, 1, 2, 16, 16), (2, 63, 2, 32, 48), (1, 100, 3, 48, 32), (1, 257, 2, 16, 32), (1, 40, 1, 8, 72)]
-SHAPES += pick(cpu=[], gpu=[(2, 1000, 4, 64, 64), (1, 2049, 2, 128, 128), (2, 517, 2, 128, 64)])
+GPU_SHAPES = [(2, 1000, 4, 64, 64), (1, 2049, 2, 128, 128), (2, 517, 2, 128, 64), (1, 300, 2, 256, 96)]
 
 
 @pytest.mark.parametrize("h0", [False, True], ids=["zero_state", "initial_state"])
@@ -107,6 +107,15 @@ SHAPES += pick(cpu=[], gpu=[(2, 1000, 4, 64, 64), (1, 2049, 2, 128, 128), (2, 51
 @pytest.mark.parametrize("name", ALL)
 def test_version(name, dtype, shape, h0, poison):
     case = make_case(*shape, dtype, seed=hash((shape, h0)) % 1000, h0=h0)
+    check_call(ALL[name], case, poison)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}_T{}_H{}_K{}_V{}".format(*s))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ALL)
+def test_gpu_version_head_sizes(name, dtype, shape, poison):
+    case = make_case(*shape, dtype, seed=sum(shape) % 1000, h0=True)
     check_call(ALL[name], case, poison)
 
 
@@ -318,6 +327,7 @@ def test_bad_input_flags():
     args = (case["q"], case["k"], case["v"], 0.5, None)
     check_bad_input(chunked_linear_attention, *args, "yes", match="bool")
     check_bad_input(chunked_linear_attention, *args, chunk_size=48, match="chunk_size")
+    check_bad_input(chunked_linear_attention, *args, chunk_size=128, match="fp16/bf16 inputs and K <= 128")
 
 
 def test_bad_input_api():
@@ -414,7 +424,7 @@ def test_gpu_agrees_with_fla(case_name):
     assert [(p.name, p.default) for p in inspect.signature(fla.chunk_linear_attn).parameters.values()] \
         == FLA_SIGNATURE
     normalize = case_name.startswith("normalize")
-    cu = [0, 1000, 1000, 3001, 4096] if "varlen" in case_name else None
+    cu = [0, 1000, 3001, 4096] if "varlen" in case_name else None
     with_state = "state" in case_name or "tuple" in case_name
     case = make_case(1 if cu else 2, 4096, 16, 128, 128, torch.bfloat16, seed=41, h0=with_state, cu=cu,
                      positive=normalize)

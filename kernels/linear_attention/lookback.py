@@ -32,6 +32,8 @@ class Config:
 
     ``prefetch``: chunks ahead to pull into L2 (0: none). ``hints``: phase A marks its K, V lines evict-last in L2
     so phase B finds them there, and phase B marks them normal again. Both are ignored under the interpreter.
+    ``stash``: phase A also keeps the running Σ kᵀv before each chunk (input dtype, a 2-slot scratch per chain), so
+    phase B needs no state update: three dots per chunk instead of four, and no dependency between chunks.
     """
 
     L: int
@@ -41,6 +43,7 @@ class Config:
     num_stages: int
     prefetch: int = 0
     hints: bool = False
+    stash: bool = False
 
 
 # (max(K, V) bucket, input element size) -> [(largest mean sequence length, config), ...], first match wins.
@@ -84,7 +87,7 @@ def _l2(ptrs, HINT: tl.constexpr):
 @triton.jit
 def _lookback_linear_attention_kernel(
     # pointers
-    q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr, seg_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr, seg_ptr, stash_ptr, done_ptr,
     # sizes
     scale, T, B, H,
     # strides (batch, token, head; the last dimension is unit-stride)
@@ -93,7 +96,7 @@ def _lookback_linear_attention_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L: tl.constexpr, BT: tl.constexpr,
     SLOTS: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, HINTS: tl.constexpr, LINE: tl.constexpr,
+    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, HINTS: tl.constexpr, LINE: tl.constexpr, STASH: tl.constexpr,
 ):
     # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
     ticket = tl.atomic_add(ticket_ptr, 1)
@@ -132,10 +135,25 @@ def _lookback_linear_attention_kernel(
     lines_k = tl.arange(0, (BK + LINE - 1) // LINE) * LINE
     lines_v = iv * BV + tl.arange(0, (BV + LINE - 1) // LINE) * LINE
 
-    # Phase A: the segment's own Σ kᵀv (the last segment of a chain publishes nothing and skips it).
+    offs_ring = offs_k[:, None] * BV + tl.arange(0, BV)[None, :]  # [BK, BV]
+    NC: tl.constexpr = L // BT
+    if STASH:
+        # This chain's stash slot is free once the program two segments back has finished its phase B.
+        cslot = chain * SLOTS + j % SLOTS
+        if j >= SLOTS:
+            while tl.atomic_add(done_ptr + cslot, 0, sem="acquire", scope="gpu") != j - SLOTS + 1:
+                pass
+        n_a = t1 - t0
+    else:
+        n_a = tl.where(last, 0, L)
+
+    # Phase A: the segment's own Σ kᵀv (without a stash, the last segment of a chain publishes nothing: skipped).
     local = tl.full([BK, BV], 0.0, dtype=tl.float32)
-    for s in range(0, tl.where(last, 0, L), BT):
+    for s in range(0, n_a, BT):
         rows = (t0 + s + offs_t).to(tl.int64)
+        if STASH:
+            tl.store(stash_ptr + (cslot * NC + s // BT).to(tl.int64) * BK * BV + offs_ring,
+                     local.to(stash_ptr.dtype.element_ty), mask=s > 0)
         if PREFETCH > 0:
             ahead = tl.minimum(rows + PREFETCH * BT, eos - 1)
             _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :], 0)
@@ -144,15 +162,20 @@ def _lookback_linear_attention_kernel(
         if HINTS:
             _l2(k_base + rows[:, None] * stride_kt + lines_k[None, :], 1)
             _l2(v_base + rows[:, None] * stride_vt + lines_v[None, :], 1)
-        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)  # [BT, BK]
-        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)  # [BT, BV]
+        ma = rows < t1
+        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=ma[:, None] & mk[None, :],
+                     other=0.0)  # [BT, BK]
+        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=ma[:, None] & mv[None, :],
+                     other=0.0)  # [BT, BV]
         if UPCAST:
             kk = kk.to(tl.float32)
             vv = vv.to(tl.float32)
         local = tl.dot(tl.trans(kk), vv, local)
 
+    if STASH:
+        tl.debug_barrier()  # the stash is read back by other threads of this program
+
     # The prefix state: the predecessor's published inclusive state, or the initial state.
-    offs_ring = offs_k[:, None] * BV + tl.arange(0, BV)[None, :]  # [BK, BV]
     offs_state = (n * H + h).to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
     m_state = mk[:, None] & mv[None, :]
     if j > 0:
@@ -171,7 +194,7 @@ def _lookback_linear_attention_kernel(
         tl.debug_barrier()
         tl.atomic_xchg(flag_ptr + slot, j + 1, sem="release", scope="gpu")
 
-    # Phase B: outputs chunk by chunk, o = scale·(q S + tril(q kᵀ) v), then S += kᵀ v.
+    # Phase B: outputs chunk by chunk, o = scale·(q S + tril(q kᵀ) v), then S += kᵀ v (or S from the stash).
     causal = offs_t[:, None] >= offs_t[None, :]
     for s in range(t0, t1, BT):
         rows = s + offs_t
@@ -196,12 +219,24 @@ def _lookback_linear_attention_kernel(
             qq = qq.to(tl.float32)
             kk = kk.to(tl.float32)
             vv = vv.to(tl.float32)
+        if STASH:
+            c = (s - t0) // BT
+            before = tl.load(stash_ptr + (cslot * NC + c).to(tl.int64) * BK * BV + offs_ring, mask=c > 0, other=0.0,
+                             cache_modifier=".cg")
+            s_chunk = state + before.to(tl.float32)  # [BK, BV]
+        else:
+            s_chunk = state
         scores = tl.where(causal, tl.dot(qq, tl.trans(kk)), 0.0)  # [BT, BT]
-        out = tl.dot(qq, state.to(qq.dtype))  # [BT, BV]
+        out = tl.dot(qq, s_chunk.to(qq.dtype))  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out)
         tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], (out * scale).to(o_ptr.dtype.element_ty),
                  mask=mt[:, None] & mv[None, :])
-        state = tl.dot(tl.trans(kk), vv, state)
+        if not STASH:
+            state = tl.dot(tl.trans(kk), vv, state)
+    if STASH:
+        tl.debug_barrier()
+        tl.atomic_xchg(done_ptr + cslot, j + 1, sem="release", scope="gpu")
+        state = state + local
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
 
@@ -257,17 +292,22 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
         return o, ht
 
     chains = N * H * NV
-    sync = torch.zeros(1 + chains * SLOTS, dtype=torch.int32, device=q.device)
+    sync = torch.zeros(1 + 2 * chains * SLOTS, dtype=torch.int32, device=q.device)
     ring = torch.empty(chains * SLOTS * BK * BV, dtype=torch.float32, device=q.device)
+    stash = None
+    if cfg.stash:
+        stash = torch.empty(chains * SLOTS * (cfg.L // cfg.BT) * BK * BV, device=q.device,
+                            dtype=torch.float32 if upcast_for_dot(q.dtype) else q.dtype)
     _lookback_linear_attention_kernel[(rows * H * NV,)](
-        q, k, v, o, h0, ht, ring, sync[1:], sync, cu_dev, seg,
+        q, k, v, o, h0, ht, ring, sync[1:1 + chains * SLOTS], sync, cu_dev, seg, stash,
+        sync[1 + chains * SLOTS:] if cfg.stash else None,
         float(scale), T, B, H,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         K=K, V=V, BK=BK, BV=BV, L=cfg.L, BT=cfg.BT, SLOTS=SLOTS,
         HAS_H0=h0 is not None, STORE_HT=ht is not None, IS_VARLEN=cu_seqlens is not None,
         UPCAST=upcast_for_dot(q.dtype), PREFETCH=0 if INTERPRET else cfg.prefetch, LINE=128 // q.element_size(),
-        HINTS=cfg.hints and not INTERPRET,
+        HINTS=cfg.hints and not INTERPRET, STASH=cfg.stash,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return o, ht

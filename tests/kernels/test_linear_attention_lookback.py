@@ -59,11 +59,12 @@ def check(args, made=(), *, config=None, tol=None):
 
 
 # Launch configurations that stress the chain: one-chunk segments, V split into blocks with a ragged last block,
-# segments longer than a chunk.
+# segments longer than a chunk, per-chunk states stashed by phase A.
 CHAIN_CONFIGS = {
     "L16_BT16_BV16": Config(16, 16, 16, 4, 1),
     "L64_BT32_BV32": Config(64, 32, 32, 4, 1),
     "L48_BT16_BV64": Config(48, 16, 64, 4, 1),
+    "L48_BT16_BV16_stash": Config(48, 16, 16, 4, 1, stash=True),
 }
 
 

@@ -89,3 +89,33 @@ def test_gpu_tile_choice_is_fast_enough():
 def test_gpu_tiny_tiles_are_too_slow():
     slow = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1)
     fails(grade("03_tiled_sram.tile_choice", slow, kernel(KERNEL, "tiled_matmul_kernel")), "too slow")
+
+
+def test_a_copy_of_the_package_kernel_is_refused():
+    import inspect
+    import textwrap
+
+    from kernels.checks.provenance import Rejected
+    from kernels.matmul import tiled
+
+    src = textwrap.dedent(inspect.getsource(tiled._tiled_matmul_kernel.fn))
+    src = src.replace("_tiled_matmul_kernel", "tiled_matmul_kernel").replace("DOT_PRECISION", "PRECISION")
+    with pytest.raises(Rejected, match="copy of the package's"):
+        kernel(src, "tiled_matmul_kernel")
+
+
+def test_a_kernel_calling_python_is_refused():
+    from kernels.checks.provenance import Rejected, from_cells
+
+    cheat = edit(KERNEL, "    pid = tl.program_id(0)\n", "    pid = tl.program_id(0)\n    help_me()\n")
+    with pytest.raises(Rejected, match="Python function"):
+        from_cells(["import triton\nimport triton.language as tl\n\n\ndef help_me():\n    return 0\n", cheat],
+                   "tiled_matmul_kernel")
+
+
+def test_the_solution_compiles_for_sm90_in_every_case():
+    from kernels.checks import aot
+    from kernels.checks.provenance import from_cells
+
+    ks = from_cells(["import triton\nimport triton.language as tl\n", KERNEL], "tiled_matmul_kernel")
+    aot.verify("03_tiled_sram.tiled_matmul", True, [{"entry": ks.entry, "text": ks.text}], [None])

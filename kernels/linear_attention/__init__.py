@@ -64,9 +64,14 @@ def chunk_linear_attn(
     ``normalize=True`` the tuple ``(kv_state, z_state [N, 1, H, K])``; N is B, or ``len(cu_seqlens) - 1`` for
     sequences packed into a batch of one. ``normalize=True`` divides ``o_t`` by ``scale · q_t · Σ_{s≤t} k_s``
     (+1e-10). Returns ``(o [B, T, H, V] in q's dtype, final_state)``: the fp32 state [N, H, K, V] or None, and
-    with ``normalize=True`` the tuple ``(state_or_None, z_state)``.
+    with ``normalize=True`` the tuple ``(state_or_None, z_state)``. Forward only: inputs that require grad
+    (with grad mode on) are refused rather than given no gradient.
     """
     kv_init, z_init = split_initial_state(initial_state, normalize)
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                       for x in (q, k, v, kv_init, z_init)):
+        raise NotImplementedError("chunk_linear_attn here is forward only: no backward pass; call it under "
+                                  "torch.no_grad() or on tensors that do not require grad")
     if scale is None and isinstance(k, torch.Tensor):
         scale = k.shape[-1] ** -0.5
     q, k, v = (_unit_last(x) for x in (q, k, v))

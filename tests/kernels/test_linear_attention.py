@@ -341,6 +341,17 @@ def test_bad_input_api():
                     cu_seqlens=torch.tensor([0, 12], device=DEVICE), match="batch size")
 
 
+def test_api_forward_only():
+    """No backward pass: a tensor that wants a gradient is refused, not silently given none."""
+    case = make_case(1, 12, 2, 16, 8, torch.float32, seed=1)
+    q = case["q"].requires_grad_()
+    with pytest.raises(NotImplementedError, match="forward only"):
+        chunk_linear_attn(q, case["k"], case["v"])
+    with torch.no_grad():
+        o, _ = chunk_linear_attn(q, case["k"], case["v"], normalize=False)
+    assert not o.requires_grad
+
+
 # The checks above catch broken kernels: each of these must fail them.
 
 def _no_inter_chunk(q, k, v, scale, h0, final, cu):

@@ -37,7 +37,7 @@ def _demo(args) -> int:
     if ON_GPU and not reports:
         reports = [_ROOT / "results" / "gpu"] + ([pathlib.Path(os.environ["OUT"])] if os.environ.get("OUT") else [])
     return run_demo(work, slots=args.slots or (3 if ON_GPU else 2), lessons=args.lessons, students=args.students,
-                    direct=args.direct, reports=reports)
+                    direct=args.direct, reports=reports, copies=args.class_of)
 
 
 def _build(args) -> int:
@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--lessons", nargs="*", help="course lessons to include (default: all)")
     d.add_argument("--students", nargs="*", help="only these demo students")
     d.add_argument("--direct", action="store_true", help="grade without nbgrader (no gradebook, feedback, CSV)")
+    d.add_argument("--class-of", type=int, default=0, metavar="N",
+                   help="instead: N students who all submit every lesson's solution (to time a class)")
     d.set_defaults(fn=_demo)
     args = ap.parse_args(argv)
     return args.fn(args)

@@ -9,6 +9,7 @@ every other student's work was unaffected, and no sandbox process outlived its s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -81,13 +82,17 @@ def _has_nbgrader() -> bool:
 
 
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
-             settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = ()) -> int:
+             settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = (),
+             copies: int = 0) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     real = course_lessons(lessons)
     fx_src = read_source(demo.FIXTURE / f"{demo.LESSON}.py")
     sources = {**{k: v[0] for k, v in real.items()}, demo.LESSON: fx_src}
     klass = demo.students({k: _points(v[0]) for k, v in real.items()})
+    if copies:
+        base = next(s for s in klass if s.name == "solution")
+        klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
     if students:
         klass = [s for s in klass if s.name in students]
     settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
@@ -138,12 +143,13 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
                 print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.message.splitlines()[0][:200] if c.message else ''}")
         for n in r.notes:
             print(f"  {r.student}/{r.lesson}: note: {n[:200]}")
-    per_sub = [r.seconds for r in results if r.student == "solution"]
+    first = klass[0].name if copies else "solution"
+    per_sub = [r.seconds for r in results if r.student == first]
     summary = {"mode": MODE, "nbgrader": with_nbgrader, "where": describe(),
                "isolation": sorted({r.isolation for r in results if r.isolation}),
                "students": len(klass), "submissions": len(subs), "slots": slots, "build_s": built,
                "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in results
-                                                                 if r.student == "solution"},
+                                                                 if r.student == first},
                "solution_total_s": sum(per_sub), "mismatches": bad, "leftover_processes": left,
                "gpu_only_students": [s.name for s in klass if s.gpu_only],
                "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}

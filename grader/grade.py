@@ -17,6 +17,7 @@ import os
 import pathlib
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,7 @@ class Settings:
     seed: int | None = None
     lesson_paths: list[str] = field(default_factory=list)
     gpu_memory_fraction: float | None = None
+    hide: list[str] = field(default_factory=list)  # more folders workers must not see (a course folder elsewhere)
 
 
 @dataclass
@@ -105,9 +107,10 @@ class NotebookResult:
         return d
 
 
-def _hidden_paths() -> tuple[list[str], list[str]]:
-    """What workers must not see (the checkout, private homes) and what they need from inside it."""
-    hide, keep = [str(_ROOT)], [str(_ROOT / "kernels")]
+def _hidden_paths(extra: list[str] = ()) -> tuple[list[str], list[str]]:
+    """What workers must not see (the checkout, the course folder, /tmp, private homes) and what they need from
+    inside those (the Python environment, ``kernels/``; each worker also keeps its own folder)."""
+    hide, keep = [str(_ROOT), tempfile.gettempdir(), *extra], [str(_ROOT / "kernels")]
     for p in dict.fromkeys([sys.prefix, sys.base_prefix, *sys.path]):
         if not p or not pathlib.Path(p).exists():
             continue
@@ -170,7 +173,7 @@ class Grader:
 
     def __init__(self, settings: Settings | None = None, *, root: pathlib.Path | None = None):
         self.settings = settings or Settings()
-        hide, keep = _hidden_paths()
+        hide, keep = _hidden_paths(self.settings.hide)
         self.sandbox = SandboxConfig(mode="gpu" if ON_GPU else "interpreter", hide=hide, keep=keep,
                                      memory_limit=self.settings.memory_limit,
                                      gpu_memory_fraction=self.settings.gpu_memory_fraction,

@@ -51,8 +51,9 @@ def _mount(libc, src, dst, fstype, flags, data=None) -> None:
 
 
 def _hide(cfg: dict) -> str:
-    """Cover ``cfg['hide']`` with empty file systems, binding ``cfg['keep']`` back read-only; report how."""
-    hide, keep = cfg.get("hide") or [], cfg.get("keep") or []
+    """Cover ``cfg['hide']`` with empty file systems, binding ``cfg['keep']`` back (read-only but for
+    ``cfg['writable']``, the worker's own folder); report how."""
+    hide, keep, writable = cfg.get("hide") or [], cfg.get("keep") or [], cfg.get("writable") or []
     os.chdir("/")
     if not hide:
         return "none"
@@ -62,16 +63,27 @@ def _hide(cfg: dict) -> str:
         how = "mount namespace"
         if libc.unshare(_CLONE_NEWNS) != 0:
             return "permissions"
-    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
     handles = {p: os.open(p, os.O_PATH) for p in keep if os.path.exists(p)}
-    for h in hide:
-        if os.path.isdir(h):
-            _mount(libc, "tmpfs", h, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
-    for p, fd in handles.items():
-        os.makedirs(p, exist_ok=True)
-        _mount(libc, f"/proc/self/fd/{fd}", p, None, _MS_BIND | _MS_REC)
-        _mount(libc, None, p, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_REC)
-        os.close(fd)
+    done = []
+    try:
+        _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+        for h in hide:
+            if os.path.isdir(h):
+                _mount(libc, "tmpfs", h, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+                done.append(h)
+        for p, fd in handles.items():
+            os.makedirs(p, exist_ok=True)
+            _mount(libc, f"/proc/self/fd/{fd}", p, None, _MS_BIND | _MS_REC)
+            done.append(p)
+            if p not in writable:
+                _mount(libc, None, p, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_REC)
+    except OSError:
+        for p in reversed(done):
+            libc.umount2(p.encode(), 2)
+        return "permissions"
+    finally:
+        for fd in handles.values():
+            os.close(fd)
     return how
 
 
@@ -79,13 +91,13 @@ def _confine(cfg: dict, keep_fd: int, out_fd: int) -> str:
     os.setsid()
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    how = _hide(cfg)
     box = cfg["sandbox"]
     uid = gid = int(cfg["uid"])
     for d in (box, os.path.join(box, "tmp"), os.path.join(box, ".triton")):
         os.makedirs(d, exist_ok=True)
         os.chown(d, uid, gid)
         os.chmod(d, 0o700)
+    how = _hide(dict(cfg, keep=list(cfg.get("keep") or []) + list(cfg.get("paths") or []) + [box], writable=[box]))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_fd, 1)

@@ -202,7 +202,9 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
 
     sources, releases = sources_of(root), releases_of(root)
     subs = [s for s in submissions(root, lessons, students) if s.lesson in sources]
-    grader = Grader(settings or Settings())
+    settings = settings or Settings()
+    settings.hide = [*settings.hide, str(root.resolve())]
+    grader = Grader(settings)
     results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
     out = nbexec.results_dir(root)
     for r in results:

@@ -43,7 +43,8 @@ def _notebook(cfg, source, uid=90, timeout=60):
 
 PROBE = f'''
 import os, socket, glob
-facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.listdir({str(ROOT)!r}))}}
+facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.listdir({str(ROOT)!r})),
+         "tmp_listing": sorted(os.listdir("/tmp"))}}
 for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
              "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc"):
     try:
@@ -72,6 +73,7 @@ def test_worker_is_unprivileged_and_cannot_read_the_course(cfg):
     assert facts["uid"] == cfg.uid_base + 90 and facts["gid"] == cfg.uid_base + 90
     assert w.isolation in ("mount and network namespaces", "mount namespace"), w.isolation
     assert set(facts["root_listing"]) <= {".venv", "kernels"}, facts["root_listing"]
+    assert facts["tmp_listing"] == [cfg.root.name], facts["tmp_listing"]
     for path, what in facts.items():
         if path.startswith("/"):
             assert what != "read", path

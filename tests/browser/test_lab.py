@@ -21,6 +21,14 @@ def _errors(page) -> list[str]:
                         '[data-mime-type="application/vnd.jupyter.error"]').all_inner_texts()
 
 
+_IDLE = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  const busy = [...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'));
+  return !!k && k.status === 'idle' && !busy;
+}"""
+
+
 def _open_and_run(page, lab, name: str, expected: int, tag: str):
     page.goto(f"{lab.url}/lab/tree/{name}?reset&token={lab.token}")  # reset: no tabs from earlier tests
     try:
@@ -42,13 +50,18 @@ def _open_and_run(page, lab, name: str, expected: int, tag: str):
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     views = page.locator(".kw-view")
     deadline = time.time() + RUN_TIMEOUT_S
+    idle_since = None
     while views.count() < expected:
         errs = [e for e in _errors(page) if "Traceback" in e or "Error" in e]
-        if errs or time.time() > deadline:
+        idle = page.evaluate(_IDLE)
+        idle_since = (idle_since or time.time()) if idle else None
+        finished = idle_since is not None and time.time() - idle_since > 10  # every cell ran, views still missing
+        if errs or finished or time.time() > deadline:
             page.screenshot(path=str(ARTIFACTS / f"{tag}_failed.png"), full_page=True)
             raise AssertionError(f"{tag}: {views.count()} of {expected} widget(s) rendered"
                                  + (f"; the notebook raised:\n{errs[0][-2000:]}" if errs else
-                                    f" after {RUN_TIMEOUT_S} s (a view must be the cell's last expression)"))
+                                    " after every cell ran (a view shows only as a cell's last expression, "
+                                    "or through display(view))" if finished else f" after {RUN_TIMEOUT_S} s"))
         time.sleep(1)
     return views
 

@@ -64,6 +64,8 @@ SWEEP_D64 = [Config(512, 64, 64, 4, 3), Config(1024, 64, 64, 4, 3), Config(2048,
              Config(512, 64, 64, 4, 3, stash=True), Config(1024, 64, 64, 4, 3, stash=True),
              Config(1024, 64, 64, 4, 3, prefetch=2, stash=True)]
 
+SWEEP_VARLEN = [Config(2048, 64, 64, 4, 2), Config(1024, 64, 64, 4, 2), Config(512, 64, 64, 4, 2, stash=True),
+                Config(1024, 64, 64, 4, 2, stash=True), Config(512, 64, 64, 4, 2)]
 VARLEN_LENS = [37, 0, 1500, 1, 2 * 1024 + 77, 700, 3001]
 EXTRAS = {
     "fp16 D128 T16k": (B, 16384, H, 128, torch.float16, {}),
@@ -191,10 +193,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="first four configurations only")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, three configurations (checks the script)")
     args = ap.parse_args()
-    global SIZES, B, H, D, SWEEP, SWEEP_D64, EXTRAS, VARLEN_LENS
+    global SIZES, B, H, D, SWEEP, SWEEP_D64, SWEEP_VARLEN, EXTRAS, VARLEN_LENS
     if args.smoke:
         SIZES, B, H, D, VARLEN_LENS = [200, 301], 1, 2, 32, [37, 0, 150, 1, 77]
         SWEEP, SWEEP_D64 = [Config(64, 32, 32, 4, 1), Config(128, 64, 16, 4, 1)], [Config(64, 16, 16, 4, 1)]
+        SWEEP_VARLEN = [Config(64, 16, 16, 4, 1, stash=True)]
         EXTRAS = {k: (1, t // 1024, 2, d // 4, dt, kw) for k, (b, t, h, d, dt, kw) in EXTRAS.items()}
     t_start = time.perf_counter()
     outs = [ROOT / ("results/gpu" if ON_GPU else "bench-results")]
@@ -281,8 +284,9 @@ def main() -> int:
             row = {"floor_ms": floor_ms(T, Hn=Hn, K=K, V=K, Bn=Bn),
                    "config": config_for(K, K, dtype, T / (1 if cu is None else len(cu) - 1)).__dict__,
                    "lookback": time_kernel(q, k, v, sc, ref, tl_, None, **call_kw)}
-            if K == 64:
-                row["sweep"] = {cfg_name(c): time_kernel(q, k, v, sc, ref, tl_, c, **call_kw) for c in SWEEP_D64}
+            if K == 64 or cu is not None:
+                row["sweep"] = {cfg_name(c): time_kernel(q, k, v, sc, ref, tl_, c, **call_kw)
+                                for c in (SWEEP_D64 if K == 64 else SWEEP_VARLEN)}
             extras[name] = row
             kept[name] = (q, k, v, sc, ref, fla_kw)
         except Exception as e:  # noqa: BLE001

@@ -49,6 +49,9 @@ class ChunkFlow(View):
         self._traced: dict = {}
         super().__init__({"chunk": Choice("chunk size BT", chunk, list(chunks)),
                           "i": Slider("chunk i", 0, 0, -(-T // chunk) - 1)})
+        if launch is not None:  # trace every chunk size now, so dragging BT never waits for the interpreter
+            for c in chunks:
+                self.traced(c)
 
     def traced(self, chunk: int):
         """Trace the learner's launch at this chunk size: (launch record, {role: tensor name}, relative error)."""

@@ -49,31 +49,41 @@ class WorkingSetView(View):
         start = min(range(len(grid)), key=lambda i: abs(math.log2(grid[i]) - math.log2(self.l2 / 2)))
         super().__init__({"size": Choice("working set", grid[start], grid, labels=[_mib(s) for s in grid])})
 
-    def draw(self, fig, size):
-        fig.clear()
+    def _artists(self, fig):
         ax, bx = fig.subplots(1, 2, width_ratios=[3, 1])
         if self.sizes:
             ax.plot(self.sizes, [b / 1e12 for b in self.bw], "o-", color="#4e79a7", label="re-read bandwidth")
         ax.axvline(self.l2, color="#e15759", ls="--", label=f"L2 = {_mib(self.l2)}")
         ax.axhline(self.copy_bw / 1e12, color="#59a14f", ls=":", label=f"HBM copy {_tbs(self.copy_bw)}")
-        here = self.bw[self.sizes.index(size)] if size in self.sizes else None
-        if here is not None:
-            ax.plot([size], [here / 1e12], "o", ms=12, color="#f28e2b", zorder=5)
+        if self.sizes:
+            (marker,) = ax.plot([self.grid[0]], [self.bw[0] / 1e12], "o", ms=12, color="#f28e2b", zorder=5)
         else:
-            ax.axvline(size, color="#f28e2b", lw=3, alpha=0.6)
+            marker = ax.axvline(self.grid[0], color="#f28e2b", lw=3, alpha=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("working set (bytes)")
         ax.set_ylabel("TB/s")
         ax.set_title(self.label, fontsize=9)
         ax.legend(fontsize=8, loc="upper right")
-        frac = min(size / self.l2, 4.0)
         bx.add_patch(Rectangle((0, 0), 1, 1, fill=False, lw=2, edgecolor="#e15759"))
-        bx.add_patch(Rectangle((0.15, 0), 0.7, frac, color="#f28e2b" if size <= self.l2 else "#9c755f", alpha=0.8))
+        bar = bx.add_patch(Rectangle((0.15, 0), 0.7, 0, alpha=0.8))
         bx.set_xlim(0, 1)
         bx.set_ylim(0, 4.1)
         bx.set_xticks([])
         bx.set_ylabel("working set / L2")
-        bx.set_title("fits in L2?" if size <= self.l2 else "spills to HBM", fontsize=9)
+        return {"marker": marker, "bar": bar, "bx": bx}
+
+    def draw(self, fig, size):
+        if getattr(self, "_art", None) is None or not fig.axes:
+            self._art = self._artists(fig)
+        art = self._art
+        here = self.bw[self.sizes.index(size)] if size in self.sizes else None
+        if here is not None:
+            art["marker"].set_data([size], [here / 1e12])
+        else:
+            art["marker"].set_xdata([size, size])
+        art["bar"].set_height(min(size / self.l2, 4.0))
+        art["bar"].set_color("#f28e2b" if size <= self.l2 else "#9c755f")
+        art["bx"].set_title("fits in L2?" if size <= self.l2 else "spills to HBM", fontsize=9)
         where = "fits in" if size <= self.l2 else "does not fit in"
         if here is None:
             return (f"working set {_mib(size)} {where} L2 ({_mib(self.l2)}). No re-read curve measured here yet: "

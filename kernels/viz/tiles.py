@@ -63,6 +63,9 @@ class TileExplorer(View):
         if self.grouped:
             controls["GROUP_M"] = Choice("GROUP_M", GROUP_M, [1, 2, 4, 8])
         super().__init__(controls)
+        if self.grouped:  # the control the lesson asks to play with: trace its values now, not on the first drag
+            for g in controls["GROUP_M"].options:
+                self.traced(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=g)
 
     def traced(self, **blocks) -> Launch:
         key = tuple(sorted(blocks.items()))
@@ -85,23 +88,17 @@ class TileExplorer(View):
         return a, b, c
 
     def _artists(self, fig, la, roles):
-        """Axes and images for one block configuration; program and step changes only update them."""
+        """Axes and images, made once (their shapes are the problem's); controls only update them."""
         a, b, c = roles
         fig.clear()
         ax = fig.subplots(1, 3, width_ratios=[self.sizes["K"], self.sizes["N"], self.sizes["N"]])
         cmap = _cmap()
+        M, N = self.sizes["M"], self.sizes["N"]
         art = {"ax": ax, "key": None}
         art["a"] = ax[0].imshow(np.zeros(la.tensors[a].shape), cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
         art["b"] = ax[1].imshow(np.zeros(la.tensors[b].shape), cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
-        M, N = self.sizes["M"], self.sizes["N"]
-        order = np.full((M, N), np.nan)
-        for i, q in enumerate(la.programs()):
-            for acc in la.select(c, "store", pid=q):
-                order.reshape(-1)[acc.elements()] = i
-        art["order"] = order
-        art["done"] = ax[2].imshow(order, cmap="viridis", vmin=0, vmax=len(la.programs()) - 1,
-                                   interpolation="nearest")
-        art["todo"] = ax[2].imshow(order, cmap="Greys", vmin=0, vmax=4, interpolation="nearest")
+        art["done"] = ax[2].imshow(np.zeros((M, N)), cmap="viridis", interpolation="nearest")
+        art["todo"] = ax[2].imshow(np.zeros((M, N)), cmap="Greys", vmin=0, vmax=4, interpolation="nearest")
         art["box"] = ax[2].add_patch(Rectangle((0, 0), 1, 1, fill=False, lw=2, edgecolor="#d62728"))
         for axis in ax:
             axis.tick_params(labelsize=7)
@@ -119,9 +116,15 @@ class TileExplorer(View):
         step = self.limit("step", 0, la.steps(p) - 1)
         key = tuple(sorted(blocks.items()))
         art = getattr(self, "_art", None)
-        if art is None or art["key"] != key or not fig.axes:
+        if art is None or not fig.axes:
             art = self._art = self._artists(fig, la, (a, b, c))
-            art["key"] = key
+        if art["key"] != key:  # launch order of the C tiles under this configuration
+            order = np.full((self.sizes["M"], self.sizes["N"]), np.nan)
+            for i, q in enumerate(programs):
+                for acc in la.select(c, "store", pid=q):
+                    order.reshape(-1)[acc.elements()] = i
+            art["order"], art["key"] = order, key
+            art["done"].set_clim(0, max(1, len(programs) - 1))
         ax = art["ax"]
         art["a"].set_data(_touch_map(la, a, p, step))
         art["b"].set_data(_touch_map(la, b, p, step))

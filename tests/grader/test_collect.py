@@ -34,3 +34,23 @@ def test_read_notebook_variants(tmp_path, fixture_source):
     p.write_text(json.dumps(broken))
     nb, notes = read_notebook(p)
     assert len(nb["cells"]) == len(fixture_source["cells"]) and "2 unreadable cell(s)" in notes[0]
+
+
+def test_zip_collect(tmp_path, fixture_source):
+    import zipfile
+
+    from grader import workflow
+
+    root = tmp_path / "course"
+    (root / "source" / "90_grader_fixture").mkdir(parents=True)
+    (root / "source" / "90_grader_fixture" / "90_grader_fixture.ipynb").write_text(json.dumps(fixture_source))
+    archive = tmp_path / "lms.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("submissions/alice_90_grader_fixture.ipynb", json.dumps(fixture_source))
+        z.writestr("submissions/bob_90_grader_fixture.ipynb", "not json")
+        z.writestr("../evil_90_grader_fixture.ipynb", "{}")
+    got = workflow.collect_zip(root, archive)
+    assert set(got) == {"alice", "bob"}
+    assert (root / "submitted" / "alice" / "90_grader_fixture" / "90_grader_fixture.ipynb").exists()
+    assert not (root / "submitted" / "bob" / "90_grader_fixture" / "90_grader_fixture.ipynb").exists()
+    assert "malformed JSON" in got["bob"]["90_grader_fixture"].notes[0]

@@ -24,3 +24,44 @@ def test_release_scores_zero_and_the_checker_cannot_be_patched(grader_run, fixtu
         "kc.check = ke.check = lambda *a, **k: None\nke.verdict = lambda *a, **k: []\nBLOCK = dict(BLOCK=1024)")})
     r = grader_run.grade("s2", "90_grader_fixture", attack, fixture_source, fixture_release)
     assert r.score == 0 and r.max_score == 13
+
+
+def test_submission_budget_is_per_notebook(fixture_source, fixture_release):
+    from conftest import FIXTURES
+
+    from grader.grade import Grader, Settings
+
+    slow = with_cells(fixture_source, **{"ex3-fn": "def cumsum(x):\n    while True:\n        pass"})
+    g = Grader(Settings(problem_timeout=60, submission_budget=8, lesson_paths=[str(FIXTURES)]))
+    r = g.grade("s3", "90_grader_fixture", slow, fixture_source, fixture_release)
+    msgs = " ".join(c.message for c in r.cells)
+    assert r.cells[4].score == 0 and "time budget" in msgs
+    assert r.score < 13
+
+
+def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
+    """``nbgrader autograde`` run by hand in a course folder grades through ``SandboxExecute``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import FIXTURES
+
+    from grader import workflow
+
+    root = tmp_path / "course"
+    workflow.build_course(root, {"90_grader_fixture": fixture_source})
+    incoming = tmp_path / "in" / "bob"
+    incoming.mkdir(parents=True)
+    (incoming / "90_grader_fixture.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in")
+    env = dict(os.environ, GRADER_LESSON_PATHS=str(FIXTURES), PYTHONPATH=str(FIXTURES.parents[2]))
+    nbgrader = [sys.executable, "-c", "import sys; from nbgrader.apps import NbGraderApp; "
+                "sys.exit(NbGraderApp.launch_instance())"]
+    proc = subprocess.run(nbgrader + ["autograde", "90_grader_fixture", "--force"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert workflow.gradebook_scores(root)[("bob", "90_grader_fixture")] == 13
+    graded = json.loads((root / "autograded" / "bob" / "90_grader_fixture" / "90_grader_fixture.ipynb").read_text())
+    assert graded["cells"][0]["metadata"].get("grader_note")

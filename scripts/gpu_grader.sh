@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The grader on the GPU machine, in one call: its GPU tests, then the demo class with the GPU-only cases (a hung
+# kernel, an illegal address, a race the interpreter hides, speed requirements). Writes results/gpu/grade-demo.json
+# (and $OUT/grade-demo.json, $OUT/grader-gpu.log). Expects .gpu-wheels/ (../shared/gpu/wheelhouse.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/artifacts/gpu}
+mkdir -p "$OUT" results/gpu
+exec > >(tee -a "$OUT/grader-gpu.log") 2>&1
+export PYTHONUNBUFFERED=1
+if [ -d .gpu-wheels ] && ! python3 -c "import nbgrader" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
+    || echo "wheel install failed"
+  export PYTHONPATH=/tmp/site:$ROOT PATH=/tmp/site/bin:$PATH
+else
+  export PYTHONPATH=$ROOT
+fi
+t0=$(date +%s)
+echo "=== grader GPU tests"
+timeout "${TESTS_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/grader 2>&1 | tail -30
+echo "=== [$(( $(date +%s) - t0 ))s] grader demo class on the GPU"
+timeout "${DEMO_LIMIT:-560}" python3 -m grader demo --gpu --report results/gpu "$OUT"
+rc=$?
+echo "=== [$(( $(date +%s) - t0 ))s] done (demo exit $rc)"
+exit $rc

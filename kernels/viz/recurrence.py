@@ -31,6 +31,7 @@ def _model_bytes(K: int, V: int, itemsize: int, strategy: str) -> dict[str, int]
 class RecurrenceStepper(View):
     name = "recurrence_stepper"
     figsize = (10.0, 4.0)
+    margins = dict(left=0.05, right=0.98, bottom=0.12, top=0.84, wspace=0.5)
 
     def __init__(self, launch=None, *, T: int = 24, K: int = 8, V: int = 8, dtype=torch.float32,
                  bandwidth: float | None = None, full: dict | None = None, label: str | None = None):
@@ -78,7 +79,7 @@ class RecurrenceStepper(View):
         ax[3].set_ylim(0, most * 1.15)
         ax[3].set_xticks(xs, levels, fontsize=8)
         ax[3].legend(fontsize=7, loc="upper left")
-        ax[3].set_title("bytes moved per memory level (one batch-head)", fontsize=9)
+        ax[3].set_title("bytes moved per memory level\n(one batch-head)", fontsize=9)
         art["levels"] = levels
         return art
 
@@ -90,7 +91,7 @@ class RecurrenceStepper(View):
             band.set_y(t - 0.5)
             axis.set_title(f"{name} [T, {width}]\nrow t={t}", fontsize=9)
         art["state"].set_data(self.states[t].numpy())
-        art["ax"][2].set_title(f"state S_{t} [K, V] = S_{t - 1 if t else '-1'} + k_{t}^T v_{t}", fontsize=9)
+        art["ax"][2].set_title(f"state S_{t} [K, V]\n= S_{t - 1 if t else '-1'} + k_{t}^T v_{t}", fontsize=9)
         per = self.per
         for st, bars in art["bars"].items():
             for bar, lv in zip(bars, art["levels"]):

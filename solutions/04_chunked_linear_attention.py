@@ -266,7 +266,8 @@ check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel, hidden=True
 # `S += K_cᵀ V_c`. The grid is `(⌈V/BV⌉, B·H)`; program `(j, b·H + h)`. The arguments are exactly those of
 # exercise 2, and `BT` is the chunk size.
 #
-# Q, K and V are read once and O is written once: this kernel moves the floor's bytes. Hints:
+# V is read once and O written once; Q and K are read once per block of V columns (twice for `V = 128`,
+# `BV = 64`, and from L2 the second time if the two programs run together): close to the floor's bytes. Hints:
 # - `tl.dot(a, b, acc)` adds into `acc` (fp32), so `O_c` is two dots into one accumulator;
 # - `S` is fp32 but `Q_c` may be fp16 or bf16: cast `S` to `Q_c`'s dtype for the `Q_c S` dot (the tensor cores
 #   take matching input types), and keep the fp32 copy for the update;

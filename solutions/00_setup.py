@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check
-from kernels.device import DEVICE, ON_GPU, pick, sizes
+from kernels.device import DEVICE, sizes
 from kernels.testing import randn
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "where", "locked": true, "schema_version": 3, "solution": false}

@@ -27,8 +27,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     """On a GPU, record what ran where: results/gpu/tests.json (date, GPU, driver, versions, outcomes)."""
-    if not torch.cuda.is_available() or not _outcomes:
-        return
+    if not torch.cuda.is_available() or not _outcomes or hasattr(session.config, "workerinput"):
+        return  # (xdist workers: the controller sees every report and writes the file)
     import datetime
     import json
     import pathlib

@@ -306,10 +306,8 @@ class _Recorder:
     def grid(self, nx, ny, nz):
         name, tensors = self.pending or ("kernel", {})
         self.pending = None
-        regions = sorted(tensors.values(), key=lambda i: i.lo)
         self.launch = Launch(name, (int(nx), int(ny), int(nz)), tensors, outputs=self.outputs)
-        self.regions = regions
-        self.starts = np.array([r.lo for r in regions], dtype=np.uint64)
+        self.regions = list(tensors.values())  # parameter order: aliases are reported under the first name
         self.trace.append(self.launch)
 
     def program(self, x, y, z):
@@ -326,23 +324,24 @@ class _Recorder:
         width = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         if not self.regions:
             return active
-        flat_a, flat_m = addr.reshape(-1), active.reshape(-1)
-        which = np.searchsorted(self.starts, flat_a, side="right").astype(np.int64) - 1
-        his = np.array([r.hi for r in self.regions], dtype=np.uint64)
-        inside = (which >= 0) & (flat_a < his[np.clip(which, 0, None)])
-        owner = self._owner(which, inside, flat_m, flat_a)
-        info = self.regions[owner]
-        byte_off = flat_a.astype(np.int64) - np.int64(info.base)
-        ok = inside & (which == owner) & (byte_off % info.itemsize == 0)
-        elem_off = byte_off // info.itemsize
-        index = np.full(flat_a.shape, -1, dtype=np.int64)
-        if info.lookup is None:
-            index[ok] = elem_off[ok]
-        else:
-            lk = np.clip(elem_off - (info.lo - info.base) // info.itemsize, 0, info.lookup.size - 1)
-            index[ok] = info.lookup[lk[ok]]
-            ok &= index >= 0
-            index[~ok] = -1
+        flat_a, flat_m = addr.reshape(-1), active.reshape(-1).copy()
+        # the lanes each tensor argument holds (views of one storage may overlap or interleave)
+        hits, indices = [], []
+        for info in self.regions:
+            byte_off = flat_a.astype(np.int64) - np.int64(info.base)
+            hit = (flat_a >= np.uint64(info.lo)) & (flat_a < np.uint64(info.hi)) & (byte_off % info.itemsize == 0)
+            idx = np.full(flat_a.shape, -1, dtype=np.int64)
+            if info.lookup is None:
+                idx[hit] = byte_off[hit] // info.itemsize
+            else:
+                idx[hit] = info.lookup[(flat_a[hit] - np.uint64(info.lo)).astype(np.int64) // info.itemsize]
+                hit &= idx >= 0
+            hits.append(hit)
+            indices.append(idx)
+        owner = self._owner(hits, flat_m, flat_a)
+        info, ok, index = self.regions[owner], hits[owner], indices[owner]
+        elem_off = (flat_a.astype(np.int64) - np.int64(info.base)) // info.itemsize
+        index[~ok] = -1
         oob = flat_m & ~ok
         index[~flat_m] = -1
         line, _file, src = _caller()
@@ -361,12 +360,14 @@ class _Recorder:
                                                          elem_off[oob], info.numel))
         return (flat_m & ok).reshape(shape)
 
-    def _owner(self, which, inside, active, addr) -> int:
-        for sel in (inside & active, inside):
-            if sel.any():
-                return int(np.bincount(which[sel]).argmax())
-        lowest = int(np.searchsorted(self.starts, addr.min(), side="right")) - 1
-        return max(lowest, 0)
+    def _owner(self, hits, active, addr) -> int:
+        """The tensor most active lanes point into (else most lanes; else the nearest one below)."""
+        for sel in (active, np.ones_like(active)):
+            counts = [int((h & sel).sum()) for h in hits]
+            if max(counts):
+                return int(np.argmax(counts))
+        below = [i for i, r in enumerate(self.regions) if r.lo <= int(addr.min())]
+        return max(below, key=lambda i: self.regions[i].lo) if below else 0
 
 
 @contextmanager

@@ -72,6 +72,16 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
 
 
 @triton.jit
+def add_rows_kernel(q_ptr, k_ptr, out_ptr, T, D, stride_q, stride_k, BT: tl.constexpr, BD: tl.constexpr):
+    rt = tl.program_id(0) * BT + tl.arange(0, BT)
+    rd = tl.arange(0, BD)
+    mask = (rt[:, None] < T) & (rd[None, :] < D)
+    q = tl.load(q_ptr + rt[:, None] * stride_q + rd[None, :], mask=mask)
+    k = tl.load(k_ptr + rt[:, None] * stride_k + rd[None, :], mask=mask)
+    tl.store(out_ptr + rt[:, None] * D + rd[None, :], q + k, mask=mask)
+
+
+@triton.jit
 def histogram_kernel(x_ptr, bins_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -155,6 +165,22 @@ def test_transposed_view_maps_to_its_own_indices():
     torch.testing.assert_close(out, x)
 
 
+def test_interleaved_views_of_one_storage():
+    """q and k as column slices of one packed [T, 3D] tensor: their address ranges interleave."""
+    T, D = 10, 8
+    qkv = randn(T, 3 * D, seed=12, device="cpu")
+    q, k = qkv[:, :D], qkv[:, D:2 * D]
+    out = torch.full((T, D), float("nan"))
+    tr = trace(add_rows_kernel, q, k, out, T, D, q.stride(0), k.stride(0), BT=4, BD=8, grid=(3,))
+    assert tr.out_of_bounds == []
+    for p in range(3):
+        rows = range(4 * p, min(T, 4 * p + 4))
+        want = {(t, d) for t in rows for d in range(D)}
+        assert tr.elements("q_ptr", "load", pid=p, coords=True) == want
+        assert tr.elements("k_ptr", "load", pid=p, coords=True) == want
+    torch.testing.assert_close(out, q + k)
+
+
 def test_tiled_matmul_tiles_per_step():
     M, N, K, BM, BN, BK = 20, 12, 26, 8, 8, 8
     a, b = randn(M, K, seed=6, device="cpu"), randn(K, N, seed=7, device="cpu")
@@ -213,10 +239,10 @@ def test_atomics_are_recorded():
 
 def test_wrapper_records_every_launch():
     def two_adds(x, y):
-        out = torch.empty_like(x)
+        out, out2 = torch.empty_like(x), torch.empty_like(x)
         add_kernel[(2,)](x, y, out, x.numel(), BLOCK=32)
-        add_kernel[(2,)](out, y, out, x.numel(), BLOCK=32)
-        return out
+        add_kernel[(2,)](out, y, out2, x.numel(), BLOCK=32)
+        return out2
 
     x, y = randn(40, seed=10, device="cpu"), randn(40, seed=11, device="cpu")
     tr = trace(two_adds, x, y)

@@ -83,6 +83,11 @@ def _fixed_length(p: Problem) -> str | None:
     return "varlen: a python loop over sequences" if p.params["varlen"] else None
 
 
+def _short_fixed_length(p: Problem) -> str | None:
+    """The recurrence walks T steps one after another: past 16k tokens a call takes too long to time here."""
+    return _fixed_length(p) or ("T > 16k: the serial recurrence" if p.params["T"] > 16384 else None)
+
+
 def _ladder_only(p: Problem) -> str | None:
     """``torch.compile`` runs on the main ladder (one dynamic-shape compile); other rows would each recompile."""
     main = p.params["dtype"] == "bfloat16" and p.params["H"] == 16 and p.params["K"] == 128
@@ -125,7 +130,7 @@ def versions() -> list[Version]:
     if ON_GPU:
         out.append(Version("torch.compile", _compiled(), skip=_ladder_only, output=_flat))
     if importlib.util.find_spec("kernels.recurrent.fused") is not None:
-        out.append(Version("recurrent (fused)", _recurrent(), skip=_fixed_length, output=_flat))
+        out.append(Version("recurrent (fused)", _recurrent(), skip=_short_fixed_length, output=_flat))
     if ON_GPU and importlib.util.find_spec("fla") is not None:
         out.append(Version("fla chunk", _fla("chunk_linear_attn"), output=_flat))
         out.append(Version("fla fused_chunk", _fla("fused_chunk_linear_attn"), output=_flat))

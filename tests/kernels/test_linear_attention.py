@@ -98,7 +98,8 @@ def check_call(fn, case, made=()) -> None:
 
 
 SHAPES = [(1, 1, 2, 16, 16), (2, 63, 2, 32, 48), (1, 100, 3, 48, 32), (1, 257, 2, 16, 32), (1, 40, 1, 8, 72)]
-GPU_SHAPES = [(2, 1000, 4, 64, 64), (1, 2049, 2, 128, 128), (2, 517, 2, 128, 64), (1, 300, 2, 256, 96)]
+GPU_CASES = [((2, 1000, 4, 64, 64), torch.bfloat16), ((1, 2049, 2, 128, 128), torch.float32),
+             ((2, 517, 2, 128, 64), torch.float16), ((1, 300, 2, 256, 96), torch.bfloat16)]
 
 
 @pytest.mark.parametrize("h0", [False, True], ids=["zero_state", "initial_state"])
@@ -111,8 +112,8 @@ def test_version(name, dtype, shape, h0, poison):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}_T{}_H{}_K{}_V{}".format(*s))
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, dtype", GPU_CASES, ids=lambda c: "B{}_T{}_H{}_K{}_V{}".format(*c)
+                         if isinstance(c, tuple) else str(c).removeprefix("torch."))
 @pytest.mark.parametrize("name", ALL)
 def test_gpu_version_head_sizes(name, dtype, shape, poison):
     case = make_case(*shape, dtype, seed=sum(shape) % 1000, h0=True)

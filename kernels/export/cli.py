@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import aot, registry
     from .ptx import PtxVersionError
 
-    ap = argparse.ArgumentParser(prog="python -m kernels.export", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m kernels.export", description=__doc__.splitlines()[0].replace("``", ""))
     ap.add_argument("kernels", nargs="*", help=f"kernels to export: {', '.join(registry.KERNELS)}")
     ap.add_argument("--list", action="store_true", help="list the exportable kernels and exit")
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("artifacts/export"),

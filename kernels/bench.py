@@ -132,10 +132,11 @@ def _env() -> dict:
 
 
 def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None,
-        extra: list[Version] | None = None) -> dict:
-    """Benchmark one topic; return (and write) the results. ``extra``: more versions (a lesson's own kernel)."""
+        extra: list[Version] | None = None, labels: list[str] | None = None) -> dict:
+    """Benchmark one topic; return (and write) the results. ``extra``: more versions (a lesson's own kernel);
+    ``labels``: only the problems with these labels."""
     mod = importlib.import_module(f"kernels.{topic}.bench")
-    problems: list[Problem] = mod.problems(quick)
+    problems: list[Problem] = [p for p in mod.problems(quick) if not labels or p.label in labels]
     versions: list[Version] = [v for v in [*mod.versions(), *(extra or [])] if not only or v.name in only]
     bw = copy_bandwidth()
     rates: dict[torch.dtype, float] = {}

@@ -30,12 +30,13 @@ def recurrent(q, k, v, scale):
 
 
 def intra_chunk(q, k, v, scale, chunk):
-    """Only the causal in-chunk term ``scale · (Q_c K_cᵀ ⊙ M) V_c`` of every chunk."""
-    T = q.shape[1]
-    t = torch.arange(T)
-    mask = (t[:, None] >= t[None, :]) & (t[:, None] // chunk == t[None, :] // chunk)
-    scores = torch.einsum("bthk,bshk->bhts", q, k) * mask.to(q.dtype)
-    return scale * torch.einsum("bhts,bshv->bthv", scores, v)
+    """Only the causal in-chunk term ``scale · (Q_c K_cᵀ ⊙ M) V_c`` of every chunk, chunk by chunk."""
+    o = q.new_empty(*v.shape)
+    for t0 in range(0, q.shape[1], chunk):
+        qc, kc, vc = (x[:, t0:t0 + chunk] for x in (q, k, v))  # [B, C, H, *]
+        scores = torch.einsum("bthk,bshk->bhts", qc, kc).tril()  # [B, H, C, C]
+        o[:, t0:t0 + chunk] = scale * torch.einsum("bhts,bshv->bthv", scores, vc)
+    return o
 
 
 def _qkv(case, gen):

@@ -49,8 +49,9 @@ class ChunkFlow(View):
         self._traced: dict = {}
         super().__init__({"chunk": Choice("chunk size BT", chunk, list(chunks)),
                           "i": Slider("chunk i", 0, 0, -(-T // chunk) - 1)})
-        if launch is not None:  # trace every chunk size now, so dragging BT never waits for the interpreter
-            for c in chunks:
+        for c in chunks:  # every chunk size now, so dragging BT never waits for torch or the interpreter
+            self._cache.setdefault(c, _chunked(self.q, self.k, self.v, c))
+            if launch is not None:
                 self.traced(c)
 
     def traced(self, chunk: int):
@@ -68,24 +69,36 @@ class ChunkFlow(View):
             self._traced[chunk] = (la, roles, err)
         return self._traced[chunk]
 
-    def _artists(self, fig, chunk, states):
-        """Axes for one chunk size; moving between chunks only updates their data."""
+    def _artists(self, fig):
+        """Axes and images, made once; a chunk-size change redraws only the chunk grid and the state bars."""
         from matplotlib.colors import ListedColormap
 
-        T, n = self.T, len(states)
+        T = self.T
         fig.clear()
         traced = self.launch is not None
         axes = fig.subplots(1, 4 if traced else 3, width_ratios=[2.2, 0.9, 1.2, 1.8] if traced else [2.2, 1.2, 2.0])
-        ax, sx, bx = axes[0], axes[-2], axes[-1]
-        art = {"axes": axes, "chunk": chunk}
+        ax, sx = axes[0], axes[-2]
+        art = {"axes": axes, "chunk": None, "lines": []}
         art["code"] = ax.imshow(np.zeros((T, T)), cmap=ListedColormap(["#ffffff", "#e6e6e6", "#9ecae1", "#f28e2b"]),
                                 vmin=0, vmax=3, interpolation="nearest")
-        for b in range(0, T, chunk):
-            ax.axhline(b - 0.5, color="#888888", lw=0.4)
-            ax.axvline(b - 0.5, color="#888888", lw=0.4)
         ax.set_xlabel("key position")
         ax.set_ylabel("query position")
-        art["state"] = sx.imshow(states[0].numpy(), cmap="RdBu", interpolation="nearest")
+        art["state"] = sx.imshow(np.zeros((self.K, self.V)), cmap="RdBu", interpolation="nearest")
+        if traced:
+            art["rows"] = axes[1].imshow(np.zeros((T, 4)), cmap=ListedColormap(["#f4f4f4", "#c6dbef", "#2171b5",
+                                                                                 "#c7e9c0", "#238b45"]),
+                                         vmin=0, vmax=4, aspect="auto", interpolation="nearest")
+            axes[1].set_xticks(range(4), ["Q", "K", "V", "O"], fontsize=8)
+        return art
+
+    def _chunk_artists(self, art, chunk, states):
+        ax, bx = art["axes"][0], art["axes"][-1]
+        for line in art["lines"]:
+            line.remove()
+        art["lines"] = [f(b - 0.5, color="#888888", lw=0.4) for b in range(0, self.T, chunk)
+                        for f in (ax.axhline, ax.axvline)]
+        bx.cla()
+        n = len(states)
         norms = [float(torch.linalg.norm(x)) for x in states]
         art["bars"] = bx.bar(range(n), norms, color="#4e79a7")
         bx.set_xticks(range(n))
@@ -95,12 +108,7 @@ class ChunkFlow(View):
         bx.set_xlabel("chunk")
         bx.set_ylabel("||S_i|| (Frobenius)")
         bx.set_title("the state carried forward, chunk to chunk", fontsize=8)
-        if traced:
-            art["rows"] = axes[1].imshow(np.zeros((T, 4)), cmap=ListedColormap(["#f4f4f4", "#c6dbef", "#2171b5",
-                                                                                 "#c7e9c0", "#238b45"]),
-                                         vmin=0, vmax=4, aspect="auto", interpolation="nearest")
-            axes[1].set_xticks(range(4), ["Q", "K", "V", "O"], fontsize=8)
-        return art
+        art["chunk"] = chunk
 
     def draw(self, fig, chunk, i):
         T = self.T
@@ -110,8 +118,10 @@ class ChunkFlow(View):
             self._cache[chunk] = _chunked(self.q, self.k, self.v, chunk)
         out, states = self._cache[chunk]
         art = getattr(self, "_art", None)
-        if art is None or art["chunk"] != chunk or not fig.axes:
-            art = self._art = self._artists(fig, chunk, states)
+        if art is None or not fig.axes:
+            art = self._art = self._artists(fig)
+        if art["chunk"] != chunk:
+            self._chunk_artists(art, chunk, states)
         s, e = i * chunk, min((i + 1) * chunk, T)
         code = np.zeros((T, T))  # 0 masked (future), 1 other rows' past, 2 via the state, 3 intra-chunk block
         rows, cols = np.indices((T, T))

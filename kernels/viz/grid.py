@@ -37,51 +37,61 @@ class GridExplorer(View):
             self._cache = {key: trace(self.launch, n=n, BLOCK=BLOCK)}
         return self._cache[key][-1]
 
-    def draw(self, fig, n, BLOCK, pid):
-        la = self.traced(n, BLOCK)
-        programs = la.programs()
-        pid = self.limit("pid", 0, len(programs) - 1)
+    def _artists(self, fig, la, n, BLOCK):
+        """Everything that depends on (n, BLOCK); changing the program id only recolours it."""
         out = la.written()[0] if la.written() else list(la.tensors)[-1]
         stores = la.select(out, "store")
         width = min(BLOCK, 128)
         span = max([int(a.offset.max()) + 1 for a in stores] + [n])
         rows = -(-span // width)
-        owner = np.full(rows * width, -1.0)  # program that stores each slot; -2: a masked-off lane
+        owner = np.full(rows * width, -1)  # program that stores each slot; -2: a masked-off lane
         for a in stores:
-            p = a.pid[0]
-            owner[a.offset[a.mask & ~a.oob].ravel()] = p
+            owner[a.offset[a.mask & ~a.oob].ravel()] = a.pid[0]
             off = a.offset[~a.mask].ravel()
             owner[off[(off >= 0) & (off < owner.size)]] = -2
         fig.clear()
         ax, bx = fig.subplots(1, 2, width_ratios=[3.2, 1])
-        colours = np.zeros((rows * width, 4))
-        for p in range(len(programs)):
-            c = np.array(to_rgba(_PALETTE[p % len(_PALETTE)]))
-            c[3] = 1.0 if p == pid else 0.28
-            colours[owner == p] = c
-        colours[owner == -2] = (0.55, 0.55, 0.55, 1.0 if programs[pid][0] == len(programs) - 1 else 0.5)
-        colours[owner == -1] = (1, 1, 1, 1)
-        ax.imshow(colours.reshape(rows, width, 4), aspect="auto", interpolation="nearest")
+        image = ax.imshow(np.ones((rows, width, 4)), aspect="auto", interpolation="nearest")
         ax.set_title(f"{out}: element i at row i // {width}, column i % {width}  (grey: masked off, i >= n)",
                      fontsize=9)
         ax.set_xlabel("column")
         ax.set_ylabel("row")
-        sel = la.select(out, "store", pid=pid)
+        frame = ax.add_patch(Rectangle((-0.5, -0.5), width, 1, fill=False, linewidth=1.5, edgecolor="black"))
+        per = la.bytes_per_program()
+        programs = la.programs()
+        bars = bx.bar(range(len(programs)), [per[p] for p in programs],
+                      color=[_PALETTE[i % len(_PALETTE)] for i in range(len(programs))])
+        if len(programs) <= 16:
+            bx.set_xticks(range(len(programs)))
+        bx.set_title("bytes moved per program", fontsize=9)
+        bx.set_xlabel("program id")
+        palette = np.array([to_rgba(_PALETTE[p % len(_PALETTE)]) for p in range(len(programs))])
+        return {"key": (n, BLOCK), "out": out, "width": width, "rows": rows, "owner": owner, "image": image,
+                "frame": frame, "bars": bars, "palette": palette}
+
+    def draw(self, fig, n, BLOCK, pid):
+        la = self.traced(n, BLOCK)
+        programs = la.programs()
+        pid = self.limit("pid", 0, len(programs) - 1)
+        art = getattr(self, "_art", None)
+        if art is None or art["key"] != (n, BLOCK) or not fig.axes:
+            art = self._art = self._artists(fig, la, n, BLOCK)
+        owner, width = art["owner"], art["width"]
+        colours = np.ones((owner.size, 4))
+        mine = owner >= 0
+        colours[mine] = art["palette"][owner[mine]]
+        colours[mine & (owner != pid), 3] = 0.28
+        colours[owner == -2] = (0.55, 0.55, 0.55, 1.0 if pid == len(programs) - 1 else 0.5)
+        art["image"].set_data(colours.reshape(art["rows"], width, 4))
+        sel = la.select(art["out"], "store", pid=pid)
         lanes = sum(int(a.mask.size) for a in sel)
         kept = sum(int(a.mask.sum()) for a in sel)
         first = int(min(a.offset.min() for a in sel)) if sel else 0
         last = int(max(a.offset.max() for a in sel)) if sel else 0
-        for r0 in range(first // width, last // width + 1):
-            ax.add_patch(Rectangle((-0.5, r0 - 0.5), width, 1, fill=False, linewidth=1.5, edgecolor="black"))
-        per = la.bytes_per_program()
-        vals = [per[p] for p in programs]
-        bars = bx.bar(range(len(vals)), vals, color=[_PALETTE[i % len(_PALETTE)] for i in range(len(vals))])
-        for i, b in enumerate(bars):
+        art["frame"].set_bounds(-0.5, first // width - 0.5, width, last // width - first // width + 1)
+        for i, b in enumerate(art["bars"]):
             b.set_alpha(1.0 if i == pid else 0.3)
-        if len(vals) <= 16:
-            bx.set_xticks(range(len(vals)))
-        bx.set_title("bytes moved per program", fontsize=9)
-        bx.set_xlabel("program id")
+        per = la.bytes_per_program()
         by = la.bytes(pid)
         moved = ", ".join(f"{k} {'loads' if v['load'] else 'stores'} {v['load'] or v['store']} B"
                           for k, v in by.items() if v["load"] or v["store"])

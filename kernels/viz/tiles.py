@@ -63,9 +63,14 @@ class TileExplorer(View):
         if self.grouped:
             controls["GROUP_M"] = Choice("GROUP_M", GROUP_M, [1, 2, 4, 8])
         super().__init__(controls)
-        if self.grouped:  # the control the lesson asks to play with: trace its values now, not on the first drag
-            for g in controls["GROUP_M"].options:
-                self.traced(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=g)
+        # trace every configuration one control away from the defaults now, not on the learner's first drag
+        start = {k: self.values[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M") if k in self.values}
+        for k in start:
+            for option in controls[k].options:
+                try:
+                    self.traced(**{**start, k: option})
+                except Exception:  # noqa: BLE001 - shown in the picture if the learner picks this configuration
+                    continue
 
     def traced(self, **blocks) -> Launch:
         key = tuple(sorted(blocks.items()))

@@ -135,7 +135,7 @@ check("01_memory_hierarchy.copy", copy_kernel, hidden=True)
 # %% nbgrader={"grade": true, "grade_id": "check_copy_speed", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("01_memory_hierarchy.copy_speed", copy_kernel)
 
-# %% nbgrader={"grade": false, "grade_id": "copy_bench", "locked": true, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": false, "grade_id": "bench_copy", "locked": true, "schema_version": 3, "solution": false}
 n = sizes("memory")["n"]
 x = randn(n, seed=0)
 out = torch.empty_like(x)

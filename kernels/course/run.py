@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from .build import COURSE, ROOT, graded_cells, solution_notebook, student_notebook
 
-__all__ = ["Executed", "execute", "restore_locked", "run_lesson", "run_widgets_alone", "problems"]
+__all__ = ["Executed", "execute", "restore_locked", "lesson_notebook", "run_lesson", "graded_only",
+           "run_graded_together", "run_widgets_alone", "problems"]
 
 
 @dataclass
@@ -72,13 +73,49 @@ def restore_locked(student, source):
 def run_lesson(lesson: str, copy: str = "solution", *, course: pathlib.Path = COURSE) -> Executed:
     """Execute the solution notebook (from ``solutions/``) or the untouched student copy (from ``course/``) as
     it is graded, locked cells restored (:func:`restore_locked`)."""
+    return execute(lesson_notebook(lesson, copy, course=course), lesson=lesson, copy=copy)
+
+
+def lesson_notebook(lesson: str, copy: str = "solution", *, course: pathlib.Path = COURSE):
+    """The notebook :func:`run_lesson` executes: the solution, or the student copy with locked cells restored."""
     if copy == "solution":
-        nb = solution_notebook(lesson)
-    elif copy == "student":
-        nb = restore_locked(student_notebook(lesson, course), solution_notebook(lesson))
-    else:
-        raise ValueError(f"copy must be 'solution' or 'student', got {copy!r}")
-    return execute(nb, lesson=lesson, copy=copy)
+        return solution_notebook(lesson)
+    if copy == "student":
+        return restore_locked(student_notebook(lesson, course), solution_notebook(lesson))
+    raise ValueError(f"copy must be 'solution' or 'student', got {copy!r}")
+
+
+def graded_only(nb):
+    """The cells grading needs: every code cell up to the last graded one, less widgets and benchmarks (cell
+    ids starting with ``bench``); no markdown."""
+    last = max((i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")), default=-1)
+    nb.cells = [c for c in nb.cells[: last + 1] if c.cell_type == "code"
+                and "widget" not in c.metadata.get("tags", []) and not c.get("id", "").startswith("bench")]
+    return nb
+
+
+def run_graded_together(lessons: list[str], copy: str = "solution", *, cell_timeout: int = 300) -> list[Executed]:
+    """The graded-only cells of several lessons, one lesson after another in a single kernel (one start-up, one
+    import of torch and triton), judged per lesson as :func:`run_lesson` would be."""
+    import nbformat
+
+    parts = {lesson: graded_only(lesson_notebook(lesson, copy)) for lesson in lessons}
+    merged = nbformat.v4.new_notebook(metadata=next(iter(parts.values())).metadata)
+    for lesson, nb in parts.items():
+        for cell in nb.cells:
+            cell = nbformat.from_dict(dict(cell))
+            cell.id = f"{lesson}__{cell.id}"[:64]
+            merged.cells.append(cell)
+    run = execute(merged, lesson="+".join(lessons), copy=copy, cell_timeout=cell_timeout)
+    out = []
+    for lesson, nb in parts.items():
+        prefix = f"{lesson}__"
+        nb.cells = [c for c in run.nb.cells if c.id.startswith(prefix)]
+        for cell in nb.cells:
+            cell.id = cell.id[len(prefix):]
+        errors = {k[len(prefix):]: v for k, v in run.errors.items() if k.startswith(prefix)}
+        out.append(Executed(lesson, copy, nb, run.seconds, errors))
+    return out
 
 
 def run_widgets_alone(lesson: str) -> Executed:

@@ -60,6 +60,7 @@ class WorkingSetView(View):
         else:
             marker = ax.axvline(self.grid[0], color="#f28e2b", lw=3, alpha=0.6)
         ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.15 * max(self.bw + [self.copy_bw]) / 1e12)
         ax.set_xlabel("working set (bytes)")
         ax.set_ylabel("TB/s")
         ax.set_title(self.label, fontsize=9)

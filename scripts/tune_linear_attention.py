@@ -39,33 +39,19 @@ SIZES = [4096, 16384, 65536, 262144]
 B, H, D = 4, 16, 128
 HBM_BPS = 4.26e12
 # Ordered by expected value, so a run cut short by the budget has measured the likeliest winners.
-# Run 1: BT64 BV64 w4 s2 best, larger L better (L2048 2.1x), BV128 w8 and BV32 worse; now L2 prefetch, hints and
-# the stash (phase B without the state-update dot).
+# Runs 1-2: BT64 BV64 w4 s2 best at D=128, longer L better; prefetch 2 helps a single-segment chain (T <= L);
+# L2 hints and the stash lost (PERF.md).
 SWEEP = [
-    Config(2048, 64, 64, 4, 2), Config(2048, 64, 64, 4, 2, prefetch=2), Config(512, 64, 64, 4, 2, stash=True),
-    Config(256, 64, 64, 4, 2, stash=True), Config(1024, 64, 64, 4, 2, stash=True),
-    Config(2048, 64, 64, 4, 2, stash=True), Config(512, 64, 64, 4, 2, prefetch=2, stash=True),
-    Config(256, 64, 64, 4, 2, hints=True, stash=True), Config(512, 64, 64, 4, 2, prefetch=2, hints=True, stash=True),
-    Config(1024, 64, 64, 4, 2, prefetch=2, stash=True), Config(2048, 64, 64, 4, 2, prefetch=1),
-    Config(2048, 64, 64, 4, 2, prefetch=4), Config(4096, 64, 64, 4, 2), Config(8192, 64, 64, 4, 2),
-    Config(4096, 64, 64, 4, 2, prefetch=2), Config(512, 64, 64, 4, 2, hints=True),
-    Config(512, 64, 64, 4, 2, prefetch=2, hints=True), Config(256, 64, 64, 4, 2, hints=True),
-    Config(256, 64, 64, 4, 2, prefetch=2, hints=True), Config(1024, 64, 64, 4, 2, hints=True),
-    Config(1024, 64, 64, 4, 2, prefetch=2), Config(512, 64, 64, 4, 2, prefetch=2), Config(1024, 64, 64, 4, 2),
-    Config(512, 64, 64, 4, 2), Config(2048, 64, 64, 4, 3), Config(2048, 64, 64, 4, 3, prefetch=2),
-    Config(2048, 64, 128, 8, 3, prefetch=2), Config(2048, 64, 64, 4, 2, prefetch=2, hints=True),
-    Config(512, 64, 64, 4, 2, prefetch=1, hints=True), Config(384, 64, 64, 4, 2, prefetch=2, hints=True),
-    Config(1024, 64, 64, 4, 2, prefetch=4, hints=True), Config(8192, 64, 64, 4, 2, prefetch=2),
+    Config(4096, 64, 64, 4, 2, prefetch=2), Config(2048, 64, 64, 4, 2), Config(2048, 64, 64, 4, 2, prefetch=1),
+    Config(4096, 64, 64, 4, 2), Config(8192, 64, 64, 4, 2), Config(4096, 64, 64, 4, 2, prefetch=1),
+    Config(8192, 64, 64, 4, 2, prefetch=2), Config(2048, 64, 64, 4, 3), Config(4096, 64, 64, 4, 3),
+    Config(2048, 64, 64, 4, 2, prefetch=2), Config(1024, 64, 64, 4, 2), Config(512, 64, 64, 4, 2),
     Config(2048, 64, 64, 4, 1, prefetch=2), Config(2048, 64, 32, 4, 2, prefetch=2),
 ]
-SWEEP_D64 = [Config(512, 64, 64, 4, 3), Config(1024, 64, 64, 4, 3), Config(2048, 64, 64, 4, 3),
-             Config(1024, 64, 64, 4, 3, prefetch=2), Config(2048, 64, 64, 4, 3, prefetch=2),
-             Config(1024, 64, 64, 4, 4), Config(512, 64, 64, 4, 3, hints=True), Config(1024, 64, 32, 4, 3),
-             Config(512, 64, 64, 4, 3, stash=True), Config(1024, 64, 64, 4, 3, stash=True),
-             Config(1024, 64, 64, 4, 3, prefetch=2, stash=True)]
-
-SWEEP_VARLEN = [Config(2048, 64, 64, 4, 2), Config(1024, 64, 64, 4, 2), Config(512, 64, 64, 4, 2, stash=True),
-                Config(1024, 64, 64, 4, 2, stash=True), Config(512, 64, 64, 4, 2)]
+SWEEP_D64 = [Config(2048, 64, 64, 4, 3), Config(4096, 64, 64, 4, 3), Config(1024, 64, 64, 4, 3),
+             Config(2048, 64, 64, 4, 4), Config(4096, 64, 64, 4, 3, prefetch=1)]
+SWEEP_VARLEN = [Config(1024, 64, 64, 4, 2), Config(2048, 64, 64, 4, 2), Config(512, 64, 64, 4, 2),
+                Config(4096, 64, 64, 4, 2, prefetch=2), Config(256, 64, 64, 4, 2)]
 VARLEN_LENS = [37, 0, 1500, 1, 2 * 1024 + 77, 700, 3001]
 EXTRAS = {
     "fp16 D128 T16k": (B, 16384, H, 128, torch.float16, {}),
@@ -80,7 +66,7 @@ EXTRAS = {
 def cfg_name(c: Config | None) -> str:
     if c is None:
         return "table"
-    extra = (f"-pf{c.prefetch}" if c.prefetch else "") + ("-hint" if c.hints else "") + ("-stash" if c.stash else "")
+    extra = f"-pf{c.prefetch}" if c.prefetch else ""
     return f"L{c.L}-BT{c.BT}-BV{c.BV}-w{c.num_warps}-s{c.num_stages}{extra}"
 
 
@@ -197,7 +183,7 @@ def main() -> int:
     if args.smoke:
         SIZES, B, H, D, VARLEN_LENS = [200, 301], 1, 2, 32, [37, 0, 150, 1, 77]
         SWEEP, SWEEP_D64 = [Config(64, 32, 32, 4, 1), Config(128, 64, 16, 4, 1)], [Config(64, 16, 16, 4, 1)]
-        SWEEP_VARLEN = [Config(64, 16, 16, 4, 1, stash=True)]
+        SWEEP_VARLEN = [Config(64, 16, 16, 4, 1)]
         EXTRAS = {k: (1, t // 1024, 2, d // 4, dt, kw) for k, (b, t, h, d, dt, kw) in EXTRAS.items()}
     t_start = time.perf_counter()
     outs = [ROOT / ("results/gpu" if ON_GPU else "bench-results")]
@@ -282,7 +268,7 @@ def main() -> int:
             ref = oracle(q, k, v, sc, h0, cu)[0].float()
             tl_ = tolerance(dtype)
             row = {"floor_ms": floor_ms(T, Hn=Hn, K=K, V=K, Bn=Bn),
-                   "config": config_for(K, K, dtype, T / (1 if cu is None else len(cu) - 1)).__dict__,
+                   "config": config_for(K, K, dtype, T / (1 if cu is None else len(cu) - 1), cu is not None).__dict__,
                    "lookback": time_kernel(q, k, v, sc, ref, tl_, None, **call_kw)}
             if K == 64 or cu is not None:
                 row["sweep"] = {cfg_name(c): time_kernel(q, k, v, sc, ref, tl_, c, **call_kw)

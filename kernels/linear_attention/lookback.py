@@ -24,16 +24,15 @@ from .checks import check_inputs
 __all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention"]
 
 SLOTS = 2
+# Polls (~1 µs each) before a wait gives up and poisons its outputs with NaN: a wrong answer, never a hang.
+MAX_SPIN = tl.constexpr(1 << 22)
 
 
 @dataclass(frozen=True)
 class Config:
     """Launch parameters: segment length ``L`` (tokens per program), chunk ``BT``, V-block ``BV``.
 
-    ``prefetch``: chunks ahead to pull into L2 (0: none). ``hints``: phase A marks its K, V lines evict-last in L2
-    so phase B finds them there, and phase B marks them normal again. Both are ignored under the interpreter.
-    ``stash``: phase A also keeps the running Σ kᵀv before each chunk (input dtype, a 2-slot scratch per chain), so
-    phase B needs no state update: three dots per chunk instead of four, and no dependency between chunks.
+    ``prefetch``: chunks ahead to pull into L2 with ``prefetch.global.L2`` (0: none; off under the interpreter).
     """
 
     L: int
@@ -42,52 +41,48 @@ class Config:
     num_warps: int
     num_stages: int
     prefetch: int = 0
-    hints: bool = False
-    stash: bool = False
 
 
 # (max(K, V) bucket, input element size) -> [(largest mean sequence length, config), ...], first match wins.
+# From the H200 tuning runs (PERF.md): bf16/fp16 D=128 L4096 + prefetch 2 up to 16k (one segment per chain at
+# 4k), L2048 beyond; D=64 L2048 with three stages. fp32 and D=256 rows compile without spills but are untimed.
 CONFIGS: dict[tuple[int, int], list[tuple[float, Config]]] = {
-    (64, 2): [(math.inf, Config(512, 64, 64, 4, 3))],
-    (128, 2): [(8192, Config(1024, 64, 64, 4, 2)), (math.inf, Config(2048, 64, 64, 4, 2))],
+    (64, 2): [(math.inf, Config(2048, 64, 64, 4, 3))],
+    (128, 2): [(16384, Config(4096, 64, 64, 4, 2, prefetch=2)), (math.inf, Config(2048, 64, 64, 4, 2))],
     (256, 2): [(math.inf, Config(512, 64, 32, 4, 2))],
-    (64, 4): [(math.inf, Config(512, 32, 64, 4, 2))],
-    (128, 4): [(math.inf, Config(512, 32, 32, 4, 2))],
+    (64, 4): [(math.inf, Config(1024, 64, 64, 4, 2))],
+    (128, 4): [(math.inf, Config(1024, 64, 32, 4, 2))],
     (256, 4): [(math.inf, Config(512, 32, 16, 4, 1))],
 }
+# Packed sequences of mixed lengths: the one measured varlen choice (64k tokens in 16 sequences, 0.99 ms).
+VARLEN_CONFIG = Config(1024, 64, 64, 4, 2)
 # Under the interpreter: short segments and chunks, so small test sizes still cross several of each.
 INTERPRETER_CONFIG = Config(L=32, BT=16, BV=16, num_warps=4, num_stages=1)
 
 
-def config_for(K: int, V: int, dtype: torch.dtype, T: float) -> Config:
+def config_for(K: int, V: int, dtype: torch.dtype, T: float, varlen: bool = False) -> Config:
     """The table's configuration for head sizes ``K``, ``V``, input ``dtype`` and mean sequence length ``T``."""
     if INTERPRET:
         return INTERPRETER_CONFIG
     d = max(K, V)
+    if varlen and d > 64 and dtype != torch.float32:
+        return VARLEN_CONFIG
     bucket = next(b for b in (64, 128, 256) if d <= b)
     size = 4 if dtype == torch.float32 else 2
     return next(cfg for t_max, cfg in CONFIGS[(bucket, size)] if T <= t_max)
 
 
 @triton.jit
-def _l2(ptrs, HINT: tl.constexpr):
-    """Touch the L2 lines at ``ptrs`` (one pointer per 128-byte line), nothing waits: 0 fetch, 1 fetch and keep
-    (evict-last), 2 mark as normal again."""
-    if HINT == 1:
-        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-    elif HINT == 2:
-        tl.inline_asm_elementwise("prefetch.global.L2::evict_normal [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+def _l2(ptrs):
+    """Ask L2 for the lines at ``ptrs`` (one pointer per 128-byte line); nothing waits for them."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
 
 
 @triton.jit
 def _lookback_linear_attention_kernel(
     # pointers
-    q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr, seg_ptr, stash_ptr, done_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr, seg_ptr,
     # sizes
     scale, T, B, H,
     # strides (batch, token, head; the last dimension is unit-stride)
@@ -96,7 +91,7 @@ def _lookback_linear_attention_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L: tl.constexpr, BT: tl.constexpr,
     SLOTS: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, HINTS: tl.constexpr, LINE: tl.constexpr, STASH: tl.constexpr,
+    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
 ):
     # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
     ticket = tl.atomic_add(ticket_ptr, 1)
@@ -135,54 +130,36 @@ def _lookback_linear_attention_kernel(
     lines_k = tl.arange(0, (BK + LINE - 1) // LINE) * LINE
     lines_v = iv * BV + tl.arange(0, (BV + LINE - 1) // LINE) * LINE
 
-    offs_ring = offs_k[:, None] * BV + tl.arange(0, BV)[None, :]  # [BK, BV]
-    NC: tl.constexpr = L // BT
-    if STASH:
-        # This chain's stash slot is free once the program two segments back has finished its phase B.
-        cslot = chain * SLOTS + j % SLOTS
-        if j >= SLOTS:
-            while tl.atomic_add(done_ptr + cslot, 0, sem="acquire", scope="gpu") != j - SLOTS + 1:
-                pass
-        n_a = t1 - t0
-    else:
-        n_a = tl.where(last, 0, L)
-
-    # Phase A: the segment's own Σ kᵀv (without a stash, the last segment of a chain publishes nothing: skipped).
+    # Phase A: the segment's own Σ kᵀv (the last segment of a chain publishes nothing and skips it).
     local = tl.full([BK, BV], 0.0, dtype=tl.float32)
-    for s in range(0, n_a, BT):
+    for s in range(0, tl.where(last, 0, L), BT):
         rows = (t0 + s + offs_t).to(tl.int64)
-        if STASH:
-            tl.store(stash_ptr + (cslot * NC + s // BT).to(tl.int64) * BK * BV + offs_ring,
-                     local.to(stash_ptr.dtype.element_ty), mask=s > 0)
         if PREFETCH > 0:
             ahead = tl.minimum(rows + PREFETCH * BT, eos - 1)
-            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :], 0)
-            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :], 0)
-            _l2(q_base + rows[:, None] * stride_qt + lines_k[None, :], 0)
-        if HINTS:
-            _l2(k_base + rows[:, None] * stride_kt + lines_k[None, :], 1)
-            _l2(v_base + rows[:, None] * stride_vt + lines_v[None, :], 1)
-        ma = rows < t1
-        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=ma[:, None] & mk[None, :],
-                     other=0.0)  # [BT, BK]
-        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=ma[:, None] & mv[None, :],
-                     other=0.0)  # [BT, BV]
+            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :])
+            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :])
+            _l2(q_base + rows[:, None] * stride_qt + lines_k[None, :])
+        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)  # [BT, BK]
+        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)  # [BT, BV]
         if UPCAST:
             kk = kk.to(tl.float32)
             vv = vv.to(tl.float32)
         local = tl.dot(tl.trans(kk), vv, local)
 
-    if STASH:
-        tl.debug_barrier()  # the stash is read back by other threads of this program
-
-    # The prefix state: the predecessor's published inclusive state, or the initial state.
+    # The prefix state: the predecessor's published inclusive state, or the initial state. A wait that outlasts
+    # MAX_SPIN polls poisons the state with NaN, so a broken chain shows as NaN outputs instead of a hung GPU.
+    offs_ring = offs_k[:, None] * BV + tl.arange(0, BV)[None, :]  # [BK, BV]
     offs_state = (n * H + h).to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
     m_state = mk[:, None] & mv[None, :]
     if j > 0:
         slot = chain * SLOTS + (j - 1) % SLOTS
-        while tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu") != j:
-            pass
+        seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
+        tries = 0
+        while (seen != j) & (tries < MAX_SPIN):
+            seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
+            tries += 1
         state = tl.load(ring_ptr + slot.to(tl.int64) * BK * BV + offs_ring, cache_modifier=".cg")
+        state = state * tl.where(seen == j, 1.0, float("nan"))
     else:
         if HAS_H0:
             state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0)
@@ -194,7 +171,7 @@ def _lookback_linear_attention_kernel(
         tl.debug_barrier()
         tl.atomic_xchg(flag_ptr + slot, j + 1, sem="release", scope="gpu")
 
-    # Phase B: outputs chunk by chunk, o = scale·(q S + tril(q kᵀ) v), then S += kᵀ v (or S from the stash).
+    # Phase B: outputs chunk by chunk, o = scale·(q S + tril(q kᵀ) v), then S += kᵀ v.
     causal = offs_t[:, None] >= offs_t[None, :]
     for s in range(t0, t1, BT):
         rows = s + offs_t
@@ -202,13 +179,9 @@ def _lookback_linear_attention_kernel(
         rows = rows.to(tl.int64)
         if PREFETCH > 0:
             ahead = tl.minimum(rows + PREFETCH * BT, t1 - 1)
-            _l2(q_base + ahead[:, None] * stride_qt + lines_k[None, :], 0)
-            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :], 0)
-            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :], 0)
-        if HINTS:
-            last_use = tl.minimum(rows, t1 - 1)
-            _l2(k_base + last_use[:, None] * stride_kt + lines_k[None, :], 2)
-            _l2(v_base + last_use[:, None] * stride_vt + lines_v[None, :], 2)
+            _l2(q_base + ahead[:, None] * stride_qt + lines_k[None, :])
+            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :])
+            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :])
         qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
                      other=0.0)  # [BT, BK]
         kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
@@ -219,24 +192,12 @@ def _lookback_linear_attention_kernel(
             qq = qq.to(tl.float32)
             kk = kk.to(tl.float32)
             vv = vv.to(tl.float32)
-        if STASH:
-            c = (s - t0) // BT
-            before = tl.load(stash_ptr + (cslot * NC + c).to(tl.int64) * BK * BV + offs_ring, mask=c > 0, other=0.0,
-                             cache_modifier=".cg")
-            s_chunk = state + before.to(tl.float32)  # [BK, BV]
-        else:
-            s_chunk = state
         scores = tl.where(causal, tl.dot(qq, tl.trans(kk)), 0.0)  # [BT, BT]
-        out = tl.dot(qq, s_chunk.to(qq.dtype))  # [BT, BV]
+        out = tl.dot(qq, state.to(qq.dtype))  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out)
         tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], (out * scale).to(o_ptr.dtype.element_ty),
                  mask=mt[:, None] & mv[None, :])
-        if not STASH:
-            state = tl.dot(tl.trans(kk), vv, state)
-    if STASH:
-        tl.debug_barrier()
-        tl.atomic_xchg(done_ptr + cslot, j + 1, sem="release", scope="gpu")
-        state = state + local
+        state = tl.dot(tl.trans(kk), vv, state)
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
 
@@ -262,7 +223,7 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     """
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     B, T, H, K, V, N = p.B, p.T, p.H, p.K, p.V, p.N
-    cfg = config or config_for(K, V, q.dtype, T / N)
+    cfg = config or config_for(K, V, q.dtype, T / N, varlen=cu_seqlens is not None)
     _check_config(cfg)
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, min(cfg.BV, triton.next_power_of_2(V)))
@@ -292,22 +253,16 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
         return o, ht
 
     chains = N * H * NV
-    sync = torch.zeros(1 + 2 * chains * SLOTS, dtype=torch.int32, device=q.device)
+    sync = torch.zeros(1 + chains * SLOTS, dtype=torch.int32, device=q.device)
     ring = torch.empty(chains * SLOTS * BK * BV, dtype=torch.float32, device=q.device)
-    stash = None
-    if cfg.stash:
-        stash = torch.empty(chains * SLOTS * (cfg.L // cfg.BT) * BK * BV, device=q.device,
-                            dtype=torch.float32 if upcast_for_dot(q.dtype) else q.dtype)
     _lookback_linear_attention_kernel[(rows * H * NV,)](
-        q, k, v, o, h0, ht, ring, sync[1:1 + chains * SLOTS], sync, cu_dev, seg, stash,
-        sync[1 + chains * SLOTS:] if cfg.stash else None,
+        q, k, v, o, h0, ht, ring, sync[1:], sync, cu_dev, seg,
         float(scale), T, B, H,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         K=K, V=V, BK=BK, BV=BV, L=cfg.L, BT=cfg.BT, SLOTS=SLOTS,
         HAS_H0=h0 is not None, STORE_HT=ht is not None, IS_VARLEN=cu_seqlens is not None,
         UPCAST=upcast_for_dot(q.dtype), PREFETCH=0 if INTERPRET else cfg.prefetch, LINE=128 // q.element_size(),
-        HINTS=cfg.hints and not INTERPRET, STASH=cfg.stash,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return o, ht

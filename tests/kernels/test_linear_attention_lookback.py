@@ -59,12 +59,11 @@ def check(args, made=(), *, config=None, tol=None):
 
 
 # Launch configurations that stress the chain: one-chunk segments, V split into blocks with a ragged last block,
-# segments longer than a chunk, per-chunk states stashed by phase A.
+# segments longer than a chunk.
 CHAIN_CONFIGS = {
     "L16_BT16_BV16": Config(16, 16, 16, 4, 1),
     "L64_BT32_BV32": Config(64, 32, 32, 4, 1),
     "L48_BT16_BV64": Config(48, 16, 64, 4, 1),
-    "L48_BT16_BV16_stash": Config(48, 16, 16, 4, 1, stash=True),
 }
 
 
@@ -82,6 +81,12 @@ def test_varlen_segment_table(cfg, allocations):
     lengths = [0, 1, L, L + 1, 0, 3 * L + 5, 7]
     cu = [0] + [sum(lengths[: i + 1]) for i in range(len(lengths))]
     check(case(1, cu[-1], 2, 32, 32, torch.float16, seed=2, cu=cu), allocations, config=CHAIN_CONFIGS[cfg])
+
+
+@pytest.mark.parametrize("cfg", [Config(512, 32, 64, 4, 2), Config(1024, 64, 64, 4, 2)], ids=["L512", "L1024"])
+def test_fp32_head_size_64(cfg, allocations):
+    """The fp32 K = V = 64 case (B=2, T=1000, H=4) with the fp32 table's old and new launch configurations."""
+    check(case(2, 1000, 4, 64, 64, torch.float32, seed=1069), allocations, config=cfg)
 
 
 def test_without_initial_or_final_state(allocations):

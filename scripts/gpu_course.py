@@ -55,6 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows: dict[str, dict] = {lesson: {"lesson": lesson} for lesson in lessons}
     bad = 0
+    out = ROOT / "results" / ("gpu" if kernels.ON_GPU else "cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ("course-full.json" if args.full else "course.json")
+
+    def save(rows):  # after each copy, so a run cut short by a time limit still leaves what it found
+        record = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "where": kernels.describe(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "mode": "full notebooks" if args.full else "graded cells only, one kernel per copy",
+            "seconds": round(time.perf_counter() - t0, 1),
+            "lessons": list(rows.values()),
+        }
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        return record
+
     for copy in copies:
         try:
             if args.full:
@@ -67,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{copy}: ERROR {type(e).__name__}: {e}", flush=True)
             for lesson in lessons:
                 rows[lesson][copy] = {"status": "error", "problems": [f"{type(e).__name__}: {e}"]}
+            record = save(rows)
             continue
         for run in runs:
             found = problems(run)
@@ -80,20 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'' if args.full else ' (all lessons, one kernel)'}", flush=True)
             for p in found:
                 print(f"    {p}", flush=True)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "where": kernels.describe(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "mode": "full notebooks" if args.full else "graded cells only, one kernel per copy",
-        "seconds": round(time.perf_counter() - t0, 1),
-        "lessons": list(rows.values()),
-    }
-    out = ROOT / "results" / ("gpu" if kernels.ON_GPU else "cpu")
-    out.mkdir(parents=True, exist_ok=True)
-    name = "course-full.json" if args.full else "course.json"
-    (out / name).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out / name} in {record['seconds']} s: {'all good' if not bad else f'{bad} problem runs'}")
+        record = save(rows)
+    print(f"wrote {path} in {record['seconds']} s: {'all good' if not bad else f'{bad} problem runs'}")
     return 1 if bad else 0
 
 

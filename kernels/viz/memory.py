@@ -7,6 +7,7 @@ with none given, the H200 reference numbers, labelled as such.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from matplotlib.patches import Rectangle
@@ -106,45 +107,58 @@ class CoalescingView(View):
             raise ValueError(f"measured['stride'] has {len(self.strides)} values but 'bandwidth' has {len(self.bw)}")
         self.itemsize = itemsize
         self.label = label or (measured or {}).get("label") or (ref["label"] if measured is None else "measured")
-        options = self.strides or [1, 2, 4, 8, 16, 32]
-        super().__init__({"stride": Choice("stride (elements)", options[0], options)})
+        self.options = self.strides or [1, 2, 4, 8, 16, 32]
+        self.per_row = 512
+        super().__init__({"stride": Choice("stride (elements)", self.options[0], self.options)})
 
-    def draw(self, fig, stride):
-        fig.clear()
+    def _artists(self, fig):
+        """A byte map of memory as one image (a patch per sector would cost a redraw hundreds of artists), and
+        the measured bars; a stride change only repaints them."""
+        from matplotlib.colors import ListedColormap
+
         ax, bx = fig.subplots(1, 2, width_ratios=[2.2, 1])
-        lanes = np.arange(32)
-        addr = lanes * stride * self.itemsize  # bytes from the warp's first element
-        sectors = np.unique(addr // _SECTOR)
-        span = int(addr.max() // _LINE + 1) * _LINE
-        per_row = 512
-        rows = -(-span // per_row)
-        for sct in range(span // _SECTOR):
-            r, c = divmod(sct * _SECTOR, per_row)
-            ax.add_patch(Rectangle((c, -r), _SECTOR, 0.8, facecolor="#f28e2b" if sct in set(sectors) else "#eeeeee",
-                                   edgecolor="white", lw=0.5))
-        for a in addr:
-            r, c = divmod(int(a), per_row)
-            ax.add_patch(Rectangle((c, -r + 0.1), self.itemsize, 0.6, color="#08519c"))
-        ax.set_xlim(0, per_row)
-        ax.set_ylim(-rows + 0.5, 1)
+        rows = -(-32 * max(self.options) * self.itemsize // self.per_row)
+        image = ax.imshow(np.zeros((rows, self.per_row)), cmap=ListedColormap(["#eeeeee", "#f28e2b", "#08519c"]),
+                          vmin=0, vmax=2, aspect="auto", interpolation="nearest",
+                          extent=(0, self.per_row, rows - 0.5, -0.5))
+        ax.set_xticks([0, 128, 256, 384, 512])
         ax.set_yticks([])
-        ax.set_xlabel(f"byte within a {per_row} B row of memory (grey/orange boxes: 32 B sectors)")
-        ax.set_title(f"one warp, 32 lanes, stride {stride}: blue = bytes used, orange = sectors fetched", fontsize=9)
-        useful = 32 * self.itemsize
-        fetched = sectors.size * _SECTOR
+        ax.set_ylabel(f"{self.per_row} B rows")
+        ax.set_xlabel("byte within a row (orange: the 32 B sectors fetched, blue: the bytes used)")
+        bars = None
         if self.bw:
-            i = self.strides.index(stride)
-            colours = ["#f28e2b" if j == i else "#4e79a7" for j in range(len(self.bw))]
-            bx.bar([str(s) for s in self.strides], [b / 1e12 for b in self.bw], color=colours)
+            bars = bx.bar([str(s) for s in self.strides], [b / 1e12 for b in self.bw], color="#4e79a7")
             bx.set_xlabel("stride")
             bx.set_ylabel("useful TB/s")
-            bx.set_title(self.label, fontsize=8)
-            meas = (f"measured {_tbs(self.bw[i])} useful bandwidth, {self.bw[i] / self.bw[0]:.2f}x of stride "
-                    f"{self.strides[0]}")
+            bx.set_title(textwrap.fill(self.label, 40), fontsize=8)
         else:
             bx.text(0.5, 0.5, "no strided timings\nmeasured here", ha="center", va="center")
             bx.set_axis_off()
+        return {"ax": ax, "image": image, "bars": bars, "rows": rows}
+
+    def draw(self, fig, stride):
+        if getattr(self, "_art", None) is None or not fig.axes:
+            self._art = self._artists(fig)
+        art = self._art
+        addr = np.arange(32) * stride * self.itemsize  # bytes from the warp's first element
+        sectors = np.unique(addr // _SECTOR)
+        bytemap = np.zeros(art["rows"] * self.per_row)
+        for sct in sectors:
+            bytemap[sct * _SECTOR:(sct + 1) * _SECTOR] = 1
+        for a in addr:
+            bytemap[a:a + self.itemsize] = 2
+        art["image"].set_data(bytemap.reshape(art["rows"], self.per_row))
+        art["ax"].set_title(f"one warp, 32 lanes, stride {stride}: {sectors.size} sectors fetched", fontsize=9)
+        if self.bw:
+            i = self.strides.index(stride)
+            for j, bar in enumerate(art["bars"]):
+                bar.set_color("#f28e2b" if j == i else "#4e79a7")
+            meas = (f"measured {_tbs(self.bw[i])} useful bandwidth, {self.bw[i] / self.bw[0]:.2f}x of stride "
+                    f"{self.strides[0]}")
+        else:
             meas = "no timings measured here: run kernels.viz.measure.strided() on a GPU and pass it in"
+        useful = 32 * self.itemsize
+        fetched = sectors.size * _SECTOR
         return (f"stride {stride}: 32 lanes use {useful} B but fetch {sectors.size} sectors = {fetched} B "
                 f"({useful / fetched:.0%} of the bytes moved are used). {meas}. [{self.label}]")
 

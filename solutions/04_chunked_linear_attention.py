@@ -367,27 +367,31 @@ chunk_flow(T=100, K=8, V=8, chunk=16)
 import torch
 import triton
 
-from kernels.linear_attention import chunked_linear_attention
+from kernels.linear_attention.chunked import _chunked_linear_attention_kernel
 from kernels.testing import randn
 from kernels.viz import access_explorer, trace
 
 
-def your_chunked(T=50, H=2, K=16, V=32, BT=16, BV=16):
+def traced_chunked(yours=True, T=50, H=2, K=16, V=32, BT=16, BV=16):
     q, k = (randn(1, T, H, K, seed=s, device="cpu") for s in (0, 1))
     v = randn(1, T, H, V, seed=2, device="cpu")
     o = torch.empty_like(v)
     st = [x.stride(i) for x in (q, k, v, o) for i in range(3)]
-    chunked_attention_kernel[(triton.cdiv(V, BV), H)](q, k, v, o, T, H, K, V, K ** -0.5, *st, BT=BT, BK=16, BV=BV,
-                                                      PRECISION="ieee")
+    grid = (triton.cdiv(V, BV), H)
+    if yours:
+        chunked_attention_kernel[grid](q, k, v, o, T, H, K, V, K ** -0.5, *st, BT=BT, BK=16, BV=BV, PRECISION="ieee")
+    else:
+        _chunked_linear_attention_kernel[grid](q, k, v, o, None, None, None, T, H, K, V, K ** -0.5, *st, BT=BT,
+                                               BK=16, BV=BV, USE_H0=False, STORE_HT=False, IS_VARLEN=False,
+                                               UPCAST=False, PRECISION="ieee")
     return o
 
 
 try:
-    traced = trace(your_chunked)
+    traced = trace(traced_chunked)
     print("tracing your chunked_attention_kernel")
 except Exception as e:  # not written yet: trace the package's kernel
-    q, k = (randn(1, 50, 2, 16, seed=s, device="cpu") for s in (0, 1))
-    traced = trace(chunked_linear_attention, q, k, randn(1, 50, 2, 32, seed=2, device="cpu"), 0.25, chunk_size=16)
+    traced = trace(traced_chunked, yours=False)
     print(f"tracing the package's chunked kernel (yours does not run yet: {type(e).__name__})")
 access_explorer(traced, "o_ptr")
 

@@ -207,7 +207,7 @@ stepper
 # ```
 #
 # with `BV` of 16 or 32, often smaller than `V`, and checks `o` and the final state in `s`. On a GPU the check
-# also times it at B = 4, H = 16, T = 2048, K = V = 64 (bf16) and asks for at least 3× the speed of the
+# also times it at B = 4, H = 16, T = 2048, K = V = 64 (bf16) and asks for at least 2× the speed of the
 # package's naive kernel.
 
 # %% nbgrader={"grade": false, "grade_id": "fused_kernel", "locked": false, "schema_version": 3, "solution": true}
@@ -299,10 +299,18 @@ check("02_naive_hbm_loops.bytes", naive_bytes, fused_bytes, hidden=True)
 # The cell times your two kernels (and, on a GPU, the package's two) on the lesson's size (`sizes("recurrent")`:
 # the GPU size above on a GPU, a tiny one in the interpreter), and prints each beside the **HBM floor**: the bytes the
 # algorithm needs (inputs and outputs once, the fused count with one V block) divided by the copy bandwidth
-# measured here. Expect on an H200 the naive kernel to sit far above the floor, dominated by 2048 dependent
-# round trips of its state, and the fused one to gain an order of magnitude by keeping the state in registers
-# and using more programs; it still stays well above the floor, because its 2048 steps run one after another
-# inside each program. Removing that sequential chain is the job of the chunked algorithm of lesson 04.
+# measured here.
+#
+# On the project's H200 (copy 4.28 TB/s) the floor of this problem is 0.016 ms. The package's naive kernel took
+# 3.59 ms, 226× the floor; its fused kernel (`BV = 32`) 1.44 ms, 2.5× faster and still 91× the floor. At
+# K = V = 128 the gap widens (10.7 ms against 2.7 ms: 3.9×), because the state round trip grows as K·V. Two
+# lessons hide in those numbers. First, the naive kernel's 4 GiB of state traffic never reaches HBM: the state
+# buffer is 1 MiB and lives in L2, so what the naive kernel pays is the *latency* of 2048 dependent L2 round
+# trips, not bandwidth. Second, the fused kernel is far from the floor too: each program still walks its
+# 2048 steps one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next step's
+# loads. More programs or a smarter loop will not fix that; a different algorithm will. Processing whole
+# chunks of time at once with matrix multiplies, so that the sequential chain is T / 64 steps long instead of
+# T, is the chunked algorithm of lesson 04.
 
 # %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
 from kernels.recurrent import fused_recurrent, naive_recurrent, reference_recurrent

@@ -30,11 +30,15 @@ class GridExplorer(View):
         super().__init__({"n": Slider("n (elements)", n, 1, max_n),
                           "BLOCK": Choice("BLOCK", BLOCK, blocks),
                           "pid": Slider("program id", 0, 0, -(-n // BLOCK) - 1)})
+        for b in blocks:  # every BLOCK at the starting n, traced now rather than on the first drag
+            self.traced(n, b)
 
     def traced(self, n: int, BLOCK: int):
         key = (n, BLOCK)
         if key not in self._cache:
-            self._cache = {key: trace(self.launch, n=n, BLOCK=BLOCK)}
+            if len(self._cache) > 32:
+                self._cache.clear()
+            self._cache[key] = trace(self.launch, n=n, BLOCK=BLOCK)
         return self._cache[key][-1]
 
     def _artists(self, fig, la, n, BLOCK):

@@ -31,7 +31,10 @@ class GridExplorer(View):
                           "BLOCK": Choice("BLOCK", BLOCK, blocks),
                           "pid": Slider("program id", 0, 0, -(-n // BLOCK) - 1)})
         for b in blocks:  # every BLOCK at the starting n, traced now rather than on the first drag
-            self.traced(n, b)
+            try:
+                self.traced(n, b)
+            except Exception:  # noqa: BLE001 - shown in the picture if the learner picks this BLOCK
+                continue
 
     def traced(self, n: int, BLOCK: int):
         key = (n, BLOCK)

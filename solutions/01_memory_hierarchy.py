@@ -106,7 +106,7 @@ if ON_GPU:
 #
 # with `P ≤ cdiv(n_elements, BLOCK_SIZE)`, often far fewer programs than blocks; `tl.num_programs(0)` gives
 # `P` inside the kernel. `range(start, stop, step)` with runtime bounds works inside a Triton kernel. On a GPU
-# the check also times your kernel on 2^27 fp32 elements (1 GiB moved) and asks for at least 80% of the speed
+# the check also times your kernel on 2^27 fp32 elements (1 GiB moved) and asks for at least 75% of the speed
 # of torch's own copy; under the interpreter that part is reported as not graded.
 
 # %% nbgrader={"grade": false, "grade_id": "copy_kernel", "locked": false, "schema_version": 3, "solution": true}

@@ -63,14 +63,13 @@ class TileExplorer(View):
         if self.grouped:
             controls["GROUP_M"] = Choice("GROUP_M", GROUP_M, [1, 2, 4, 8])
         super().__init__(controls)
-        # trace every configuration one control away from the defaults now, not on the learner's first drag
+        # every GROUP_M (the control the lesson asks to play with) traced now, not on the learner's first drag
         start = {k: self.values[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M") if k in self.values}
-        for k in start:
-            for option in controls[k].options:
-                try:
-                    self.traced(**{**start, k: option})
-                except Exception:  # noqa: BLE001 - shown in the picture if the learner picks this configuration
-                    continue
+        for option in controls["GROUP_M"].options if self.grouped else ():
+            try:
+                self.traced(**{**start, "GROUP_M": option})
+            except Exception:  # noqa: BLE001 - shown in the picture if the learner picks this configuration
+                continue
 
     def traced(self, **blocks) -> Launch:
         key = tuple(sorted(blocks.items()))

@@ -267,3 +267,12 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     )
     return o, ht
 
+
+def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:
+    """Which calls :func:`chunk_linear_attn` may send here (None: this one)."""
+    if not INTERPRET and q.dtype == torch.float32:
+        return "fp32 on a GPU: the chained wait hung once on an H200 with fp32 tiles; the chunked kernel serves them"
+    return None
+
+
+lookback_linear_attention.supports = _supports

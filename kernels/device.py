@@ -8,6 +8,7 @@ on CPU tensors, and :func:`sizes` hands out shapes small enough for that to fini
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -33,7 +34,27 @@ def _decide() -> tuple[bool, bool]:
     return cuda and not forced, forced
 
 
+def _interpret_preloaded_triton() -> None:
+    """Triton's own ``@jit`` helpers (``tl.zeros``, ``tl.cdiv``, ...) are decorated when ``triton.language`` is
+    imported: imported before this module set TRITON_INTERPRET, they are compiled-mode functions that the
+    interpreter refuses to call. Rewrap them, so the import order of a notebook does not matter."""
+    if "triton.language" not in sys.modules:
+        return
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    wrapped: dict[int, InterpretedFunction] = {}
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("triton.language") or mod is None:
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, JITFunction):
+                setattr(mod, attr, wrapped.setdefault(id(obj), InterpretedFunction(obj.fn)))
+
+
 ON_GPU, INTERPRET = _decide()
+if INTERPRET:
+    _interpret_preloaded_triton()
 #: Device for every tensor a kernel touches: ``cuda`` on a GPU, ``cpu`` under the interpreter.
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 #: ``"gpu"`` or ``"interpreter"``.

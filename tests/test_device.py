@@ -1,0 +1,49 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import kernels
+from kernels import device
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; a GPU compiles instead")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_no_gpu_means_interpreter_and_small_sizes():
+    assert kernels.INTERPRET and kernels.DEVICE.type == "cpu" and os.environ["TRITON_INTERPRET"] == "1"
+    assert "interpreter" in kernels.describe()
+    assert device.sizes("matmul") == device._SIZES["matmul"]["interpreter"]
+    assert device.sizes("matmul") is not device.sizes("matmul")
+    with pytest.raises(KeyError, match="known"):
+        device.sizes("nope")
+    assert device.pick(cpu=1, gpu=2) == 1
+    assert device.upcast_for_dot(torch.bfloat16) and not device.upcast_for_dot(torch.float16)
+
+
+def test_triton_imported_before_kernels_still_interprets():
+    """A notebook that imports triton first: Triton's own jit helpers (tl.zeros, tl.cdiv) must still run."""
+    r = _run("""
+        import triton, triton.language as tl
+        import torch, kernels
+
+        @triton.jit
+        def fill(o_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            x = tl.zeros([BLOCK], dtype=tl.float32) + tl.cdiv(n, 4)
+            tl.store(o_ptr + offs, x, mask=offs < n)
+
+        o = torch.full((10,), float("nan"))
+        fill[(1,)](o, 10, BLOCK=16)
+        assert torch.equal(o, torch.full((10,), 3.0)), o
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -58,7 +58,10 @@ run_stage() {  # stage name, time limit in seconds
   esac
 }
 
-for s in "${stages[@]}"; do run_stage "${s%%:*}" "$( [[ $s == *:* ]] && echo "${s##*:}" || echo 300 )"; done
+for s in "${stages[@]}"; do
+  run_stage "${s%%:*}" "$( [[ $s == *:* ]] && echo "${s##*:}" || echo 300 )"
+  tar czf "$BATCH_OUT/gpu-results.tgz" results/gpu bench-results artifacts 2>/dev/null  # what is done so far
+done
 
 stamp "done"
 tar czf "$BATCH_OUT/gpu-results.tgz" results/gpu bench-results artifacts 2>/dev/null

@@ -21,11 +21,14 @@ def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 assert isinstance(scale_kernel, JITFunction), type(scale_kernel)
-original = {name: getattr(tl, name) for name in ("load", "store", "arange", "program_id", "cdiv")}
 
 import torch  # noqa: E402
 
 from kernels.viz import trace  # noqa: E402
+
+# importing the workbook without a GPU rewraps Triton's own jit helpers for the interpreter; the learner's stay
+assert isinstance(scale_kernel, JITFunction) and isinstance(block_start, JITFunction)
+original = {name: getattr(tl, name) for name in ("load", "store", "arange", "program_id", "cdiv")}
 
 x = torch.randn(70)
 out = torch.full((70,), float("nan"))

@@ -288,10 +288,11 @@ found = sorted(p for p in exports.glob("*.json") if p.stem != "aligned")
 if found:
     m = json.loads(found[0].read_text())
     print(f"exploring the export of {m['kernel']} ({m['images']['ptx']})")
-    ptx_explorer((exports / m["images"]["ptx"]).read_text(), names=[p["name"] for p in m["params"]])
+    view = ptx_explorer((exports / m["images"]["ptx"]).read_text(), names=[p["name"] for p in m["params"]])
 else:
     print("nothing exported yet: exploring the PTX of the package's sample matmul")
-    ptx_explorer(sample_ptx(90))
+    view = ptx_explorer(sample_ptx(90))
+view
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "manifest-text", "locked": true, "schema_version": 3, "solution": false}
 # ## The manifest

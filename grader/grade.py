@@ -365,7 +365,7 @@ class _Session:
                 if kind == "kernel":
                     forbidden = {fp: f"the lesson's own {nm}" for fp, nm in self.release_prints.items() if nm != name}
                     ks = provenance.from_cells(self.code, name, allowed=frozenset(self.release_prints),
-                                               forbidden=forbidden)
+                                               forbidden=forbidden, twins=ex.twins)
                     kernels.append({"entry": ks.entry, "text": ks.text})
                     values.append(None)
                 elif kind == "function":

@@ -378,7 +378,7 @@ def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     out, sources = [], []
     for kind, obj in zip(ex.args, objects):
         if kind == "kernel":
-            ks = provenance.from_live(obj)
+            ks = provenance.from_live(obj, twins=ex.twins)
             out.append(provenance.load(ks, interpret=INTERPRET))
             sources.append({"entry": ks.entry, "text": ks.text})
         elif kind == "function":

@@ -399,7 +399,7 @@ def _not_a_kernel(name: str, b: Binding, what: str) -> str:
             f"define {what} as `@triton.jit def {name}(...)` in a code cell")
 
 
-def from_cells(cells: list[str], name: str, *, allowed: frozenset[str] = frozenset(),
+def from_cells(cells: list[str], name: str, *, allowed: frozenset[str] = frozenset(), twins: tuple[str, ...] = (),
                forbidden: dict[str, str] | None = None) -> KernelSource:
     """Rebuild kernel ``name`` from a notebook's code cells (the grader's view: what the notebook says).
 
@@ -409,23 +409,26 @@ def from_cells(cells: list[str], name: str, *, allowed: frozenset[str] = frozens
     """
     env = scan(cells)
     ks = _build(name, env.get, "the graded kernel")
-    check_copies(ks, allowed=allowed, forbidden=forbidden)
+    check_copies(ks, allowed=allowed, forbidden=forbidden, twins=twins)
     return ks
 
 
 def check_copies(ks: KernelSource, *, allowed: frozenset[str] = frozenset(),
-                 forbidden: dict[str, str] | None = None) -> None:
-    """Refuse a kernel that is (or calls) a copy of a package kernel, or that is a kernel the lesson provides."""
+                 forbidden: dict[str, str] | None = None, twins: tuple[str, ...] = ()) -> None:
+    """Refuse a kernel that is (or calls) a copy of a package kernel, or that is a kernel the lesson provides.
+
+    ``twins``: package kernels (``kernels.<module>.<name>``) whose form is the exercise's natural answer, a short
+    kernel written the same way by anyone who solves it: an answer identical to one is no evidence of copying."""
     package = package_fingerprints()
     for fname, fp in ks.fingerprints.items():
-        if fp in package and fp not in allowed:
+        if fp in package and fp not in allowed and package[fp] not in twins:
             raise Rejected(f"{fname} is a copy of the package's {package[fp]}: write the kernel yourself")
     fp = ks.fingerprints[ks.entry]
     if forbidden and fp in forbidden:
         raise Rejected(f"{ks.entry} is the same kernel as {forbidden[fp]}, which the lesson provides")
 
 
-def from_live(obj, name: str = "") -> KernelSource:
+def from_live(obj, name: str = "", *, twins: tuple[str, ...] = ()) -> KernelSource:
     """Rebuild a live ``@triton.jit`` object defined in ``__main__`` (an interactive check's view)."""
     fn = getattr(obj, "fn", None)
     if not _is_jit(obj) or fn is None:
@@ -445,7 +448,7 @@ def from_live(obj, name: str = "") -> KernelSource:
         return cache[n]
 
     ks = _build(name, lookup, "the graded kernel")
-    check_copies(ks)
+    check_copies(ks, twins=twins)
     return ks
 
 

@@ -92,6 +92,8 @@ class Exercise:
       multiples of the block, and several dtypes. Seeds are drawn fresh on every run.
     - ``performance``: optional :class:`Performance`; ``points``: (visible, hidden) points, matching the cells.
     - ``forbid``: dotted prefixes a ``function`` answer may not call (``"kernels."`` is always forbidden).
+    - ``twins``: package kernels (``"kernels.<module>.<name>"``) an answer may equal, for exercises whose natural
+      answer is a short kernel with one natural form (vector add): writing it the obvious way is not copying.
     """
 
     id: str
@@ -108,6 +110,7 @@ class Exercise:
     performance: Performance | None = None
     points: tuple[int, int] = (1, 1)
     forbid: tuple[str, ...] = ()
+    twins: tuple[str, ...] = ()
     description: str = ""
 
     def __post_init__(self):

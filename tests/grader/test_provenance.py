@@ -101,3 +101,17 @@ def test_function_answers_may_not_reach_the_package():
     check_function_static([SETUP, "def mine(x):\n    return torch.cumsum(x, -1)"], "mine")
     with pytest.raises(Rejected, match="torch.cumsum"):
         check_function_static([SETUP, "def mine(x):\n    return torch.cumsum(x, -1)"], "mine", ("torch.cumsum",))
+
+
+def test_the_natural_answer_of_a_short_exercise_is_not_a_copy():
+    """Vector add has one natural form, the package's: an exercise naming it as a twin accepts it; others don't."""
+    from kernels.vector_add import naive
+
+    src = textwrap.dedent(inspect.getsource(naive._naive_vector_add_kernel.fn)).replace(
+        "_naive_vector_add_kernel", "add_kernel").replace("offs", "offsets")
+    cells = [SETUP, src]
+    with pytest.raises(Rejected, match="copy of the package's kernels.vector_add.naive._naive_vector_add_kernel"):
+        from_cells(cells, "add_kernel")
+    from kernels.checks.lessons.l00_setup import VECTOR_ADD
+
+    assert from_cells(cells, "add_kernel", twins=VECTOR_ADD.twins).entry == "add_kernel"

@@ -41,6 +41,7 @@ VECTOR_ADD = Exercise(
             Case("n=65537 BLOCK_SIZE=2048 fp32", dict(n=65537, BLOCK_SIZE=2048))]
     + pick(cpu=[], gpu=[Case("n=2**24+3 BLOCK_SIZE=1024 fp32", dict(n=2**24 + 3, BLOCK_SIZE=1024))]),
     points=(2, 2),
+    twins=("kernels.vector_add.naive._naive_vector_add_kernel", "kernels.viz.demo._demo_vector_add_kernel"),
 )
 
 

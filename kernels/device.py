@@ -24,9 +24,14 @@ __all__ = [
 ]
 
 
+_ENV = os.environ.get("TRITON_INTERPRET", "").strip().lower()
+#: ``TRITON_INTERPRET=0`` set by hand: this process compiles kernels ahead of time (the checks' sm_90 compile),
+#: so Triton's own ``@jit`` helpers must stay compiled-mode functions.
+_COMPILE_ONLY = _ENV in ("0", "false", "no", "off")
+
+
 def _decide() -> tuple[bool, bool]:
-    env = os.environ.get("TRITON_INTERPRET", "").strip().lower()
-    forced = env in ("1", "true", "yes", "on")
+    forced = _ENV in ("1", "true", "yes", "on")
     cuda = torch.cuda.is_available()
     if not cuda and not forced:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -53,7 +58,7 @@ def _interpret_preloaded_triton() -> None:
 
 
 ON_GPU, INTERPRET = _decide()
-if INTERPRET:
+if INTERPRET and not _COMPILE_ONLY:
     _interpret_preloaded_triton()
 #: Device for every tensor a kernel touches: ``cuda`` on a GPU, ``cpu`` under the interpreter.
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")

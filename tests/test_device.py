@@ -47,3 +47,34 @@ def test_triton_imported_before_kernels_still_interprets():
         print("ok")
     """)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_compile_only_process_keeps_triton_helpers_compilable(tmp_path):
+    """TRITON_INTERPRET=0 set by hand (the checks' sm_90 compile, the grader's compile worker): importing the
+    workbook must not turn Triton's own jit helpers into interpreted functions, or every kernel that calls
+    ``tl.arange``/``tl.cdiv`` fails to compile."""
+    script = tmp_path / "compile_fill.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import triton, triton.language as tl
+        import kernels
+        os.environ["TRITON_INTERPRET"] = "0"  # as kernels.checks.aot does: the kernels below are built compiled
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        @triton.jit
+        def row_sum(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n, other=0.0) + tl.zeros([BLOCK], dtype=tl.float32)
+            tl.atomic_add(o_ptr + tl.cdiv(n, BLOCK) * 0, tl.sum(x, axis=0))
+
+        src = ASTSource(fn=row_sum, signature={"x_ptr": "*fp32", "o_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                        constexprs={"BLOCK": 16})
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        assert ".entry row_sum" in k.asm["ptx"]
+        print("ok")
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       env=dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp_path / "cache")),
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -64,8 +64,9 @@ def chunk_linear_attn(
     ``normalize=True`` the tuple ``(kv_state, z_state [N, 1, H, K])``; N is B, or ``len(cu_seqlens) - 1`` for
     sequences packed into a batch of one. ``normalize=True`` divides ``o_t`` by ``scale · q_t · Σ_{s≤t} k_s``
     (+1e-10). Returns ``(o [B, T, H, V] in q's dtype, final_state)``: the fp32 state [N, H, K, V] or None, and
-    with ``normalize=True`` the tuple ``(state_or_None, z_state)``. Forward only: inputs that require grad
-    (with grad mode on) are refused rather than given no gradient.
+    with ``normalize=True`` the tuple ``(state_or_None, z_state)``; as in fla-core, a ``z_state`` passed in a
+    wider dtype than q's widens the normalised ``o`` and the returned ``z_state`` to it. Forward only: inputs
+    that require grad (with grad mode on) are refused rather than given no gradient.
     """
     kv_init, z_init = split_initial_state(initial_state, normalize)
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad

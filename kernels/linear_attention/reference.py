@@ -95,9 +95,11 @@ def _run(one, q, k, v, scale, kv_init, output_final_state, cu_seqlens, **kw):
 def normalize_linear_attention(o, q, k, scale, z_init=None, cu_seqlens=None):
     """Divide ``o_t`` by ``scale · q_t · z_t + EPS`` with ``z_t = z_init + Σ_{s≤t} k_s`` per sequence.
 
-    Returns the normalised output (``o``'s dtype) and the running key sum at each sequence's end,
-    ``z_state`` [N, 1, H, K] (an empty sequence keeps ``z_init``, or zeros), in ``k``'s dtype promoted
-    with ``z_init``'s. Sums run in float64 for float64 inputs, float32 otherwise.
+    Returns the normalised output and the running key sum at each sequence's end, ``z_state`` [N, 1, H, K]
+    (an empty sequence keeps ``z_init``, or zeros). Dtypes follow fla-core 0.6.0, which divides in the promoted
+    type: ``z_state`` in ``k``'s dtype promoted with ``z_init``'s, the output in ``o``'s promoted with ``q``'s
+    and ``z_state``'s (so bf16 inputs with an fp32 ``z_init`` give an fp32 output). Sums run in float64 for
+    float64 inputs, float32 otherwise.
     """
     acc = _acc(q.dtype)
     B, T, H, K = k.shape
@@ -116,8 +118,8 @@ def normalize_linear_attention(o, q, k, scale, z_init=None, cu_seqlens=None):
     elif z_init is not None:
         z = z + z_init.to(acc)
     denom = (q.to(acc) * scale * z).sum(-1, keepdim=True) + EPS  # [B, T, H, 1]
-    out = (o.to(acc) / denom).to(o.dtype)
     zdtype = k.dtype if z_init is None else torch.promote_types(k.dtype, z_init.dtype)
+    out = (o.to(acc) / denom).to(torch.promote_types(torch.promote_types(o.dtype, q.dtype), zdtype))
     start = z.new_zeros(N, 1, H, K) if z_init is None else z_init.to(acc)
     if cu_seqlens is None:
         z_state = z[:, -1:] if T else start

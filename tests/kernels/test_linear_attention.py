@@ -220,7 +220,9 @@ def test_api(normalize, state, varlen):
     f = _f64(case)
     ro, rfinal = reference_linear_attention(f["q"], f["k"], f["v"], None, _double(initial), True, normalize,
                                             f["cu_seqlens"])
-    assert o.dtype == dtype and o.shape == (case["q"].shape[0], 130, 2, 48)
+    # fla-core divides in the promoted dtype: an fp32 z_state in the tuple makes the normalised output fp32
+    assert o.dtype == (torch.float32 if state == "tuple" else dtype), o.dtype
+    assert o.shape == (case["q"].shape[0], 130, 2, 48)
     assert_close("o", ro, o, _tol(dtype))
     if normalize:
         (ht, z), (rht, rz) = final, rfinal

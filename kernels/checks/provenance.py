@@ -721,10 +721,45 @@ def check_function_static(cells: list[str], name: str, forbid: tuple[str, ...] =
     _walk_function(name, b.node, env.get, forbid, set())
 
 
+def _imported_inside(node: ast.AST) -> tuple[list[str], dict[str, str]]:
+    """What a function body imports for itself: the module paths (``import a.b``; ``from a import b`` as
+    ``a.b``; ``importlib.import_module("a.b")``, ``__import__("a.b")`` and ``sys.modules["a.b"]`` with a literal
+    name) and the local names they bind (``import a.b as s``: ``s`` -> ``a.b``)."""
+    paths, names = [], {}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Import):
+            for a in sub.names:
+                paths.append(a.name)
+                names[a.asname or a.name.partition(".")[0]] = a.name if a.asname else a.name.partition(".")[0]
+        elif isinstance(sub, ast.ImportFrom) and sub.module and not sub.level:
+            for a in sub.names:
+                full = sub.module if a.name == "*" else f"{sub.module}.{a.name}"
+                paths.append(full)
+                if a.name != "*":
+                    names[a.asname or a.name] = full
+        elif isinstance(sub, ast.Call) and sub.args and isinstance(sub.args[0], ast.Constant) \
+                and isinstance(sub.args[0].value, str) \
+                and (_dotted(sub.func) or "").split(".")[-1] in ("import_module", "__import__"):
+            paths.append(sub.args[0].value)
+        elif isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) \
+                and isinstance(sub.slice.value, str) and (_dotted(sub.value) or "").endswith("modules"):
+            paths.append(sub.slice.value)
+    return paths, names
+
+
 def _walk_function(name, node, lookup, forbid, seen):
     seen.add(name)
+    paths, local = _imported_inside(node)
+    for full in paths:
+        if _forbidden(full, forbid):
+            raise Rejected(f"{name} imports {full}: this exercise asks for your own implementation")
     for chain in _chains(node):
         head, _, rest = chain.partition(".")
+        if head in local:
+            full = local[head] + ("." + rest if rest else "")
+            if _forbidden(full, forbid):
+                raise Rejected(f"{name} uses {full}: this exercise asks for your own implementation")
+            continue
         dep = lookup(head)
         if dep is None:
             continue

@@ -172,10 +172,8 @@ def outcomes(tmp_path_factory):
 # The unmasked kernel loads the inputs' NaN padding and stores NaN into the output's NaN guard band, which
 # therefore still looks untouched: the engine cannot see the out-of-bounds write until its guards differ from
 # its input padding.
-# A function that imports the package inside its own body is not seen calling it.
 _KNOWN_GAPS = {
     "vector_add: no mask": "an out-of-bounds store of NaN into a NaN guard band is invisible",
-    "sector_bytes: calls the package": "an import inside the function body is not seen as a call into kernels",
 }
 
 

@@ -103,6 +103,29 @@ def test_function_answers_may_not_reach_the_package():
         check_function_static([SETUP, "def mine(x):\n    return torch.cumsum(x, -1)"], "mine", ("torch.cumsum",))
 
 
+@pytest.mark.parametrize("body", [
+    "    from kernels.memory.strided import bytes_moved\n    return bytes_moved(x)",
+    "    import kernels.memory.strided as s\n    return s.bytes_moved(x)",
+    "    import importlib\n    return importlib.import_module('kernels.memory.strided').bytes_moved(x)",
+    "    return __import__('kernels.memory.strided').memory.strided.bytes_moved(x)",
+    "    import sys\n    return sys.modules['kernels.memory.strided'].bytes_moved(x)",
+    "    def inner(y):\n        from kernels.memory import strided\n        return strided.bytes_moved(y)\n"
+    "    return inner(x)",
+], ids=["from-import", "import-as", "import_module", "__import__", "sys.modules", "nested"])
+def test_a_function_may_not_import_the_package_inside_its_body(body):
+    from kernels.checks.provenance import check_function_static
+
+    cells = ["import torch\n", f"def mine(x):\n{body}\n"]
+    with pytest.raises(Rejected, match="imports kernels.memory"):
+        check_function_static(cells, "mine")
+    # what the exercise may use stays allowed, inside the body too
+    check_function_static(["def mine(x):\n    from kernels.testing import randn\n    import torch\n"
+                           "    return randn(3) + x\n"], "mine")
+    with pytest.raises(Rejected, match="this exercise asks for your own implementation"):
+        check_function_static(["def mine(x):\n    import torch\n    return torch.cumsum(x, -1)\n"], "mine",
+                              ("torch.cumsum",))
+
+
 def test_the_natural_answer_of_a_short_exercise_is_not_a_copy():
     """Vector add has one natural form, the package's: an exercise naming it as a twin accepts it; others don't."""
     from kernels.vector_add import naive

@@ -1,8 +1,9 @@
 """Inputs, poisoned outputs and tolerances shared by the tests, the lessons' checks and the benchmarks.
 
 Every check follows one recipe: fresh random inputs (seeded per test, never zeros), outputs allocated full of NaN
-with NaN guard bands on either side, a float64 reference, and a relative error ``‖out − ref‖ / ‖ref‖``
-compared with a tolerance that depends on the dtype the kernel computes in.
+with NaN guard bands on either side (a NaN of their own bit pattern: see :func:`fill_guard`), a float64
+reference, and a relative error ``‖out − ref‖ / ‖ref‖`` compared with a tolerance that depends on the dtype the
+kernel computes in.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = [
     "randn",
     "Poisoned",
     "poisoned",
+    "fill_guard",
+    "guard_changed",
     "rel_error",
     "assert_close",
     "check_bad_input",
@@ -62,12 +65,45 @@ def randn(*shape: int, dtype=torch.float32, seed: int | None = None, gen: torch.
     return x.to(device=DEVICE if device is None else device, dtype=dtype)
 
 
+# The poison: a NaN with a payload of its own per float dtype (quiet bit set). NaN that a kernel computes, or loads
+# from NaN-padded inputs and stores, has other bits, so a stray store into a guard band shows even when the value
+# it stores is NaN.
+_GUARD_BITS = {torch.float64: (torch.int64, 0x7FFDA5A5A5A5A5A5), torch.float32: (torch.int32, 0x7FE5A5A5),
+               torch.float16: (torch.int16, 0x7E5A), torch.bfloat16: (torch.int16, 0x7FDA)}
+
+
+def fill_guard(t: torch.Tensor) -> torch.Tensor:
+    """Fill ``t`` in place with the poison of its dtype and return it: the NaN above for floats (bit for bit),
+    True for bool, the smallest value for integers."""
+    if t.dtype in _GUARD_BITS:
+        view, bits = _GUARD_BITS[t.dtype]
+        t.view(view).fill_(bits)
+    elif t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(torch.iinfo(t.dtype).min)
+    return t
+
+
+def guard_changed(t: torch.Tensor) -> torch.Tensor:
+    """Where ``t`` (filled by :func:`fill_guard`) no longer holds the poison, compared bit for bit."""
+    if t.dtype in _GUARD_BITS:
+        view, bits = _GUARD_BITS[t.dtype]
+        return t.view(view) != bits
+    if t.dtype.is_floating_point:
+        return ~torch.isnan(t)
+    return t != fill_guard(torch.empty_like(t[:1]))
+
+
 @dataclass
 class Poisoned:
-    """An output tensor that lives inside a larger NaN-filled buffer.
+    """An output tensor that lives inside a larger buffer filled by :func:`fill_guard`.
 
-    ``out`` is what a kernel writes; the ``guard`` elements before and after it stay NaN unless the kernel writes
-    out of bounds, and every element of ``out`` stays NaN unless the kernel writes it.
+    ``out`` is what a kernel writes; the ``guard`` elements before and after it keep the poison's exact bits
+    unless the kernel writes out of bounds (even a NaN), and every element of ``out`` stays NaN unless the kernel
+    writes it.
     """
 
     buffer: torch.Tensor
@@ -81,7 +117,7 @@ class Poisoned:
     def guards_intact(self) -> bool:
         flat = self.buffer
         head, tail = flat[: self.guard], flat[flat.numel() - self.guard:]
-        return bool(torch.isnan(head).all() and torch.isnan(tail).all())
+        return not bool(guard_changed(head).any() or guard_changed(tail).any())
 
     def check(self, name: str = "output") -> None:
         """Raise if the kernel left elements unwritten or wrote into a guard band."""
@@ -93,9 +129,11 @@ class Poisoned:
 
 
 def poisoned(*shape: int, dtype=torch.float32, guard: int = 64, device=None) -> Poisoned:
-    """A contiguous NaN-filled output of ``shape`` with ``guard`` NaN elements on each side."""
+    """A contiguous NaN-filled output of ``shape`` with ``guard`` poisoned elements on each side."""
     n = math.prod(shape)
+    # torch.full, not torch.empty: tests that stand poisoned buffers in for torch.empty must not recurse
     buf = torch.full((n + 2 * guard,), float("nan"), dtype=dtype, device=DEVICE if device is None else device)
+    fill_guard(buf)
     return Poisoned(buf, buf[guard: guard + n].view(shape), guard)
 
 

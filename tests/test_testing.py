@@ -83,6 +83,20 @@ def test_poisoned_detects_guard_writes():
     assert not p.guards_intact()
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_poisoned_sees_a_nan_stored_into_a_guard_band(dtype):
+    """An unmasked kernel that loads NaN padding and stores it past the end writes NaN into the guard: the
+    guard's own bit pattern must show it."""
+    p = poisoned(10, guard=4, dtype=dtype)
+    p.out.fill_(1.0)
+    p.check()  # intact
+    x = torch.full((3,), float("nan"), dtype=dtype)
+    p.buffer[-2] = x[0] + x[1]  # a NaN computed from NaN inputs, as a stray store would write
+    assert torch.isnan(p.buffer[-2]) and torch.isnan(p.buffer[: p.guard]).all()  # NaN either way
+    with pytest.raises(AssertionError, match="out of bounds"):
+        p.check("y")
+
+
 def test_rel_error():
     ref = torch.tensor([3.0, 4.0])
     assert rel_error(ref, ref) == 0

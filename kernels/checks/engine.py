@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, generator
+from ..testing import TOLERANCE, Poisoned, fill_guard, generator, guard_changed
 from . import provenance
 from .spec import Case, CheckFailed, Exercise, get
 
@@ -158,12 +158,13 @@ def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]
 def _poisoned(shape, dtype, device) -> Poisoned:
     n = math.prod(shape)
     g = _guard(n)
-    buf = torch.full((n + 2 * g,), _fill(dtype), dtype=dtype, device=device)
+    buf = fill_guard(torch.empty((n + 2 * g,), dtype=dtype, device=device))
     return Poisoned(buf, buf[g: g + n].view(shape), g)
 
 
 def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> dict[str, Poisoned]:
-    """The outputs a kernel writes, full of NaN, with NaN guard bands."""
+    """The outputs a kernel writes, full of NaN, with guard bands of a NaN whose bits differ from the inputs'
+    padding (:func:`kernels.testing.fill_guard`), so an unmasked store of a padding NaN still shows."""
     if ex.outputs is None:
         return {}
     device = DEVICE if device is None else device
@@ -249,14 +250,8 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
             p = outs[name]
             head = p.buffer[: p.guard]
             tail = p.buffer[p.buffer.numel() - p.guard:]
-            fill = _fill(p.buffer.dtype)
-            if p.buffer.dtype.is_floating_point:
-                intact = bool(torch.isnan(head).all() and torch.isnan(tail).all())
-            else:
-                intact = bool((head == fill).all() and (tail == fill).all())
-            if not intact:
-                before = int((~torch.isnan(head)).sum()) if p.buffer.dtype.is_floating_point else 0
-                after = int((~torch.isnan(tail)).sum()) if p.buffer.dtype.is_floating_point else 0
+            before, after = int(guard_changed(head).sum()), int(guard_changed(tail).sum())
+            if before or after:
                 problems.append(f"{name}: the kernel wrote out of bounds ({before} elements before the start of "
                                 f"{name}, {after} after its end); check your masks")
             if p.out.is_floating_point():

@@ -1,4 +1,4 @@
-"""Notebooks for the browser test: a lesson's widget cells with the cells they need, or the views on their own.
+"""Notebooks for the browser test: a lesson's widget cells with the cells they need.
 
 From a lesson's single source (``solutions/NN_*.py``, jupytext percent) the notebook keeps the code cells up to
 the last one tagged ``widget``, leaving out graded cells (nbgrader ``grade: true``: the checks) and cells tagged
@@ -16,17 +16,6 @@ LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sr
            "05_ptx_export_rust")
 
 PREAMBLE = f"import sys\nsys.path.insert(0, {str(ROOT)!r})"
-
-#: One cell per view, for the views no lesson shows yet (and as the lessons' stand-in until they exist).
-OWN_CELLS = {
-    "00_setup": ["from kernels import viz\nviz.grid_explorer()"],
-    "01_memory_hierarchy": ["from kernels import viz\nviz.working_set_view()", "viz.coalescing_view()"],
-    "02_naive_hbm_loops": ["from kernels import viz\nviz.recurrence_stepper()"],
-    "03_tiled_sram": ["from kernels import viz\nviz.matmul_tile_explorer()"],
-    "04_chunked_linear_attention": ["from kernels import viz\nviz.chunk_state_explorer()"],
-    "05_ptx_export_rust": ["from kernels import viz\nviz.ptx_explorer()"],
-}
-
 
 def lesson_source(lesson: str) -> pathlib.Path:
     return ROOT / "solutions" / f"{lesson}.py"

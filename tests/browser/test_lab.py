@@ -8,7 +8,7 @@ import time
 import pytest
 
 from .conftest import ARTIFACTS
-from .notebooks import LESSONS, OWN_CELLS, build, lesson_source, widget_cells
+from .notebooks import LESSONS, build, lesson_source, widget_cells
 
 pytestmark = pytest.mark.browser
 
@@ -102,18 +102,7 @@ def _drive(page, lab, cells: list[str], expected: int, tag: str):
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_lesson_widgets(lesson, lab, page):
-    if not lesson_source(lesson).exists():
-        pytest.skip(f"solutions/{lesson}.py does not exist yet (test_views_no_lesson_shows_yet stands in)")
+    assert lesson_source(lesson).exists(), f"solutions/{lesson}.py is missing"
     cells, n = widget_cells(lesson)
-    if not n:
-        pytest.skip(f"solutions/{lesson}.py has no cell tagged `widget` yet")
+    assert n, f"solutions/{lesson}.py has no cell tagged `widget`: every lesson shows at least one view"
     _drive(page, lab, cells, n, lesson)
-
-
-def test_views_no_lesson_shows_yet(lab, page):
-    """Stand-ins, from the views' own calls, for lessons that do not exist or tag no widget cell yet."""
-    missing = [lesson for lesson in LESSONS if not lesson_source(lesson).exists() or not widget_cells(lesson)[1]]
-    if not missing:
-        pytest.skip("every lesson shows its own widgets (test_lesson_widgets)")
-    cells = [c for lesson in missing for c in OWN_CELLS[lesson]]
-    _drive(page, lab, cells, len(cells), "standins")

@@ -9,13 +9,13 @@ import torch
 
 from kernels.checks import engine
 from kernels.checks.spec import Case, CheckFailed, get
-from kernels.testing import Poisoned
+from kernels.testing import Poisoned, fill_guard
 
 
 def _outs(ex, case, cpu, fill):
     shape, dtype, guard = engine.expected_outputs(ex, case, cpu)["out"]
     n = math.prod(shape)
-    buf = torch.full((n + 2 * guard,), float("nan"), dtype=dtype)
+    buf = fill_guard(torch.empty((n + 2 * guard,), dtype=dtype))  # as engine.alloc_outputs lays them out
     fill(buf, guard, n)
     return {"out": Poisoned(buf, buf[guard: guard + n].view(shape), guard)}
 
@@ -38,6 +38,7 @@ def test_correct_output_passes(scale_case):
     (lambda ref: lambda b, g, n: None, "output not written"),
     (lambda ref: lambda b, g, n: (b[g: g + n - 1].copy_(ref[:-1]), None), "1 of 1000 elements still hold"),
     (lambda ref: lambda b, g, n: (b[g: g + n].copy_(ref), b[g + n].fill_(0)), "wrote out of bounds"),
+    (lambda ref: lambda b, g, n: (b[g: g + n].copy_(ref), b[g - 1].fill_(float("nan"))), "wrote out of bounds"),
     (lambda ref: lambda b, g, n: (b[g: g + n].copy_(ref), b[g + 3].add_(1.0)), "relative error"),
 ])
 def test_each_failure_has_its_message(scale_case, fill, match):

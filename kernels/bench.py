@@ -5,7 +5,8 @@ Each topic package has a ``bench`` module defining ``problems(quick: bool) -> li
 machine (device copy bandwidth; dense matmul rate for the problem's dtype), then, for each version, checks the
 result against the float64 oracle on fresh inputs and only then times it: ``triton.testing.do_bench`` medians
 after warm-up, rotating among input sets larger than L2. A wrong result is reported as WRONG and never timed.
-It prints a table and writes JSON and a PNG.
+It prints a table and writes JSON and a PNG; the JSON is rewritten after every problem (``"complete": false``
+until the last), so a run stopped by a time limit keeps what it finished.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pathlib
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -141,6 +143,12 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     bw = copy_bandwidth()
     rates: dict[torch.dtype, float] = {}
     rows = []
+    out = out or pathlib.Path("bench-results")
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{topic}-{MODE}"
+    result = {"topic": topic, "env": _env(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {}, "rows": rows,
+              "complete": False}
+    t0 = time.perf_counter()
     for p in problems:
         if p.dtype not in rates:
             rates[p.dtype] = matmul_rate(p.dtype)
@@ -157,15 +165,15 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 continue
             entry: dict = {}
             try:
-                result = v.output(v.fn(**inputs))
+                got = v.output(v.fn(**inputs))
                 _sync()
                 if ref is not None:
-                    err = rel_error(result, ref)
+                    err = rel_error(got, ref)
                     entry["rel_error"] = err
                     if not err <= p.tol:
                         row["versions"][v.name] = {"status": "WRONG", **entry}
                         continue
-                del result
+                del got
                 timed = _rotating(v, p, inputs)
                 if ON_GPU:
                     torch.cuda.empty_cache()
@@ -183,15 +191,17 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 print(f"{p.label} / {v.name}: {entry['reason']}", file=sys.stderr)
             row["versions"][v.name] = entry
             _sync()
+            shown = f"{entry['ms']:.3f} ms" if entry.get("status") == "ok" else entry.get("reason", "")
+            print(f"[{time.perf_counter() - t0:.0f}s] {p.label} / {v.name}: {entry.get('status')} {shown}",
+                  file=sys.stderr, flush=True)
         rows.append(row)
         del inputs, ref
         if ON_GPU:
             torch.cuda.empty_cache()
-    result = {"topic": topic, "env": _env(), "copy_bandwidth_Bps": bw,
-              "matmul_rate_flops": {str(k): v for k, v in rates.items()}, "rows": rows}
-    out = out or pathlib.Path("bench-results")
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{topic}-{MODE}"
+        # after every problem, so a run cut off by a time limit still leaves the rows it finished
+        result["matmul_rate_flops"] = {str(k): v for k, v in rates.items()}
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    result["complete"] = True
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     _plot(result, stem.with_suffix(".png"))
     print(format_table(result))

@@ -204,3 +204,4 @@ def test_interpreter_bf16_dot_trap_is_handled():
     fp16 = torch.empty(32, 32, dtype=torch.float32, device=DEVICE)
     _raw_dot_kernel[(1,)](a.half(), b.half(), fp16, BLOCK=32)
     assert_close("raw fp16 tl.dot", reference_matmul(a.half(), b.half()), fp16, tolerance(torch.float16))
+

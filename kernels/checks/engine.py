@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, fill_guard, generator, guard_changed
+from ..testing import TOLERANCE, Poisoned, generator, guard_changed, poisoned
 from . import provenance
 from .spec import Case, CheckFailed, Exercise, get
 
@@ -155,20 +155,14 @@ def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]
     return views, buffers
 
 
-def _poisoned(shape, dtype, device) -> Poisoned:
-    n = math.prod(shape)
-    g = _guard(n)
-    buf = fill_guard(torch.empty((n + 2 * g,), dtype=dtype, device=device))
-    return Poisoned(buf, buf[g: g + n].view(shape), g)
-
-
 def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> dict[str, Poisoned]:
     """The outputs a kernel writes, full of NaN, with guard bands of a NaN whose bits differ from the inputs'
     padding (:func:`kernels.testing.fill_guard`), so an unmasked store of a padding NaN still shows."""
     if ex.outputs is None:
         return {}
     device = DEVICE if device is None else device
-    return {k: _poisoned(tuple(shape), dtype, device) for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items()}
+    return {k: poisoned(*shape, dtype=dtype, guard=_guard(math.prod(shape)), device=device)
+            for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items()}
 
 
 def expected_outputs(ex: Exercise, case: Case, cpu_inputs: dict) -> dict[str, tuple[tuple, torch.dtype, int]]:

@@ -22,6 +22,7 @@ __all__ = [
     "randn",
     "Poisoned",
     "poisoned",
+    "poison_value",
     "fill_guard",
     "guard_changed",
     "rel_error",
@@ -72,18 +73,23 @@ _GUARD_BITS = {torch.float64: (torch.int64, 0x7FFDA5A5A5A5A5A5), torch.float32: 
                torch.float16: (torch.int16, 0x7E5A), torch.bfloat16: (torch.int16, 0x7FDA)}
 
 
+def poison_value(dtype: torch.dtype):
+    """The plain poison of ``dtype``: NaN for floats (the inputs' padding), True for bool, the smallest integer."""
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).min
+
+
 def fill_guard(t: torch.Tensor) -> torch.Tensor:
-    """Fill ``t`` in place with the poison of its dtype and return it: the NaN above for floats (bit for bit),
-    True for bool, the smallest value for integers."""
+    """Fill ``t`` in place with the guard poison of its dtype and return it: the NaN above for the float dtypes
+    that have one (bit for bit), otherwise :func:`poison_value`."""
     if t.dtype in _GUARD_BITS:
         view, bits = _GUARD_BITS[t.dtype]
         t.view(view).fill_(bits)
-    elif t.dtype.is_floating_point:
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
-        t.fill_(True)
     else:
-        t.fill_(torch.iinfo(t.dtype).min)
+        t.fill_(poison_value(t.dtype))
     return t
 
 
@@ -94,7 +100,7 @@ def guard_changed(t: torch.Tensor) -> torch.Tensor:
         return t.view(view) != bits
     if t.dtype.is_floating_point:
         return ~torch.isnan(t)
-    return t != fill_guard(torch.empty_like(t[:1]))
+    return t != poison_value(t.dtype)
 
 
 @dataclass

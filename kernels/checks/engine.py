@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, generator, guard_changed, poisoned
+from ..testing import TOLERANCE, Poisoned, generator, guard_changed, poison_value, poisoned
 from . import provenance
 from .spec import Case, CheckFailed, Exercise, get
 
@@ -126,14 +126,6 @@ def _guard(n: int) -> int:
     return max(_GUARD_MIN, min(n // 4, 1 << 16))
 
 
-def _fill(dtype: torch.dtype):
-    if dtype.is_floating_point:
-        return float("nan")
-    if dtype == torch.bool:
-        return True
-    return torch.iinfo(dtype).min
-
-
 def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]:
     """Inputs moved to ``device``, each inside a NaN-filled buffer (same strides), so stray reads load NaN."""
     device = DEVICE if device is None else device
@@ -147,7 +139,7 @@ def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]
             continue
         span = 1 + sum((n - 1) * s for n, s in zip(v.shape, v.stride()))
         g = _guard(span)
-        buf = torch.full((span + 2 * g,), _fill(v.dtype), dtype=v.dtype, device=device)
+        buf = torch.full((span + 2 * g,), poison_value(v.dtype), dtype=v.dtype, device=device)
         view = buf.as_strided(v.shape, v.stride(), g)
         view.copy_(v)
         views[k] = view

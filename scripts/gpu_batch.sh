@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests bench bench-la bench-<topic> tune export viz notebooks course grade
+#   stages: tests alltests bench bench-la bench-<topic> tune export viz notebooks course course-full grade
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/. Results land in results/gpu/ and, when OUT is
@@ -53,6 +53,7 @@ run_stage() {  # stage name, time limit in seconds
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
     notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;
     course) timeout "$limit" python3 scripts/gpu_course.py || echo "course failed ($?)" ;;
+    course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
     *) echo "unknown stage $name" ;;
   esac

@@ -40,18 +40,18 @@ B, H, D = 4, 16, 128
 HBM_BPS = 4.26e12
 # Ordered by expected value, so a run cut short by the budget has measured the likeliest winners.
 # Runs 1-2: BT64 BV64 w4 s2 best at D=128, longer L better; prefetch 2 helps a single-segment chain (T <= L);
-# L2 hints and the stash lost (PERF.md).
+# L2 hints and the stash lost (PERF.md). Run 4 weighs TMA tiles (tensor descriptors) against run 2's best.
 SWEEP = [
-    Config(4096, 64, 64, 4, 2, prefetch=2), Config(2048, 64, 64, 4, 2), Config(2048, 64, 64, 4, 2, prefetch=1),
-    Config(4096, 64, 64, 4, 2), Config(8192, 64, 64, 4, 2), Config(4096, 64, 64, 4, 2, prefetch=1),
-    Config(8192, 64, 64, 4, 2, prefetch=2), Config(2048, 64, 64, 4, 3), Config(4096, 64, 64, 4, 3),
-    Config(2048, 64, 64, 4, 2, prefetch=2), Config(1024, 64, 64, 4, 2), Config(512, 64, 64, 4, 2),
-    Config(2048, 64, 64, 4, 1, prefetch=2), Config(2048, 64, 32, 4, 2, prefetch=2),
+    Config(2048, 64, 64, 4, 2, tma=True), Config(4096, 64, 64, 4, 2, tma=True), Config(2048, 64, 64, 4, 2),
+    Config(4096, 64, 64, 4, 2, prefetch=2), Config(1024, 64, 64, 4, 2, tma=True), Config(512, 64, 64, 4, 2, tma=True),
+    Config(2048, 64, 32, 4, 2, tma=True), Config(2048, 64, 64, 4, 3, tma=True), Config(2048, 64, 128, 8, 2, tma=True),
+    Config(4096, 64, 64, 4, 2, prefetch=2, tma=True), Config(8192, 64, 64, 4, 2, tma=True),
+    Config(2048, 64, 64, 4, 2, prefetch=1), Config(8192, 64, 64, 4, 2), Config(2048, 64, 64, 4, 3),
 ]
-SWEEP_D64 = [Config(2048, 64, 64, 4, 3), Config(4096, 64, 64, 4, 3), Config(1024, 64, 64, 4, 3),
-             Config(2048, 64, 64, 4, 4), Config(4096, 64, 64, 4, 3, prefetch=1)]
-SWEEP_VARLEN = [Config(1024, 64, 64, 4, 2), Config(2048, 64, 64, 4, 2), Config(512, 64, 64, 4, 2),
-                Config(4096, 64, 64, 4, 2, prefetch=2), Config(256, 64, 64, 4, 2)]
+SWEEP_D64 = [Config(2048, 64, 64, 4, 3), Config(2048, 64, 64, 4, 3, tma=True), Config(2048, 64, 64, 4, 2, tma=True),
+             Config(4096, 64, 64, 4, 3, tma=True), Config(4096, 64, 64, 4, 3), Config(2048, 64, 64, 4, 4, tma=True)]
+SWEEP_VARLEN = [Config(1024, 64, 64, 4, 2), Config(1024, 64, 64, 4, 2, tma=True), Config(2048, 64, 64, 4, 2, tma=True),
+                Config(512, 64, 64, 4, 2, tma=True), Config(512, 64, 64, 4, 2)]
 VARLEN_LENS = [37, 0, 1500, 1, 2 * 1024 + 77, 700, 3001]
 EXTRAS = {
     "fp16 D128 T16k": (B, 16384, H, 128, torch.float16, {}),
@@ -66,7 +66,7 @@ EXTRAS = {
 def cfg_name(c: Config | None) -> str:
     if c is None:
         return "table"
-    extra = f"-pf{c.prefetch}" if c.prefetch else ""
+    extra = (f"-pf{c.prefetch}" if c.prefetch else "") + ("-tma" if c.tma else "")
     return f"L{c.L}-BT{c.BT}-BV{c.BV}-w{c.num_warps}-s{c.num_stages}{extra}"
 
 
@@ -182,8 +182,8 @@ def main() -> int:
     global SIZES, B, H, D, SWEEP, SWEEP_D64, SWEEP_VARLEN, EXTRAS, VARLEN_LENS
     if args.smoke:
         SIZES, B, H, D, VARLEN_LENS = [200, 301], 1, 2, 32, [37, 0, 150, 1, 77]
-        SWEEP, SWEEP_D64 = [Config(64, 32, 32, 4, 1), Config(128, 64, 16, 4, 1)], [Config(64, 16, 16, 4, 1)]
-        SWEEP_VARLEN = [Config(64, 16, 16, 4, 1)]
+        SWEEP = [Config(64, 32, 32, 4, 1), Config(128, 64, 16, 4, 1, tma=True)]
+        SWEEP_D64, SWEEP_VARLEN = [Config(64, 16, 16, 4, 1)], [Config(64, 16, 16, 4, 1, tma=True)]
         EXTRAS = {k: (1, t // 1024, 2, d // 4, dt, kw) for k, (b, t, h, d, dt, kw) in EXTRAS.items()}
     t_start = time.perf_counter()
     outs = [ROOT / ("results/gpu" if ON_GPU else "bench-results")]

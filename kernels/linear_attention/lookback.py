@@ -33,6 +33,9 @@ class Config:
     """Launch parameters: segment length ``L`` (tokens per program), chunk ``BT``, V-block ``BV``.
 
     ``prefetch``: chunks ahead to pull into L2 with ``prefetch.global.L2`` (0: none; off under the interpreter).
+    ``tma``: load Q, K, V tiles and store O tiles through tensor descriptors (Hopper's TMA engine: one instruction
+    per tile instead of a ``cp.async`` per 16 bytes, and rows past the sequence's end zero-filled or dropped by
+    the hardware); falls back to pointer loads where the tensors' alignment does not allow descriptors.
     """
 
     L: int
@@ -41,6 +44,7 @@ class Config:
     num_warps: int
     num_stages: int
     prefetch: int = 0
+    tma: bool = False
 
 
 # (max(K, V) bucket, input element size) -> [(largest mean sequence length, config), ...], first match wins.
@@ -91,7 +95,7 @@ def _lookback_linear_attention_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L: tl.constexpr, BT: tl.constexpr,
     SLOTS: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
+    UPCAST: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
 ):
     # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
     ticket = tl.atomic_add(ticket_ptr, 1)
@@ -125,6 +129,13 @@ def _lookback_linear_attention_kernel(
     k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+    if TMA:
+        # One (sequence, head) as a [tokens, features] matrix ending at the sequence's end: tiles reaching past
+        # it load zeros and store nothing, so no masks are needed.
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[eos, K], strides=[stride_qt, 1], block_shape=[BT, BK])
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[eos, K], strides=[stride_kt, 1], block_shape=[BT, BK])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[eos, V], strides=[stride_vt, 1], block_shape=[BT, BV])
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[eos, V], strides=[stride_ot, 1], block_shape=[BT, BV])
 
     # One pointer per 128-byte line of a [BT, BK] / [BT, BV] tile, for L2 prefetches.
     lines_k = tl.arange(0, (BK + LINE - 1) // LINE) * LINE
@@ -139,8 +150,12 @@ def _lookback_linear_attention_kernel(
             _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :])
             _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :])
             _l2(q_base + rows[:, None] * stride_qt + lines_k[None, :])
-        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)  # [BT, BK]
-        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)  # [BT, BV]
+        if TMA:
+            kk = k_desc.load([t0 + s, 0])  # [BT, BK]
+            vv = v_desc.load([t0 + s, iv * BV])  # [BT, BV]
+        else:
+            kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)
+            vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)
         if UPCAST:
             kk = kk.to(tl.float32)
             vv = vv.to(tl.float32)
@@ -182,12 +197,17 @@ def _lookback_linear_attention_kernel(
             _l2(q_base + ahead[:, None] * stride_qt + lines_k[None, :])
             _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :])
             _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :])
-        qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
-                     other=0.0)  # [BT, BK]
-        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
-                     other=0.0)  # [BT, BK]
-        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
-                     other=0.0)  # [BT, BV]
+        if TMA:
+            qq = q_desc.load([s, 0])  # [BT, BK]
+            kk = k_desc.load([s, 0])  # [BT, BK]
+            vv = v_desc.load([s, iv * BV])  # [BT, BV]
+        else:
+            qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                         other=0.0)
+            kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                         other=0.0)
+            vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                         other=0.0)
         if UPCAST:
             qq = qq.to(tl.float32)
             kk = kk.to(tl.float32)
@@ -195,8 +215,11 @@ def _lookback_linear_attention_kernel(
         scores = tl.where(causal, tl.dot(qq, tl.trans(kk)), 0.0)  # [BT, BT]
         out = tl.dot(qq, state.to(qq.dtype))  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out)
-        tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], (out * scale).to(o_ptr.dtype.element_ty),
-                 mask=mt[:, None] & mv[None, :])
+        if TMA:
+            o_desc.store([s, iv * BV], (out * scale).to(o_ptr.dtype.element_ty))
+        else:
+            tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :],
+                     (out * scale).to(o_ptr.dtype.element_ty), mask=mt[:, None] & mv[None, :])
         state = tl.dot(tl.trans(kk), vv, state)
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
@@ -212,6 +235,28 @@ def _check_config(cfg: Config) -> None:
         raise ValueError(f"num_stages={cfg.num_stages} must be at least 1")
     if cfg.prefetch < 0:
         raise ValueError(f"prefetch={cfg.prefetch} must be >= 0 (chunks ahead)")
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can address these [B, T, H, D] tensors: 16-byte aligned bases and strides."""
+    for t in tensors:
+        size = t.element_size()
+        if t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:-1]) or t.shape[-1] * size < 16:
+            return False
+    return True
+
+
+def _workspace(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory for the descriptors a kernel builds on the device (128 bytes per descriptor)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Give Triton an allocator for device-built descriptors, unless the caller has set one of their own."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_workspace)
 
 
 def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
@@ -252,6 +297,9 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
             ht.copy_(h0 if h0 is not None else torch.zeros_like(ht))
         return o, ht
 
+    tma = cfg.tma and _tma_ready(q, k, v, o)
+    if tma and not INTERPRET:
+        _ensure_allocator()
     chains = N * H * NV
     sync = torch.zeros(1 + chains * SLOTS, dtype=torch.int32, device=q.device)
     ring = torch.empty(chains * SLOTS * BK * BV, dtype=torch.float32, device=q.device)
@@ -263,6 +311,7 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
         K=K, V=V, BK=BK, BV=BV, L=cfg.L, BT=cfg.BT, SLOTS=SLOTS,
         HAS_H0=h0 is not None, STORE_HT=ht is not None, IS_VARLEN=cu_seqlens is not None,
         UPCAST=upcast_for_dot(q.dtype), PREFETCH=0 if INTERPRET else cfg.prefetch, LINE=128 // q.element_size(),
+        TMA=tma,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return o, ht

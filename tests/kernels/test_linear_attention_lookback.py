@@ -83,6 +83,38 @@ def test_varlen_segment_table(cfg, allocations):
     check(case(1, cu[-1], 2, 32, 32, torch.float16, seed=2, cu=cu), allocations, config=CHAIN_CONFIGS[cfg])
 
 
+# The same chains with tiles moved by tensor descriptors (TMA on a GPU): zero fill past a sequence's end and
+# clipped stores replace the masks.
+TMA_CONFIGS = {"L16_BT16_BV16_tma": Config(16, 16, 16, 4, 1, tma=True), "L48_BT16_BV64_tma": Config(48, 16, 64, 4, 1,
+                                                                                                      tma=True)}
+
+
+@pytest.mark.parametrize("cfg", TMA_CONFIGS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_tma_tiles(cfg, dtype, allocations):
+    """T = 203 and V = 40 leave ragged tiles at the end of every chain and in the last V block."""
+    check(case(2, 203, 2, 32, 40, dtype, seed=21), allocations, config=TMA_CONFIGS[cfg])
+
+
+@pytest.mark.parametrize("cfg", TMA_CONFIGS)
+def test_tma_varlen(cfg, allocations):
+    """A tile running past one packed sequence's end must neither read the next sequence nor write into it."""
+    L = TMA_CONFIGS[cfg].L
+    lengths = [0, 1, L, L + 1, 0, 3 * L + 5, 7]
+    cu = [0] + [sum(lengths[: i + 1]) for i in range(len(lengths))]
+    check(case(1, cu[-1], 2, 32, 32, torch.float16, seed=22, cu=cu), allocations, config=TMA_CONFIGS[cfg])
+
+
+def test_tma_needs_aligned_tensors(allocations):
+    """A base or a stride off 16 bytes cannot be described: those calls take pointer loads, and stay right."""
+    q, k, v, scale, h0, _ = case(1, 70, 2, 24, 24, torch.float16, seed=23)
+    assert lb._tma_ready(q, k, v)
+    wide = randn(1, 70, 2, 25, dtype=torch.float16, seed=24)
+    q_odd = wide[..., 1:]  # base 2 bytes in, token stride 100 bytes
+    assert not lb._tma_ready(q_odd, k, v)
+    check((q_odd, k, v, scale, h0, None), allocations, config=TMA_CONFIGS["L16_BT16_BV16_tma"])
+
+
 @pytest.mark.parametrize("cfg", [Config(512, 32, 64, 4, 2), Config(1024, 64, 64, 4, 2)], ids=["L512", "L1024"])
 def test_fp32_head_size_64(cfg, allocations):
     """The fp32 K = V = 64 case (B=2, T=1000, H=4) with the fp32 table's old and new launch configurations."""
@@ -184,6 +216,20 @@ def test_gpu_varlen():
     cuts = torch.randperm(T - 1, generator=g)[:15].add(1).sort().values.tolist()
     cu = [0, 0, *cuts, T]  # includes an empty sequence
     _check_gpu(case(1, T, 16, 128, 128, torch.bfloat16, seed=12, cu=cu))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 16384 + 37, 16, 128, torch.bfloat16), (1, 9000 - 5, 32, 64, torch.float16)],
+                         ids=["bf16_D128", "fp16_D64"])
+def test_gpu_tma_matches_pointer_loads(shape):
+    """TMA tiles and pointer loads feed the same products in the same order: outputs bit for bit equal."""
+    args = case(*shape[:4], shape[3], shape[4], seed=14)
+    q, k, v, scale, s0, _ = args
+    for L in (1024, 4096):
+        o1, h1 = lookback_linear_attention(q, k, v, scale, s0, True, config=Config(L, 64, 64, 4, 2))
+        o2, h2 = lookback_linear_attention(q, k, v, scale, s0, True, config=Config(L, 64, 64, 4, 2, tma=True))
+        assert torch.isfinite(o2).all()
+        assert torch.equal(o1, o2) and torch.equal(h1, h2), f"L={L}: TMA and pointer loads differ"
 
 
 @pytest.mark.gpu

@@ -6,7 +6,7 @@ size check again and time (``triton.testing.do_bench`` median after warm-up). fl
 (normalize=False) is checked and timed in the same run after a warm call. Extras time the tuned table's choice
 for fp16, H=32 D=64, varlen and initial/final state. Prints a table last; writes JSON to
 ``$OUT/tune_linear_attention.json`` and ``results/gpu/`` (``bench-results/`` when run without a GPU).
-Usage: python3 scripts/tune_linear_attention.py [--budget SECONDS] [--quick] [--smoke]
+Usage: python3 scripts/tune_linear_attention.py [--budget SECONDS] [--quick] [--sweep-only] [--smoke]
 (``--smoke``: tiny sizes and three configurations, e.g. under the CPU interpreter, to check the script itself.)
 """
 
@@ -177,6 +177,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=200.0,
                     help="seconds for the whole run (sweep stops 110 s short)")
     ap.add_argument("--quick", action="store_true", help="first four configurations only")
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="the main sweep (and fla on the main sizes if time is left); no other shapes")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, three configurations (checks the script)")
     args = ap.parse_args()
     global SIZES, B, H, D, SWEEP, SWEEP_D64, SWEEP_VARLEN, EXTRAS, VARLEN_LENS
@@ -221,7 +223,7 @@ def main() -> int:
 
     # 1. The table's choice and the sweep, each checked (varlen, h0, ht) and then checked and timed per size.
     for cfg in [None] + (SWEEP[:4] if args.quick else SWEEP):
-        if time.perf_counter() - t_start > args.budget - 110:
+        if time.perf_counter() - t_start > args.budget - (15 if args.sweep_only else 110):
             result["configs"][cfg_name(cfg)] = {"status": "not run (budget)"}
             continue
         arm()
@@ -247,7 +249,7 @@ def main() -> int:
     # 2. Other shapes and features with the table's choice (D=64 also with a small sweep).
     extras, kept = result["extras"], {}
     for name, (Bn, T, Hn, K, dtype, kw) in EXTRAS.items():
-        if time.perf_counter() - t_start > args.budget - 80:
+        if args.sweep_only or time.perf_counter() - t_start > args.budget - 80:
             extras[name] = {"status": "not run (budget)"}
             continue
         arm(120)
@@ -283,6 +285,9 @@ def main() -> int:
     # 3. fla on the same inputs, after a warm call (its first call autotunes), while the budget lasts.
     for T in SIZES:
         arm(150)
+        if args.budget - (time.perf_counter() - t_start) < 15:
+            result["fla_main"][T] = {"status": "not run (budget)"}
+            continue
         result["fla_main"][T] = time_fla(fla, *data[T][:3], scale, data[T][3])
         print(f"[{time.perf_counter() - t_start:.0f}s] fla T={T}: {result['fla_main'][T]}", flush=True)
         save()

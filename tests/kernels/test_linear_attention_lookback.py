@@ -59,11 +59,14 @@ def check(args, made=(), *, config=None, tol=None):
 
 
 # Launch configurations that stress the chain: one-chunk segments, V split into blocks with a ragged last block,
-# segments longer than a chunk.
+# segments longer than a chunk; and two with tiles moved by tensor descriptors (TMA on a GPU), where zero fill
+# past a sequence's end and clipped stores replace the masks.
 CHAIN_CONFIGS = {
     "L16_BT16_BV16": Config(16, 16, 16, 4, 1),
     "L64_BT32_BV32": Config(64, 32, 32, 4, 1),
     "L48_BT16_BV64": Config(48, 16, 64, 4, 1),
+    "L16_BT16_BV16_tma": Config(16, 16, 16, 4, 1, tma=True),
+    "L48_BT16_BV64_tma": Config(48, 16, 64, 4, 1, tma=True),
 }
 
 
@@ -83,28 +86,6 @@ def test_varlen_segment_table(cfg, allocations):
     check(case(1, cu[-1], 2, 32, 32, torch.float16, seed=2, cu=cu), allocations, config=CHAIN_CONFIGS[cfg])
 
 
-# The same chains with tiles moved by tensor descriptors (TMA on a GPU): zero fill past a sequence's end and
-# clipped stores replace the masks.
-TMA_CONFIGS = {"L16_BT16_BV16_tma": Config(16, 16, 16, 4, 1, tma=True), "L48_BT16_BV64_tma": Config(48, 16, 64, 4, 1,
-                                                                                                      tma=True)}
-
-
-@pytest.mark.parametrize("cfg", TMA_CONFIGS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_tma_tiles(cfg, dtype, allocations):
-    """T = 203 and V = 40 leave ragged tiles at the end of every chain and in the last V block."""
-    check(case(2, 203, 2, 32, 40, dtype, seed=21), allocations, config=TMA_CONFIGS[cfg])
-
-
-@pytest.mark.parametrize("cfg", TMA_CONFIGS)
-def test_tma_varlen(cfg, allocations):
-    """A tile running past one packed sequence's end must neither read the next sequence nor write into it."""
-    L = TMA_CONFIGS[cfg].L
-    lengths = [0, 1, L, L + 1, 0, 3 * L + 5, 7]
-    cu = [0] + [sum(lengths[: i + 1]) for i in range(len(lengths))]
-    check(case(1, cu[-1], 2, 32, 32, torch.float16, seed=22, cu=cu), allocations, config=TMA_CONFIGS[cfg])
-
-
 def test_tma_needs_aligned_tensors(allocations):
     """A base or a stride off 16 bytes cannot be described: those calls take pointer loads, and stay right."""
     q, k, v, scale, h0, _ = case(1, 70, 2, 24, 24, torch.float16, seed=23)
@@ -112,7 +93,7 @@ def test_tma_needs_aligned_tensors(allocations):
     wide = randn(1, 70, 2, 25, dtype=torch.float16, seed=24)
     q_odd = wide[..., 1:]  # base 2 bytes in, token stride 100 bytes
     assert not lb._tma_ready(q_odd, k, v)
-    check((q_odd, k, v, scale, h0, None), allocations, config=TMA_CONFIGS["L16_BT16_BV16_tma"])
+    check((q_odd, k, v, scale, h0, None), allocations, config=CHAIN_CONFIGS["L16_BT16_BV16_tma"])
 
 
 @pytest.mark.parametrize("cfg", [Config(512, 32, 64, 4, 2), Config(1024, 64, 64, 4, 2)], ids=["L512", "L1024"])

@@ -72,13 +72,35 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(record, indent=1) + "\n")
         return record
 
+    def record_run(run, copy):
+        nonlocal bad
+        found = problems(run)
+        bad += bool(found)
+        cells = {c.id: c for c in run.nb.cells}
+        rows[run.lesson][copy] = {
+            "status": "ok" if not found else "failed", "seconds": round(run.seconds, 1), "problems": found,
+            "graded": {g: {"failed": run.failed(g), "output": _cell_text(cells[g])} for g in graded_cells(run.nb)},
+        }
+        print(f"{run.lesson:30s} {copy:8s} {rows[run.lesson][copy]['status']:6s} {run.seconds:7.1f} s"
+              f"{'' if args.full else ' (all lessons, one kernel)'}", flush=True)
+        for p in found:
+            print(f"    {p}", flush=True)
+
+    record = save(rows)
     for copy in copies:
+        if args.full:  # one kernel per notebook; saved after each, so a cut-off run keeps the finished ones
+            for lesson in lessons:
+                try:
+                    record_run(execute(lesson_notebook(lesson, copy), lesson=lesson, copy=copy,
+                                       cell_timeout=args.cell_timeout), copy)
+                except Exception as e:  # noqa: BLE001 - a dead kernel or a hang: record it, go on
+                    bad += 1
+                    print(f"{lesson} {copy}: ERROR {type(e).__name__}: {e}", flush=True)
+                    rows[lesson][copy] = {"status": "error", "problems": [f"{type(e).__name__}: {e}"]}
+                record = save(rows)
+            continue
         try:
-            if args.full:
-                runs = [execute(lesson_notebook(lesson, copy), lesson=lesson, copy=copy,
-                                cell_timeout=args.cell_timeout) for lesson in lessons]
-            else:
-                runs = run_graded_together(lessons, copy, cell_timeout=args.cell_timeout)
+            runs = run_graded_together(lessons, copy, cell_timeout=args.cell_timeout)
         except Exception as e:  # noqa: BLE001 - a dead kernel or a hang: record it, try the other copy
             bad += 1
             print(f"{copy}: ERROR {type(e).__name__}: {e}", flush=True)
@@ -87,17 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             record = save(rows)
             continue
         for run in runs:
-            found = problems(run)
-            bad += bool(found)
-            cells = {c.id: c for c in run.nb.cells}
-            rows[run.lesson][copy] = {
-                "status": "ok" if not found else "failed", "seconds": round(run.seconds, 1), "problems": found,
-                "graded": {g: {"failed": run.failed(g), "output": _cell_text(cells[g])} for g in graded_cells(run.nb)},
-            }
-            print(f"{run.lesson:30s} {copy:8s} {rows[run.lesson][copy]['status']:6s} {run.seconds:7.1f} s"
-                  f"{'' if args.full else ' (all lessons, one kernel)'}", flush=True)
-            for p in found:
-                print(f"    {p}", flush=True)
+            record_run(run, copy)
         record = save(rows)
     print(f"wrote {path} in {record['seconds']} s: {'all good' if not bad else f'{bad} problem runs'}")
     return 1 if bad else 0

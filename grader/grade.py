@@ -111,6 +111,7 @@ def _hidden_paths(extra: list[str] = ()) -> tuple[list[str], list[str]]:
     """What workers must not see (the checkout, the course folder, /tmp, private homes) and what they need from
     inside those (the Python environment, ``kernels/``; each worker also keeps its own folder)."""
     hide, keep = [str(_ROOT), tempfile.gettempdir(), *extra], [str(_ROOT / "kernels")]
+    covered = [pathlib.Path(h).resolve() for h in hide[1:]]  # the temp folder and extra folders
     for p in dict.fromkeys([sys.prefix, sys.base_prefix, *sys.path]):
         if not p or not pathlib.Path(p).exists():
             continue
@@ -119,6 +120,9 @@ def _hidden_paths(extra: list[str] = ()) -> tuple[list[str], list[str]]:
             prefix = pathlib.Path(sys.prefix).resolve()
             if path == prefix or prefix in path.parents:
                 keep.append(str(prefix))
+            continue
+        if any(c in path.parents for c in covered):  # packages installed under /tmp, say: bound back, read-only
+            keep.append(str(path))
             continue
         for anc in reversed(path.parents):
             if anc != pathlib.Path("/") and not (anc.stat().st_mode & 0o001):

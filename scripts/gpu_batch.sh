@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests bench bench-la bench-<topic> tune tune-sweep export viz notebooks course course-full grade
+#   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> tune tune-sweep export viz notebooks
+#           course course-student course-full grade
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/. Results land in results/gpu/ and, when OUT is
@@ -38,7 +39,7 @@ run_stage() {  # stage name, time limit in seconds
   local name=$1 limit=$2
   stamp "$name (limit ${limit}s)"
   case $name in
-    tests) timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider -n 2 --timeout=60 --timeout-method=thread --durations=25 --ignore=tests/grader tests \
+    tests) timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${TEST_WORKERS:-2}" --timeout=60 --timeout-method=thread --durations=25 --ignore=tests/grader tests \
              > results/gpu/pytest-gpu.log 2>&1; echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|SKIPPED" \
              results/gpu/pytest-gpu.log | grep -v PASSED | tail -30; tail -35 results/gpu/pytest-gpu.log ;;
     alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \
@@ -47,6 +48,8 @@ run_stage() {  # stage name, time limit in seconds
              timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
            done ;;
     bench-la) timeout "$limit" python3 -m kernels.bench linear_attention --out results/gpu || echo "bench-la failed ($?)" ;;
+    bench-la-kernels) timeout "$limit" python3 -m kernels.bench linear_attention --only chunked lookback "fla chunk" \
+                        --out results/gpu/linear_attention-kernels || echo "bench-la-kernels failed ($?)" ;;
     bench-*) timeout "$limit" python3 -m kernels.bench "${name#bench-}" --out results/gpu || echo "$name failed ($?)" ;;
     tune) timeout "$limit" python3 scripts/tune_linear_attention.py --budget $(( limit - 10 )) || echo "tune failed ($?)" ;;
     tune-sweep) timeout "$limit" python3 scripts/tune_linear_attention.py --sweep-only --budget $(( limit - 10 )) \
@@ -55,6 +58,7 @@ run_stage() {  # stage name, time limit in seconds
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
     notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;
     course) timeout "$limit" python3 scripts/gpu_course.py || echo "course failed ($?)" ;;
+    course-student) timeout "$limit" python3 scripts/gpu_course.py --copy student || echo "course-student failed ($?)" ;;
     course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
     *) echo "unknown stage $name" ;;

@@ -288,6 +288,10 @@ def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
 
 # ---- speed (GPU only) --------------------------------------------------------------------------------------
 
+def _named_results(returned) -> dict:
+    return returned if isinstance(returned, dict) else {}
+
+
 def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
     """Time the student's run and the baseline on the performance case; also compare their outputs there."""
     import triton.testing
@@ -300,8 +304,10 @@ def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
     inputs, _ = pad_inputs(cpu)
     mine = alloc_outputs(ex, case, cpu)
     base = alloc_outputs(ex, case, cpu)
-    got = ex.run(args, inputs, {k: p.out for k, p in mine.items()}, case) or {}
-    want = perf.baseline(args, inputs, {k: p.out for k, p in base.items()}, case) or {}
+    # run and baseline write into their output buffers; a dict they return adds named results to compare (any
+    # other return value, such as the tensor of ``out.copy_(x)``, is not a result)
+    got = _named_results(ex.run(args, inputs, {k: p.out for k, p in mine.items()}, case))
+    want = _named_results(perf.baseline(args, inputs, {k: p.out for k, p in base.items()}, case))
     _sync()
     tol = tolerance(ex, case)
     mismatch = []

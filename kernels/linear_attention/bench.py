@@ -1,7 +1,7 @@
 """The linear-attention ladder: ``python -m kernels.bench linear_attention [--quick]``.
 
-Rows: B=4, H=16, D=128, bf16, causal, unnormalised, T = 4k … 256k; then fp16, H=32/D=64, varlen and
-initial/final state. Versions: eager torch chunked, ``torch.compile`` of it, the fused recurrence, fla-core's
+Rows: B=4, H=16, D=128, bf16, causal, unnormalised, T = 4k … 256k; then one sequence (B=1), fp16, H=32/D=64,
+varlen and initial/final state. Versions: eager torch chunked, ``torch.compile`` of it, the fused recurrence, fla-core's
 ``chunk_linear_attn`` and ``fused_chunk_linear_attn`` (normalize=False) where fla is installed, and every
 registered version. Each is checked against a float64 oracle run on the device (chunk by chunk) before it is
 timed; rows with a state compare the output and the final state, concatenated.
@@ -63,6 +63,7 @@ def problems(quick: bool) -> list[Problem]:
     ts = [4096, 16384] if quick else [4096, 16384, 65536, 262144]
     rows = [_problem(f"T{t // 1024}k", 4, t, 16, 128) for t in ts]
     rows += [
+        _problem("T64k B1", 1, 65536, 16, 128),  # 16 heads: too few sequences and heads to fill the GPU alone
         _problem("T16k fp16", 4, 16384, 16, 128, torch.float16),
         _problem("T16k H32 D64", 4, 16384, 32, 64),
         _problem("varlen 64k", 1, 0, 16, 128, lens=[1, 4095, 63, 16384, 8192, 20000, 2048, 14753]),

@@ -5,6 +5,8 @@ import textwrap
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels.checks import engine
 from kernels.checks.spec import Case, CheckFailed, get
@@ -124,3 +126,55 @@ def test_gpu_only_cases_are_reported_not_run():
     if not torch.cuda.is_available():
         assert skipped == ["M=4 N=100000"] and all(not c.gpu_only for _, c in run)
     assert isinstance(Case("x"), Case)
+
+
+_TIMED = ["01_memory_hierarchy.copy_speed", "02_naive_hbm_loops.fused_speed", "03_tiled_sram.tile_choice",
+          "90_grader_fixture.block_choice"]
+
+
+@pytest.mark.parametrize("exercise_id", _TIMED)
+def test_every_baseline_writes_the_outputs_it_is_compared_on(exercise_id):
+    """Timing compares the student's outputs with the baseline's at the timed size: a baseline that leaves its
+    (NaN-poisoned) outputs unwritten would fail every correct kernel there. Checked on a small case."""
+    ex = get(exercise_id)
+    assert ex.performance is not None
+    case = ex.visible[0]
+    cpu = engine.case_inputs(ex, case, 11)
+    inputs, _ = engine.pad_inputs(cpu, "cpu")
+    outs = engine.alloc_outputs(ex, case, cpu, device="cpu")
+    ex.performance.baseline((), inputs, {k: p.out for k, p in outs.items()}, case)
+    ref = engine.reference(ex, case, cpu)
+    for name, p in outs.items():
+        assert not torch.isnan(p.out).any(), f"{exercise_id}: the baseline left {name} unwritten"
+        want = ref[name].double()
+        err = ((p.out.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+        assert err < 5e-2, f"{exercise_id}: the baseline's {name} is off by {err:.2e}"
+
+
+@triton.jit
+def _grid_stride_copy(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    start = tl.program_id(0) * BLOCK_SIZE
+    for base in range(start, n_elements, tl.num_programs(0) * BLOCK_SIZE):
+        offs = base + tl.arange(0, BLOCK_SIZE)
+        m = offs < n_elements
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+def test_timing_accepts_a_baseline_that_returns_a_tensor(monkeypatch):
+    """``out.copy_(x)`` returns a tensor: timing must treat only a dict as named results (it raised on the H200:
+    "Boolean value of Tensor with more than one value is ambiguous"). do_bench is stood in for on the CPU."""
+    import dataclasses
+
+    import triton.testing
+
+    import kernels.bench
+
+    ex = get("01_memory_hierarchy.copy_speed")
+    small = Case("n=3001 BLOCK_SIZE=256 P=3 fp32", dict(n=3001, BLOCK_SIZE=256, P=3))
+    ex = dataclasses.replace(ex, performance=dataclasses.replace(ex.performance, case=small))
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (calls.append(fn()), 1.5)[1])
+    monkeypatch.setattr(kernels.bench, "copy_bandwidth", lambda nbytes=None: 1e12)
+    timing = engine.time_performance(ex, (_grid_stride_copy,), 3)
+    assert timing["mismatch"] == [] and timing["student_ms"] == timing["baseline_ms"] == 1.5 and len(calls) == 2
+    assert engine.perf_verdict(ex, timing) == []

@@ -83,6 +83,37 @@ def test_worker_is_unprivileged_and_cannot_read_the_course(cfg):
         assert facts["network"] != "connected"
 
 
+def test_packages_installed_under_tmp_stay_importable(monkeypatch):
+    """Python packages on sys.path inside the hidden temp folder (a ``pip install --target /tmp/site``, as on a
+    machine without a writable environment) are bound back read-only, or every notebook worker dies importing
+    IPython; the rest of /tmp stays hidden."""
+    import tempfile
+    import uuid
+
+    from grader.grade import _hidden_paths
+
+    site = pathlib.Path(tempfile.mkdtemp(prefix="site-probe-"))
+    name = f"probe_{uuid.uuid4().hex[:8]}"
+    (site / f"{name}.py").write_text("VALUE = 42\n")
+    secret = pathlib.Path(tempfile.mkdtemp(prefix="not-kept-"))
+    for d in (site, secret):  # world-readable, as pip leaves them: only the sandbox may keep a worker out
+        d.chmod(0o755)
+    monkeypatch.syspath_prepend(str(site))
+    hide, keep = _hidden_paths()
+    assert str(site.resolve()) in keep and tempfile.gettempdir() in hide
+    box = SandboxConfig(mode="interpreter", hide=hide, keep=keep, memory_limit=1 << 30, output_cap=4096)
+    src = (f"import os, {name}\nfound = {name}.VALUE\n"
+           f"secret_visible = os.path.exists({str(secret)!r})\n")
+    w = _notebook(box, src, uid=94)
+    w.send({"op": "value", "name": "found"})
+    found = w.recv(30)
+    w.send({"op": "value", "name": "secret_visible"})
+    visible = w.recv(30)
+    w.close()
+    assert found.get("value") == 42, found
+    assert visible.get("value") is False, visible
+
+
 def test_hang_is_killed_with_its_leftover_processes(cfg):
     src = ("import subprocess, sys\n"
            "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], "

@@ -95,8 +95,10 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
     if students:
         klass = [s for s in klass if s.name in students]
+    # On a GPU a worker holds the CUDA context (about 1 GiB resident) and the timed cases' host inputs (512 MiB for
+    # lesson 01's copy): 2 GiB stopped a correct copy kernel on the H200.
     settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
-                                    memory_limit=2 << 30, lesson_paths=[str(demo.FIXTURE)],
+                                    memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(demo.FIXTURE)],
                                     gpu_memory_fraction=0.3 if ON_GPU else None)
     with_nbgrader = not direct and _has_nbgrader()
     failures: list = []

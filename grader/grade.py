@@ -317,6 +317,13 @@ class _Session:
                     raise _Fail("crashed", "the notebook's code keeps crashing its worker") from None
                 self.worker("notebook")
                 return
+            if m.get("event") == "setup_error":
+                err = m.get("error") or {}
+                self.workers.pop("notebook", None)
+                w.kill()
+                raise _Fail("crashed", "the grading machine could not start its notebook runner in the worker "
+                            f"({err.get('type')}: {str(err.get('message'))[:300]}); this is not the notebook's "
+                            "fault: tell the instructor")
             if m.get("event") == "cell":
                 current = m["index"]
             elif m.get("event") == "cell_done":

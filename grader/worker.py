@@ -257,12 +257,16 @@ class _Forbid(torch.overrides.TorchFunctionMode):
 
 
 def _serve_notebook(ch: _Channel, first: dict) -> None:
-    from IPython.core.interactiveshell import InteractiveShell
+    try:  # the grading machine's side: a failure here is reported as such, not as the notebook's crash
+        from IPython.core.interactiveshell import InteractiveShell
 
-    from kernels.checks.spec import get
+        from kernels.checks.spec import get
 
-    shell = InteractiveShell.instance()
-    shell.display_formatter.active_types = ["text/plain"]
+        shell = InteractiveShell.instance()
+        shell.display_formatter.active_types = ["text/plain"]
+    except BaseException as e:
+        ch.send({"event": "setup_error", "error": _error(e)})
+        return
     for cell in first["cells"]:
         ch.send({"event": "cell", "index": cell["index"]})
         result = shell.run_cell(cell["source"], store_history=True, silent=False)

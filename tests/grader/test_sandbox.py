@@ -114,6 +114,42 @@ def test_packages_installed_under_tmp_stay_importable(monkeypatch):
     assert visible.get("value") is False, visible
 
 
+def test_a_broken_notebook_runner_is_reported_by_name(monkeypatch):
+    """If the worker cannot import IPython (a grading machine missing a package), it sends a message naming the
+    error, and the grader reports it as the machine's problem: not a bare exit code that reads like a crash of
+    the student's notebook."""
+    import sys
+    import types
+
+    from grader import worker
+    from grader.grade import _Fail, _Session
+
+    sent = []
+    monkeypatch.setitem(sys.modules, "IPython.core.interactiveshell", None)  # import fails: ModuleNotFoundError
+    worker._serve_notebook(types.SimpleNamespace(send=sent.append), {"cells": [{"index": 0, "source": "x = 1"}]})
+    assert [m["event"] for m in sent] == ["setup_error"] and "IPython" in sent[0]["error"]["message"], sent
+
+    class FakeWorker:
+        def send(self, message):
+            pass
+
+        def recv(self, timeout, what=""):
+            return sent[0]
+
+        def kill(self):
+            pass
+
+    session = _Session.__new__(_Session)
+    session.code, session.names, session.bad_cells = ["x = 1"], [], {}
+    session.s = types.SimpleNamespace(cell_timeout=5.0)
+    session.budget = lambda want: want
+    fake = FakeWorker()
+    session.workers = {"notebook": fake}
+    with pytest.raises(_Fail, match="could not start its notebook runner.*ModuleNotFoundError.*not the notebook"):
+        session._run_cells(fake)
+    assert "notebook" not in session.workers
+
+
 def test_hang_is_killed_with_its_leftover_processes(cfg):
     src = ("import subprocess, sys\n"
            "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], "

@@ -26,8 +26,9 @@ stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 stamp "setup"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 if [ -d .gpu-wheels ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
-    || echo "wheel install failed"
+  # a machine kept warm from an earlier call already has them: pip's "already exists" lines are noise
+  { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
+      2>&1 || echo "wheel install failed"; } | grep -v "already exists. Specify --upgrade" || true
   export PYTHONPATH=/tmp/site:$ROOT
   export PATH=/tmp/site/bin:$PATH
 else

@@ -18,7 +18,8 @@ from .reference import normalize_linear_attention, reference_linear_attention, s
 
 __all__ = ["VERSIONS", "chunk_linear_attn", "chunked_linear_attention", "pick_version", "reference_linear_attention"]
 
-#: Every version, fastest first.
+#: Every version, in order of preference: the first whose ``supports`` accepts a call runs it (the lookback
+#: declines calls whose chains already fill the GPU, where the chunked single pass is faster).
 VERSIONS: dict = {"chunked": chunked_linear_attention}
 
 if (pathlib.Path(__file__).parent / "lookback.py").exists():

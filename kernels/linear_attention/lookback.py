@@ -21,7 +21,7 @@ from ..device import INTERPRET, upcast_for_dot
 from ..validate import check_power_of_two
 from .checks import check_inputs
 
-__all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention"]
+__all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention", "one_pass_fills"]
 
 SLOTS = 2
 # Polls (~1 µs each) before a wait gives up and poisons its outputs with NaN: a wrong answer, never a hang.
@@ -317,10 +317,45 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     return o, ht
 
 
+#: The share of the SMs that the chunked kernel's programs must cover for its single pass to beat the lookback.
+#: H200 (132 SMs), B=4 H=16 D=128 bf16, 128 programs (0.97 of the SMs): chunked 1.42x the HBM floor at 16k and
+#: 1.39x at 64k against the lookback's 2.1x. Below the share the chunked time grows as SMs idle (about 1.4x / share),
+#: and at 0.75 it would meet the lookback's 2.1x: the lookback splits sequences into segments and fills them all.
+ONE_PASS_SHARE = 0.75
+#: ... as long as no sequence is much longer than the mean: the longest one's chain runs on alone at the end.
+ONE_PASS_SPREAD = 1.5
+
+
+def one_pass_fills(programs: int, sms: int, lengths: list[int] | None = None) -> bool:
+    """Whether ``programs`` chains (one per sequence, head and V block) walked in one pass keep ``sms`` SMs busy:
+    enough of them, and (for packed sequences of ``lengths``) none much longer than the mean."""
+    if programs < ONE_PASS_SHARE * sms:
+        return False
+    if lengths:
+        mean = sum(lengths) / len(lengths)
+        return max(lengths) <= ONE_PASS_SPREAD * mean
+    return True
+
+
 def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:
     """Which calls :func:`chunk_linear_attn` may send here (None: this one)."""
-    if not INTERPRET and q.dtype == torch.float32:
+    if INTERPRET or not q.is_cuda:
+        return None
+    if q.dtype == torch.float32:
         return "fp32 on a GPU: the chained wait hung once on an H200 with fp32 tiles; the chunked kernel serves them"
+    from .chunked import _blocks
+
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    lengths = None
+    if cu_seqlens is not None:
+        cu = cu_seqlens.tolist()
+        lengths = [b - a for a, b in zip(cu, cu[1:])]
+    N = B if lengths is None else len(lengths)
+    programs = N * H * triton.cdiv(V, _blocks(K, V)[1])
+    if one_pass_fills(programs, torch.cuda.get_device_properties(q.device).multi_processor_count, lengths):
+        return (f"{programs} chains fill the GPU: the chunked kernel's single pass is faster here (the lookback "
+                "pays for splitting sequences it does not need to split)")
     return None
 
 

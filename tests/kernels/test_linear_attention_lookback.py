@@ -213,6 +213,28 @@ def test_gpu_tma_matches_pointer_loads(shape):
         assert torch.equal(o1, o2) and torch.equal(h1, h2), f"L={L}: TMA and pointer loads differ"
 
 
+def test_one_pass_rule():
+    """The chunked kernel's single pass is chosen when its chains cover enough of the SMs and no packed sequence
+    runs far past the mean; otherwise the lookback splits sequences."""
+    sms = 132
+    assert lb.one_pass_fills(4 * 16 * 2, sms)  # B=4 H=16 D=128: 128 chains, measured faster on the H200
+    assert not lb.one_pass_fills(1 * 16 * 2, sms)  # one sequence: 32 chains leave 100 SMs idle
+    assert lb.one_pass_fills(99, sms) and not lb.one_pass_fills(98, sms)  # the share: 0.75 of 132 is 99
+    assert lb.one_pass_fills(8 * 16 * 2, sms, [4096] * 7 + [6000])
+    assert not lb.one_pass_fills(8 * 16 * 2, sms, [1, 4095, 63, 16384, 8192, 20000, 2048, 14753])
+
+
+@pytest.mark.gpu
+def test_gpu_dispatch_by_occupancy():
+    """On the GPU, chunk_linear_attn's pick follows the rule: chunked for a wide batch, lookback for one sequence."""
+    from kernels.linear_attention import pick_version
+
+    wide = case(4, 4096, 16, 128, 128, torch.bfloat16, seed=15, h0=False)
+    narrow = case(1, 4096, 16, 128, 128, torch.bfloat16, seed=16, h0=False)
+    assert pick_version(*wide[:3]) == "chunked"
+    assert pick_version(*narrow[:3]) == "lookback"
+
+
 @pytest.mark.gpu
 def test_gpu_deterministic_across_launches():
     """Twenty launches, bit-identical: a stale flag or ring slot read anywhere would change some bits."""

@@ -66,11 +66,21 @@ run_stage() {  # stage name, time limit in seconds
   esac
 }
 
+snapshot() {  # what is done so far, replaced whole so a call cut off mid-write still leaves the previous one
+  tar czf "$BATCH_OUT/.gpu-results.tgz.part" results/gpu bench-results artifacts 2>/dev/null
+  mv -f "$BATCH_OUT/.gpu-results.tgz.part" "$BATCH_OUT/gpu-results.tgz"
+}
+# also every 30 s during a stage: a call cut off by the device's time limit keeps what the stage saved
+( while sleep 30; do snapshot; done ) &
+SNAPSHOTS=$!
+trap 'kill $SNAPSHOTS 2>/dev/null' EXIT
+
 for s in "${stages[@]}"; do
   run_stage "${s%%:*}" "$( [[ $s == *:* ]] && echo "${s##*:}" || echo 300 )"
-  tar czf "$BATCH_OUT/gpu-results.tgz" results/gpu bench-results artifacts 2>/dev/null  # what is done so far
+  snapshot
 done
 
 stamp "done"
-tar czf "$BATCH_OUT/gpu-results.tgz" results/gpu bench-results artifacts 2>/dev/null
+kill $SNAPSHOTS 2>/dev/null
+snapshot
 ls -la "$BATCH_OUT"

@@ -197,3 +197,28 @@ def test_kernels_compile_for_sm90():
         ("kernels.memory.sram_reuse", "_sram_reuse_memory_kernel", dict(BLOCK_SIZE=1024), {}),
     ], dtypes=("fp32", "bf16"), scalars={"a": "fp32"})
     assert ".v4." in ptx["0/fp32"], "the copy lost its 16-byte vector accesses"
+
+
+def test_lesson_01_copy_solution_keeps_16_byte_accesses(tmp_path, monkeypatch):
+    """Lesson 01 says a grid-stride copy that leaves its full blocks unmasked compiles to 16-byte loads and stores
+    even when n is not a multiple of 16 (its timed check needs them), and one masked on every step does not:
+    both compiled for sm_90 from the solution's own cell."""
+    import os
+    import pathlib
+
+    import jupytext
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    nb = jupytext.read(root / "solutions" / "01_memory_hierarchy.py", fmt="py:percent")
+    src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "copy_kernel")
+    head = "import triton\nimport triton.language as tl\n\n"
+    full = "        if start + BLOCK_SIZE <= n_elements:"
+    assert full in src, "the solution no longer splits full blocks from the last one"
+    masked = src.replace(full, "        if False:")
+    (tmp_path / "l01_copy_solution.py").write_text(head + src)
+    (tmp_path / "l01_copy_masked.py").write_text(head + masked)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    spec = (dict(BLOCK_SIZE=4096), dict(num_warps=8))
+    ptx = compile_for_sm90([("l01_copy_solution", "copy_kernel", *spec), ("l01_copy_masked", "copy_kernel", *spec)])
+    assert "ld.global.v4" in ptx["0/fp32"] and "st.global.v4" in ptx["0/fp32"], "no 16-byte accesses"
+    assert "ld.global.v4" not in ptx["1/fp32"], "the all-masked copy vectorised after all: the lesson's text is wrong"

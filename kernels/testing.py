@@ -1,7 +1,7 @@
 """Inputs, poisoned outputs and tolerances shared by the tests, the lessons' checks and the benchmarks.
 
 Every check follows one recipe: fresh random inputs (seeded per test, never zeros), outputs allocated full of NaN
-with NaN guard bands on either side (a NaN of their own bit pattern: see :func:`fill_guard`), a float64
+with NaN guard bands on either side (a NaN of their own bit pattern: see :func:`guard_filled`), a float64
 reference, and a relative error ``‖out − ref‖ / ‖ref‖`` compared with a tolerance that depends on the dtype the
 kernel computes in.
 """
@@ -23,7 +23,7 @@ __all__ = [
     "Poisoned",
     "poisoned",
     "poison_value",
-    "fill_guard",
+    "guard_filled",
     "guard_changed",
     "rel_error",
     "assert_close",
@@ -82,19 +82,19 @@ def poison_value(dtype: torch.dtype):
     return torch.iinfo(dtype).min
 
 
-def fill_guard(t: torch.Tensor) -> torch.Tensor:
-    """Fill ``t`` in place with the guard poison of its dtype and return it: the NaN above for the float dtypes
-    that have one (bit for bit), otherwise :func:`poison_value`."""
-    if t.dtype in _GUARD_BITS:
-        view, bits = _GUARD_BITS[t.dtype]
-        t.view(view).fill_(bits)
-    else:
-        t.fill_(poison_value(t.dtype))
-    return t
+def guard_filled(n: int, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """``n`` elements of ``dtype`` holding the guard poison, written once: the NaN above for the float dtypes that
+    have one (bit for bit), otherwise :func:`poison_value`. Made by ``torch.full``, not ``torch.empty``, so tests
+    that stand poisoned buffers in for ``torch.empty`` do not recurse."""
+    device = DEVICE if device is None else device
+    if dtype in _GUARD_BITS:
+        view, bits = _GUARD_BITS[dtype]
+        return torch.full((n,), bits, dtype=view, device=device).view(dtype)
+    return torch.full((n,), poison_value(dtype), dtype=dtype, device=device)
 
 
 def guard_changed(t: torch.Tensor) -> torch.Tensor:
-    """Where ``t`` (filled by :func:`fill_guard`) no longer holds the poison, compared bit for bit."""
+    """Where ``t`` (made by :func:`guard_filled`) no longer holds the poison, compared bit for bit."""
     if t.dtype in _GUARD_BITS:
         view, bits = _GUARD_BITS[t.dtype]
         return t.view(view) != bits
@@ -105,7 +105,7 @@ def guard_changed(t: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Poisoned:
-    """An output tensor that lives inside a larger buffer filled by :func:`fill_guard`.
+    """An output tensor that lives inside a larger buffer made by :func:`guard_filled`.
 
     ``out`` is what a kernel writes; the ``guard`` elements before and after it keep the poison's exact bits
     unless the kernel writes out of bounds (even a NaN), and every element of ``out`` stays NaN unless the kernel
@@ -120,10 +120,13 @@ class Poisoned:
         """How many elements of ``out`` still hold the poison."""
         return int(torch.isnan(self.out).sum()) if self.out.is_floating_point() else 0
 
+    def stray_writes(self) -> tuple[int, int]:
+        """How many guard elements before and after ``out`` no longer hold the poison."""
+        head, tail = self.buffer[: self.guard], self.buffer[self.buffer.numel() - self.guard:]
+        return int(guard_changed(head).sum()), int(guard_changed(tail).sum())
+
     def guards_intact(self) -> bool:
-        flat = self.buffer
-        head, tail = flat[: self.guard], flat[flat.numel() - self.guard:]
-        return not bool(guard_changed(head).any() or guard_changed(tail).any())
+        return self.stray_writes() == (0, 0)
 
     def check(self, name: str = "output") -> None:
         """Raise if the kernel left elements unwritten or wrote into a guard band."""
@@ -137,9 +140,7 @@ class Poisoned:
 def poisoned(*shape: int, dtype=torch.float32, guard: int = 64, device=None) -> Poisoned:
     """A contiguous NaN-filled output of ``shape`` with ``guard`` poisoned elements on each side."""
     n = math.prod(shape)
-    # torch.full, not torch.empty: tests that stand poisoned buffers in for torch.empty must not recurse
-    buf = torch.full((n + 2 * guard,), float("nan"), dtype=dtype, device=DEVICE if device is None else device)
-    fill_guard(buf)
+    buf = guard_filled(n + 2 * guard, dtype, device)
     return Poisoned(buf, buf[guard: guard + n].view(shape), guard)
 
 

@@ -97,6 +97,18 @@ def test_poisoned_sees_a_nan_stored_into_a_guard_band(dtype):
         p.check("y")
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_poisoned_integer_outputs(dtype):
+    """Integer and bool outputs (the engine allocates every exercise's outputs here) get their own poison, and a
+    stray write on either side is counted."""
+    p = poisoned(6, guard=3, dtype=dtype)
+    assert p.stray_writes() == (0, 0) and p.guards_intact()
+    p.buffer[1] = 0
+    p.buffer[-1] = 0
+    p.buffer[-2] = 0
+    assert p.stray_writes() == (1, 2) and not p.guards_intact()
+
+
 def test_rel_error():
     ref = torch.tensor([3.0, 4.0])
     assert rel_error(ref, ref) == 0

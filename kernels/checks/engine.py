@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, generator, guard_changed, poison_value, poisoned
+from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned
 from . import provenance
 from .spec import Case, CheckFailed, Exercise, get
 
@@ -149,7 +149,7 @@ def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]
 
 def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> dict[str, Poisoned]:
     """The outputs a kernel writes, full of NaN, with guard bands of a NaN whose bits differ from the inputs'
-    padding (:func:`kernels.testing.fill_guard`), so an unmasked store of a padding NaN still shows."""
+    padding (:func:`kernels.testing.guard_filled`), so an unmasked store of a padding NaN still shows."""
     if ex.outputs is None:
         return {}
     device = DEVICE if device is None else device
@@ -234,9 +234,7 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
     for name, want in ref.items():
         if name in outs:
             p = outs[name]
-            head = p.buffer[: p.guard]
-            tail = p.buffer[p.buffer.numel() - p.guard:]
-            before, after = int(guard_changed(head).sum()), int(guard_changed(tail).sum())
+            before, after = p.stray_writes()
             if before or after:
                 problems.append(f"{name}: the kernel wrote out of bounds ({before} elements before the start of "
                                 f"{name}, {after} after its end); check your masks")

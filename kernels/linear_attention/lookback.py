@@ -237,6 +237,12 @@ def _check_config(cfg: Config) -> None:
         raise ValueError(f"prefetch={cfg.prefetch} must be >= 0 (chunks ahead)")
 
 
+def _lengths(cu_seqlens: torch.Tensor) -> list[int]:
+    """The packed sequences' lengths, from their N + 1 offsets."""
+    cu = cu_seqlens.tolist()
+    return [b - a for a, b in zip(cu, cu[1:])]
+
+
 def _tma_ready(*tensors: torch.Tensor) -> bool:
     """Whether tensor descriptors can address these [B, T, H, D] tensors: 16-byte aligned bases and strides."""
     for t in tensors:
@@ -278,8 +284,7 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     ht = torch.empty(N, H, K, V, dtype=torch.float32, device=q.device) if output_final_state else None
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     if cu_seqlens is not None:
-        cu = cu_seqlens.tolist()
-        lengths = [b - a for a, b in zip(cu, cu[1:])]
+        lengths = _lengths(cu_seqlens)
         # Segment-major order: every sequence's segment j comes before any sequence's segment j + 1.
         table = sorted(((j, s) for s, n_tok in enumerate(lengths) for j in range(triton.cdiv(n_tok, cfg.L))))
         seg = torch.tensor([[s, j] for j, s in table], dtype=torch.int32).reshape(-1).to(q.device)
@@ -347,10 +352,7 @@ def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:
 
     B, T, H, K = q.shape
     V = v.shape[-1]
-    lengths = None
-    if cu_seqlens is not None:
-        cu = cu_seqlens.tolist()
-        lengths = [b - a for a, b in zip(cu, cu[1:])]
+    lengths = None if cu_seqlens is None else _lengths(cu_seqlens)
     N = B if lengths is None else len(lengths)
     programs = N * H * triton.cdiv(V, _blocks(K, V)[1])
     if one_pass_fills(programs, torch.cuda.get_device_properties(q.device).multi_processor_count, lengths):

@@ -83,10 +83,11 @@ def test_worker_is_unprivileged_and_cannot_read_the_course(cfg):
         assert facts["network"] != "connected"
 
 
-def test_packages_installed_under_tmp_stay_importable(monkeypatch):
+def test_packages_installed_under_tmp_stay_importable(monkeypatch, request):
     """Python packages on sys.path inside the hidden temp folder (a ``pip install --target /tmp/site``, as on a
-    machine without a writable environment) are bound back read-only, or every notebook worker dies importing
-    IPython; the rest of /tmp stays hidden."""
+    machine without a writable environment) are bound back read-only, so workers can import them; the rest of
+    /tmp stays hidden."""
+    import shutil
     import tempfile
     import uuid
 
@@ -98,6 +99,7 @@ def test_packages_installed_under_tmp_stay_importable(monkeypatch):
     secret = pathlib.Path(tempfile.mkdtemp(prefix="not-kept-"))
     for d in (site, secret):  # world-readable, as pip leaves them: only the sandbox may keep a worker out
         d.chmod(0o755)
+        request.addfinalizer(lambda d=d: shutil.rmtree(d, ignore_errors=True))
     monkeypatch.syspath_prepend(str(site))
     hide, keep = _hidden_paths()
     assert str(site.resolve()) in keep and tempfile.gettempdir() in hide

@@ -67,8 +67,9 @@ run_stage() {  # stage name, time limit in seconds
 }
 
 snapshot() {  # what is done so far, replaced whole so a call cut off mid-write still leaves the previous one
-  tar czf "$BATCH_OUT/.gpu-results.tgz.part" results/gpu bench-results artifacts 2>/dev/null
-  mv -f "$BATCH_OUT/.gpu-results.tgz.part" "$BATCH_OUT/gpu-results.tgz"
+  local part="$BATCH_OUT/.gpu-results.$BASHPID.part"  # one per writer: the loop below and the main shell
+  tar czf "$part" results/gpu bench-results artifacts 2>/dev/null
+  mv -f "$part" "$BATCH_OUT/gpu-results.tgz"
 }
 # also every 30 s during a stage: a call cut off by the device's time limit keeps what the stage saved
 ( while sleep 30; do snapshot; done ) &

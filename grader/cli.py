@@ -178,4 +178,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead: N students who all submit every lesson's solution (to time a class)")
     d.set_defaults(fn=_demo)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    from .grade import SetupError
+
+    try:
+        return args.fn(args)
+    except SetupError as e:
+        print(f"grader: {e}", file=sys.stderr)
+        return 2

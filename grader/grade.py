@@ -29,9 +29,13 @@ from kernels.device import ON_GPU
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
 from .sandbox import SandboxConfig, Worker, WorkerDied, lockdown
 
-__all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader"]
+__all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader", "SetupError"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class SetupError(RuntimeError):
+    """The grading machine cannot grade at all (no submission's fault): said once, before anything is graded."""
 
 
 @dataclass
@@ -207,7 +211,15 @@ class Grader:
             seed = self.sandbox.root / "triton-seed"
             shutil.copytree(w.dir / ".triton", seed, dirs_exist_ok=True)
             self.sandbox.triton_seed = str(seed)
+        w.send({"op": "probe"})
+        err = w.recv(120, what="starting its notebook runner").get("error")
         w.close()
+        if err:
+            raise SetupError(
+                f"a sandboxed worker (uid {w.uid}, no root rights, {how}) cannot start the notebook runner: "
+                f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
+                "readable by all users (after `pip install --target DIR`, say, run `chmod -R a+rX DIR`); "
+                "nothing was graded")
         if how == "permissions":
             private = [str(_ROOT / d) for d in ("solutions", "grader", "tests", ".git", "course", "results")]
             changed = lockdown(private)

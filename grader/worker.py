@@ -256,14 +256,19 @@ class _Forbid(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def _notebook_shell():
+    """The IPython shell the notebook's cells run in (imported only here, as the sandbox's uid)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.display_formatter.active_types = ["text/plain"]
+    return shell
+
+
 def _serve_notebook(ch: _Channel, first: dict) -> None:
     try:  # the grading machine's side: a failure here is reported as such, not as the notebook's crash
-        from IPython.core.interactiveshell import InteractiveShell
-
+        shell = _notebook_shell()
         from kernels.checks.spec import get
-
-        shell = InteractiveShell.instance()
-        shell.display_formatter.active_types = ["text/plain"]
     except BaseException as e:
         ch.send({"event": "setup_error", "error": _error(e)})
         return
@@ -348,6 +353,15 @@ def main(cfg: dict, conn, out) -> None:
             _serve_kernel(ch, req)
         elif kind == "compile":
             _serve_compile(ch, req)
+        elif kind == "probe":  # can this uid, in this sandbox, start everything a grading run needs?
+            try:
+                import kernels.checks.engine  # noqa: F401
+
+                _notebook_shell()
+                ch.send({"event": "probe"})
+            except BaseException as e:
+                ch.send({"event": "probe", "error": _error(e)})
+            return
         elif kind == "notebook":
             _serve_notebook(ch, req)
             return

@@ -18,6 +18,7 @@ exec > >(tee -a "$LOG") 2>&1
 BATCH_OUT=$OUT
 unset OUT
 export PYTHONUNBUFFERED=1
+umask 022  # the grader's sandboxed workers run as other uids: what is installed here must be readable by them
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(tests bench bench-la tune export notebooks grade)
 t0=$(date +%s)
@@ -29,6 +30,8 @@ if [ -d .gpu-wheels ]; then
   # a machine kept warm from an earlier call already has them: pip's "already exists" lines are noise
   { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
       2>&1 || echo "wheel install failed"; } | grep -v "already exists. Specify --upgrade" || true
+  chmod -R a+rX /tmp/site  # a machine whose image umask was 077 may have installed them root-only earlier
+  echo "umask $(umask); $(ls -ld /tmp/site)"
   export PYTHONPATH=/tmp/site:$ROOT
   export PATH=/tmp/site/bin:$PATH
 else

@@ -9,6 +9,7 @@ OUT=${OUT:-$ROOT/artifacts/gpu}
 mkdir -p "$OUT" results/gpu
 exec > >(tee -a "$OUT/grader-gpu.log") 2>&1
 export PYTHONUNBUFFERED=1
+umask 022  # the grader's sandboxed workers run as other uids: what is installed here must be readable by them
 if [ -d .gpu-wheels ] && ! python3 -c "import nbgrader" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
     || echo "wheel install failed"

@@ -152,6 +152,30 @@ def test_a_broken_notebook_runner_is_reported_by_name(monkeypatch):
     assert "notebook" not in session.workers
 
 
+def test_a_machine_that_cannot_run_notebooks_stops_before_grading(monkeypatch):
+    """The grader's first worker imports the notebook runner as the sandbox uid; if that fails (packages only
+    root can read, say), the run stops at once with the reason and the fix, instead of scoring every function
+    problem 0. The real probe passes on this machine."""
+    import shutil
+
+    from grader import grade
+
+    g = grade.Grader(grade.Settings())
+    shutil.rmtree(g.sandbox.root, ignore_errors=True)
+
+    class Unreadable(grade.Worker):
+        def recv(self, timeout, *, what=""):
+            m = super().recv(timeout, what=what)
+            if m.get("event") == "probe":
+                return {"event": "probe", "error": {"type": "PermissionError",
+                                                    "message": "[Errno 13] Permission denied: '/tmp/site/IPython'"}}
+            return m
+
+    monkeypatch.setattr(grade, "Worker", Unreadable)
+    with pytest.raises(grade.SetupError, match=r"uid \d+.*PermissionError.*/tmp/site/IPython.*chmod -R a\+rX"):
+        grade.Grader(grade.Settings())
+
+
 def test_hang_is_killed_with_its_leftover_processes(cfg):
     src = ("import subprocess, sys\n"
            "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], "

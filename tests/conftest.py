@@ -18,16 +18,35 @@ def pytest_report_header(config):
 
 
 _outcomes: dict[str, str] = {}
+_config = None
+_last_write = 0.0
+
+
+def pytest_configure(config):
+    global _config
+    _config = config
 
 
 def pytest_runtest_logreport(report):
+    global _last_write
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _outcomes[report.nodeid] = report.outcome
+        import time
+
+        if time.monotonic() - _last_write > 5:  # a run cut off by a time limit still leaves what it saw
+            _last_write = time.monotonic()
+            _record(None)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """On a GPU, record what ran where: results/gpu/tests.json (date, GPU, driver, versions, outcomes)."""
-    if not torch.cuda.is_available() or not _outcomes or hasattr(session.config, "workerinput"):
+    _record(int(exitstatus))
+
+
+def _record(exitstatus):
+    """On a GPU, record what ran where: results/gpu/tests.json (date, GPU, driver, versions, outcomes); while the
+    run goes on, ``finished`` is false."""
+    if (not torch.cuda.is_available() or not _outcomes or _config is None
+            or hasattr(_config, "workerinput")):
         return  # (xdist workers: the controller sees every report and writes the file)
     import datetime
     import json
@@ -36,26 +55,34 @@ def pytest_sessionfinish(session, exitstatus):
 
     import triton
 
+    global _driver
     root = pathlib.Path(__file__).resolve().parent.parent
     out = root / "results" / "gpu"
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        driver = "unknown"
+    if _driver is None:
+        try:
+            _driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            _driver = "unknown"
     counts: dict[str, int] = {}
     for v in _outcomes.values():
         counts[v] = counts.get(v, 0) + 1
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(0),
-        "driver": driver,
+        "driver": _driver,
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "args": session.config.invocation_params.args,
+        "args": _config.invocation_params.args,
+        "finished": exitstatus is not None,
         "counts": counts,
-        "exitstatus": int(exitstatus),
+        "exitstatus": exitstatus,
         "outcomes": _outcomes,
     }
-    (out / "tests.json").write_text(json.dumps(record, indent=1) + "\n")
+    tmp = out / "tests.json.part"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(out / "tests.json")
+
+
+_driver = None

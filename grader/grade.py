@@ -217,8 +217,8 @@ class Grader:
         if err:
             raise SetupError(
                 f"a sandboxed worker (uid {w.uid}, no root rights, {how}) cannot start the notebook runner: "
-                f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
-                "readable by all users (after `pip install --target DIR`, say, run `chmod -R a+rX DIR`); "
+                f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be on "
+                "its Python path and readable by all users (after `pip install --target DIR`, say, run `chmod -R a+rX DIR`); "
                 "nothing was graded")
         if how == "permissions":
             private = [str(_ROOT / d) for d in ("solutions", "grader", "tests", ".git", "course", "results")]

@@ -261,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("topic", help="memory, recurrent, matmul or linear_attention")
     ap.add_argument("--quick", action="store_true", help="fewer, smaller sizes")
     ap.add_argument("--only", nargs="*", help="version names to run")
+    ap.add_argument("--rows", help="problem labels to run, comma-separated (default: every row)")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="folder for JSON and PNG (bench-results/)")
     args = ap.parse_args(argv)
-    run(args.topic, quick=args.quick, out=args.out, only=args.only)
+    run(args.topic, quick=args.quick, out=args.out, only=args.only, labels=args.rows.split(",") if args.rows else None)
     return 0
 
 

@@ -52,7 +52,7 @@ run_stage() {  # stage name, time limit in seconds
              timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
            done ;;
     bench-la) timeout "$limit" python3 -m kernels.bench linear_attention --out results/gpu || echo "bench-la failed ($?)" ;;
-    bench-la-kernels) timeout "$limit" python3 -m kernels.bench linear_attention --only chunked lookback "fla chunk" \
+    bench-la-kernels) timeout "$limit" python3 -m kernels.bench linear_attention --only chunked lookback chunk_linear_attn "fla chunk" ${LA_ROWS:+--rows "$LA_ROWS"} \
                         --out results/gpu/linear_attention-kernels || echo "bench-la-kernels failed ($?)" ;;
     bench-*) timeout "$limit" python3 -m kernels.bench "${name#bench-}" --out results/gpu || echo "$name failed ($?)" ;;
     tune) timeout "$limit" python3 scripts/tune_linear_attention.py --budget $(( limit - 10 )) || echo "tune failed ($?)" ;;

@@ -14,9 +14,10 @@ if [ -d .gpu-wheels ] && ! python3 -c "import nbgrader" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
     || echo "wheel install failed"
   export PYTHONPATH=/tmp/site:$ROOT PATH=/tmp/site/bin:$PATH
-else
-  export PYTHONPATH=$ROOT
+else  # already importable (gpu_batch.sh put /tmp/site on PYTHONPATH): keep that path, add the checkout
+  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$ROOT
 fi
+python3 -c "import nbgrader, IPython" || echo "nbgrader or IPython is missing: the demo grades without nbgrader"
 t0=$(date +%s)
 echo "=== grader GPU tests"
 timeout "${TESTS_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/grader 2>&1 | tail -30

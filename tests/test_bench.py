@@ -33,3 +33,19 @@ def test_bench_writes_each_finished_problem(tmp_path):
     assert saved["complete"] is True and len(saved["rows"]) == len(problems(False)) == len(result["rows"])
     assert all(r["versions"]["chunked"]["status"] == "ok" for r in saved["rows"]), saved["rows"]
     assert (tmp_path / "linear_attention-interpreter.png").stat().st_size > 0
+
+
+def test_cli_picks_rows_and_times_the_public_entry(tmp_path):
+    """``--rows`` (comma-separated labels, spaces allowed) runs only those problems; ``chunk_linear_attn`` (the
+    entry point that picks a version per call) is a version of its own, checked against the oracle like the rest."""
+    import json
+
+    from kernels import bench
+
+    assert bench.main(["linear_attention", "--rows", "state,varlen", "--only", "chunk_linear_attn",
+                       "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "linear_attention-interpreter.json").read_text())
+    assert [r["problem"] for r in saved["rows"]] == ["varlen", "state"]
+    for r in saved["rows"]:
+        entry = r["versions"]["chunk_linear_attn"]
+        assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry

@@ -1,10 +1,11 @@
 """The linear-attention ladder: ``python -m kernels.bench linear_attention [--quick]``.
 
 Rows: B=4, H=16, D=128, bf16, causal, unnormalised, T = 4k … 256k; then one sequence (B=1), fp16, H=32/D=64,
-varlen and initial/final state. Versions: eager torch chunked, ``torch.compile`` of it, the fused recurrence, fla-core's
-``chunk_linear_attn`` and ``fused_chunk_linear_attn`` (normalize=False) where fla is installed, and every
-registered version. Each is checked against a float64 oracle run on the device (chunk by chunk) before it is
-timed; rows with a state compare the output and the final state, concatenated.
+varlen and initial/final state. Versions: eager torch chunked, ``torch.compile`` of it, the fused recurrence,
+fla-core's ``chunk_linear_attn`` and ``fused_chunk_linear_attn`` (normalize=False) where fla is installed, every
+registered version, and our ``chunk_linear_attn`` itself (whichever version it picks for the row). Each is
+checked against a float64 oracle run on the device (chunk by chunk) before it is timed; rows with a state compare
+the output and the final state, concatenated.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
-from . import VERSIONS
+from . import VERSIONS, chunk_linear_attn
 from .chunked_torch import chunked_forward, torch_chunked_linear_attention
 from .reference import reference_linear_attention
 
@@ -136,7 +137,14 @@ def versions() -> list[Version]:
         out.append(Version("fla chunk", _fla("chunk_linear_attn"), output=_flat))
         out.append(Version("fla fused_chunk", _fla("fused_chunk_linear_attn"), output=_flat))
     out += [Version(name, fn, output=_flat) for name, fn in reversed(VERSIONS.items())]
+    out.append(Version("chunk_linear_attn", _public, output=_flat))
     return out
+
+
+def _public(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None):
+    """The course's entry point as a user calls it: it picks the version for the call (``pick_version``)."""
+    return chunk_linear_attn(q, k, v, scale=scale, initial_state=initial_state,
+                             output_final_state=output_final_state, normalize=False, cu_seqlens=cu_seqlens)
 
 
 def report(result: dict) -> str:

@@ -112,6 +112,32 @@ def _rotating(version: Version, problem: Problem, first: dict) -> Callable[[], o
     return lambda: version.fn(**next(cyc))
 
 
+def _tensor_bytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (tuple, list)):
+        return sum(_tensor_bytes(y) for y in x)
+    if isinstance(x, dict):
+        return sum(_tensor_bytes(y) for y in x.values())
+    return 0
+
+
+def _memory(version: Version, inputs: dict) -> dict:
+    """Device memory of one call after a first one (autotuning and caches settled): the peak above what was
+    allocated before it (``extra_peak_bytes``), and that peak less the tensors it returns (``scratch_bytes``:
+    the intermediates it kept in HBM), beside the inputs' size (``input_bytes``)."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = version.fn(**inputs)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    returned = _tensor_bytes(out)
+    del out
+    return {"extra_peak_bytes": peak, "scratch_bytes": max(0, peak - returned), "input_bytes": _tensor_bytes(inputs)}
+
+
 def _env() -> dict:
     import triton
 
@@ -174,16 +200,11 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                         row["versions"][v.name] = {"status": "WRONG", **entry}
                         continue
                 del got
-                timed = _rotating(v, p, inputs)
                 if ON_GPU:
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
-                    base = torch.cuda.memory_allocated()
-                ms = time_ms(timed)
+                    entry.update(_memory(v, inputs))
+                ms = time_ms(_rotating(v, p, inputs))
                 entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
                              gbps=p.bytes / (ms * 1e-3) / 1e9)
-                if ON_GPU:
-                    entry["extra_peak_bytes"] = torch.cuda.max_memory_allocated() - base
             except torch.cuda.OutOfMemoryError:
                 entry = {"status": "skipped", "reason": "out of memory"}
             except Exception as e:  # one failing version must not cost the rest of the run

@@ -148,7 +148,8 @@ def _public(q, k, v, scale, initial_state=None, output_final_state=False, cu_seq
 
 
 def report(result: dict) -> str:
-    """A second table: each version's relative error against float64 and its extra peak memory (GPU)."""
+    """A second table: each version's relative error against float64 and, on a GPU, the memory it holds beyond
+    its inputs and outputs during a call (MiB, and as a fraction of the inputs' size)."""
     rows = result["rows"]
     names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
     head = ["problem", "QKVO MiB"] + names
@@ -159,10 +160,13 @@ def report(result: dict) -> str:
         for n in names:
             e = r["versions"].get(n, {})
             err = f"{e['rel_error']:.1e}" if "rel_error" in e else e.get("status", "-")
-            mem = f" +{e['extra_peak_bytes'] / 2**20:.0f}M" if "extra_peak_bytes" in e else ""
+            mem = ""
+            if "scratch_bytes" in e:
+                mem = f" +{e['scratch_bytes'] / 2**20:.0f}M ({e['scratch_bytes'] / e['input_bytes']:.3f})"
             cells.append(err + mem)
         lines.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    title = "relative error vs float64 (+ extra peak memory while timing, MiB, with do_bench's 256 MiB L2 flush)"
+    title = ("relative error vs float64 (+ intermediates in device memory during one call: MiB, and the fraction "
+             "of the inputs' size)")
     return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines])

@@ -43,7 +43,7 @@ run_stage() {  # stage name, time limit in seconds
   local name=$1 limit=$2
   stamp "$name (limit ${limit}s)"
   case $name in
-    tests) timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${TEST_WORKERS:-2}" --timeout=60 --timeout-method=thread --durations=25 --ignore=tests/grader tests \
+    tests) timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${TEST_WORKERS:-2}" --timeout=150 --timeout-method=thread --durations=25 --ignore=tests/grader ${TESTS_SELECT:-tests} \
              > results/gpu/pytest-gpu.log 2>&1; echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|SKIPPED" \
              results/gpu/pytest-gpu.log | grep -v PASSED | tail -30; tail -35 results/gpu/pytest-gpu.log ;;
     alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \

@@ -17,6 +17,38 @@ def pytest_report_header(config):
     return f"kernels: {kernels.describe()}"
 
 
+@pytest.fixture(autouse=True)
+def _gpu_turn(request):
+    """GPU tests of all xdist workers share the GPU; a ``timed`` test has it alone (its speed and the rates its
+    floor is computed from would otherwise be measured against the other workers' kernels). Waiting timed tests
+    go first: a gate lock stops new shared holders while one waits."""
+    if not torch.cuda.is_available() or "gpu" not in request.keywords:
+        yield
+        return
+    import fcntl
+    import os
+    import tempfile
+
+    def lock(name):
+        return os.open(os.path.join(tempfile.gettempdir(), f"kernels-tests-gpu-{name}.lock"), os.O_RDWR | os.O_CREAT,
+                       0o666)
+
+    gate, turn = lock("gate"), lock("turn")
+    try:
+        if "timed" in request.keywords:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(turn, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(turn)
+        os.close(gate)
+
+
 _outcomes: dict[str, str] = {}
 _config = None
 _last_write = 0.0

@@ -32,6 +32,7 @@ def gpu_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.con
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@pytest.mark.timed
 def test_working_set_shows_the_l2_cliff():
     small, big = 8 * 2**20, 2 * 2**30
     m = viz.measure.working_set([small, big])
@@ -46,6 +47,7 @@ def test_working_set_shows_the_l2_cliff():
     assert "measured on this GPU" in view.caption and "fits in L2" in view.caption
 
 
+@pytest.mark.timed
 def test_strides_cost_bandwidth():
     m = viz.measure.strided([1, 8, 32])
     bw1, bw8, bw32 = m["bandwidth"]
@@ -55,6 +57,7 @@ def test_strides_cost_bandwidth():
     assert "measured" in view.caption and "12%" in view.caption
 
 
+@pytest.mark.timed
 def test_record_the_reference_numbers(tmp_path):
     """What scripts/gpu_viz.py records as the H200 reference (it writes results/gpu/viz_reference.json, run alone
     on the GPU; here other tests may share it, so the numbers only have to show the cliff)."""

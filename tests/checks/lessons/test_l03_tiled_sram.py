@@ -79,6 +79,7 @@ def test_gpu_hidden_cases_bf16_and_large():
 
 
 @pytest.mark.gpu
+@pytest.mark.timed
 def test_gpu_tile_choice_is_fast_enough():
     out = grade("03_tiled_sram.tile_choice", tiles_value(), kernel(KERNEL, "tiled_matmul_kernel"))
     assert out.passed and out.perf, out.message
@@ -86,6 +87,7 @@ def test_gpu_tile_choice_is_fast_enough():
 
 
 @pytest.mark.gpu
+@pytest.mark.timed
 def test_gpu_tiny_tiles_are_too_slow():
     slow = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1)
     fails(grade("03_tiled_sram.tile_choice", slow, kernel(KERNEL, "tiled_matmul_kernel")), "too slow")

@@ -322,24 +322,23 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     return o, ht
 
 
-#: The share of the SMs that the chunked kernel's programs must cover for its single pass to beat the lookback.
-#: H200 (132 SMs), B=4 H=16 D=128 bf16, 128 programs (0.97 of the SMs): chunked 1.42x the HBM floor at 16k and
-#: 1.39x at 64k against the lookback's 2.1x. Below the share the chunked time grows as SMs idle (about 1.4x / share),
-#: and at 0.75 it would meet the lookback's 2.1x: the lookback splits sequences into segments and fills them all.
-ONE_PASS_SHARE = 0.75
-#: ... as long as no sequence is much longer than the mean: the longest one's chain runs on alone at the end.
-ONE_PASS_SPREAD = 1.5
+#: How much longer the lookback takes than the chunked kernel's single pass when both keep every SM busy (H200,
+#: B=4 H=16 D=128 bf16: 0.530 / 0.361 ms at 16k, 2.209 / 1.455 at 64k, 8.508 / 5.869 at 256k: 1.45-1.52; 1.16 at
+#: 4k). It reads K and V twice and passes states along its chain; what it buys is splitting long sequences.
+LOOKBACK_COST = 1.4
 
 
 def one_pass_fills(programs: int, sms: int, lengths: list[int] | None = None) -> bool:
-    """Whether ``programs`` chains (one per sequence, head and V block) walked in one pass keep ``sms`` SMs busy:
-    enough of them, and (for packed sequences of ``lengths``) none much longer than the mean."""
-    if programs < ONE_PASS_SHARE * sms:
-        return False
-    if lengths:
-        mean = sum(lengths) / len(lengths)
-        return max(lengths) <= ONE_PASS_SPREAD * mean
-    return True
+    """Whether the chunked kernel's single pass beats the lookback: ``programs`` chains (one per sequence, head and
+    V block; packed sequences of ``lengths``, or all of one length) each walk their sequence on one SM, so the
+    pass takes as long as the longest chain or as the work spread over ``sms`` SMs, whichever is more; the
+    lookback spreads the work evenly but costs :data:`LOOKBACK_COST` times as much per token. Measured on the H200:
+    chunked for B=4 H=16 or H=32 (128 chains, 0.36 vs 0.53 ms at 16k) and for eight packed sequences of 1 to 20,000
+    tokens (0.56 vs 0.99 ms), the lookback for one sequence of 64k with 16 heads (32 chains: 0.54 vs 1.4 ms)."""
+    lengths = [1] if not lengths else lengths  # one length: only the number of chains matters
+    per_sequence = programs / len(lengths)
+    work = per_sequence * sum(lengths)  # chain-tokens
+    return max(lengths) <= LOOKBACK_COST * work / sms
 
 
 def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:
@@ -356,8 +355,8 @@ def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:
     N = B if lengths is None else len(lengths)
     programs = N * H * triton.cdiv(V, _blocks(K, V)[1])
     if one_pass_fills(programs, torch.cuda.get_device_properties(q.device).multi_processor_count, lengths):
-        return (f"{programs} chains fill the GPU: the chunked kernel's single pass is faster here (the lookback "
-                "pays for splitting sequences it does not need to split)")
+        return (f"{programs} chains keep the GPU busy to the end: the chunked kernel's single pass is faster here "
+                "(the lookback pays for splitting sequences it does not need to split)")
     return None
 
 

@@ -214,14 +214,17 @@ def test_gpu_tma_matches_pointer_loads(shape):
 
 
 def test_one_pass_rule():
-    """The chunked kernel's single pass is chosen when its chains cover enough of the SMs and no packed sequence
-    runs far past the mean; otherwise the lookback splits sequences."""
+    """The chunked kernel's single pass is chosen when its longest chain ends no later than the lookback would
+    finish the whole call (the rows the H200 timed both ways), otherwise the lookback splits sequences."""
     sms = 132
-    assert lb.one_pass_fills(4 * 16 * 2, sms)  # B=4 H=16 D=128: 128 chains, measured faster on the H200
-    assert not lb.one_pass_fills(1 * 16 * 2, sms)  # one sequence: 32 chains leave 100 SMs idle
-    assert lb.one_pass_fills(99, sms) and not lb.one_pass_fills(98, sms)  # the share: 0.75 of 132 is 99
-    assert lb.one_pass_fills(8 * 16 * 2, sms, [4096] * 7 + [6000])
-    assert not lb.one_pass_fills(8 * 16 * 2, sms, [1, 4095, 63, 16384, 8192, 20000, 2048, 14753])
+    assert lb.one_pass_fills(4 * 16 * 2, sms)  # B=4 H=16 D=128: 128 chains, chunked 0.36 ms, lookback 0.53
+    assert lb.one_pass_fills(4 * 32 * 1, sms)  # B=4 H=32 D=64: chunked 0.30, lookback 0.39
+    assert not lb.one_pass_fills(1 * 16 * 2, sms)  # one sequence of 64k: chunked 1.4 ms, lookback 0.54
+    assert lb.one_pass_fills(95, sms) and not lb.one_pass_fills(94, sms)  # equal lengths: 132 / 1.4 = 94.3 chains
+    uneven = [1, 4095, 63, 16384, 8192, 20000, 2048, 14753]  # 256 chains: chunked 0.56 ms, lookback 0.99
+    assert lb.one_pass_fills(8 * 16 * 2, sms, uneven)
+    assert not lb.one_pass_fills(8 * 16 * 2, sms, [60000] + [700] * 7)  # one long sequence runs on alone
+    assert lb.one_pass_fills(8 * 16 * 2, sms, [0] * 8)  # nothing to do: no reason to split
 
 
 @pytest.mark.gpu

@@ -218,8 +218,8 @@ class Grader:
             raise SetupError(
                 f"a sandboxed worker (uid {w.uid}, no root rights, {how}) cannot start the notebook runner: "
                 f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be on "
-                "its Python path and readable by all users (after `pip install --target DIR`, say, run `chmod -R a+rX DIR`); "
-                "nothing was graded")
+                "its Python path and readable by all users (after `pip install --target DIR`, say, run "
+                "`chmod -R a+rX DIR`); nothing was graded")
         if how == "permissions":
             private = [str(_ROOT / d) for d in ("solutions", "grader", "tests", ".git", "course", "results")]
             changed = lockdown(private)

@@ -198,7 +198,12 @@ class Grader:
         self.sandbox.paths = [str(self.lessons_dir)]
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
         self.gpu = GpuLock()
-        self.isolation = self._probe()
+        try:
+            self.isolation = self._probe()
+        except SetupError:
+            if root is None:  # the folder made for this run holds nothing yet
+                shutil.rmtree(self.sandbox.root, ignore_errors=True)
+            raise
 
     def _probe(self) -> str:
         """Start one worker to learn how it is isolated; without mount namespaces, make the private folders

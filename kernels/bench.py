@@ -101,17 +101,6 @@ def matmul_rate(dtype=torch.bfloat16) -> float:
     return 2 * n**3 / (ms * 1e-3)
 
 
-def _rotating(version: Version, problem: Problem, first: dict) -> Callable[[], object]:
-    """A closure cycling through input sets whose total size exceeds twice the L2 (GPU only)."""
-    size = sum(t.numel() * t.element_size() for t in first.values() if isinstance(t, torch.Tensor))
-    sets = [first]
-    if ON_GPU and size < 2 * _L2_BYTES:
-        n = min(8, math.ceil(2 * _L2_BYTES / max(size, 1)))
-        sets += [problem.make_inputs(1000 + i) for i in range(n - 1)]
-    cyc = itertools.cycle(sets)
-    return lambda: version.fn(**next(cyc))
-
-
 def _tensor_bytes(x) -> int:
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
@@ -120,6 +109,17 @@ def _tensor_bytes(x) -> int:
     if isinstance(x, dict):
         return sum(_tensor_bytes(y) for y in x.values())
     return 0
+
+
+def _rotating(version: Version, problem: Problem, first: dict) -> Callable[[], object]:
+    """A closure cycling through input sets whose total size exceeds twice the L2 (GPU only)."""
+    size = _tensor_bytes(first)
+    sets = [first]
+    if ON_GPU and size < 2 * _L2_BYTES:
+        n = min(8, math.ceil(2 * _L2_BYTES / max(size, 1)))
+        sets += [problem.make_inputs(1000 + i) for i in range(n - 1)]
+    cyc = itertools.cycle(sets)
+    return lambda: version.fn(**next(cyc))
 
 
 def _memory(version: Version, inputs: dict) -> dict:

@@ -51,6 +51,7 @@ def _gpu_turn(request):
 
 _outcomes: dict[str, str] = {}
 _config = None
+_driver = None  # nvidia-smi's answer, asked once per run
 _last_write = 0.0
 
 
@@ -118,5 +119,3 @@ def _record(exitstatus):
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(out / name)
 
-
-_driver = None

@@ -327,12 +327,7 @@ class _Session:
                 self.workers.pop("notebook", None)
                 if current is None:
                     raise _Fail("crashed", f"the notebook's code could not start: {e}") from None
-                self.bad_cells[current] = str(e)
-                self.notes.append(f"code cell {current + 1}: {e}; graded without it")
-                self.restarts += 1
-                if self.restarts > 8:
-                    raise _Fail("crashed", "the notebook's code keeps crashing its worker") from None
-                self.worker("notebook")
+                self._without_cell(current, str(e))
                 return
             if m.get("event") == "setup_error":
                 err = m.get("error") or {}
@@ -346,9 +341,23 @@ class _Session:
             elif m.get("event") == "cell_done":
                 if m.get("error"):
                     self.cell_errors[m["index"]] = m["error"]
+                if m.get("cuda"):  # the worker has ended: its GPU context is lost
+                    self.workers.pop("notebook", None)
+                    w.kill()
+                    self._without_cell(m["index"], f"left the GPU unusable ({m['cuda']})")
+                    return
                 current = None
             elif m.get("event") == "ready":
                 return
+
+    def _without_cell(self, index: int, why: str) -> None:
+        """Run the notebook again in a fresh worker, leaving out the code cell that crashed or broke the last."""
+        self.bad_cells[index] = why
+        self.notes.append(f"code cell {index + 1}: {why}; graded without it")
+        self.restarts += 1
+        if self.restarts > 8:
+            raise _Fail("crashed", "the notebook's code keeps crashing its worker")
+        self.worker("notebook")
 
     def _name_hint(self, name: str) -> str:
         for i in cells_needed(self.code, {name}):

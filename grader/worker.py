@@ -166,6 +166,20 @@ def _cuda_broken(e: BaseException) -> bool:
                                    "device-side assert", "misaligned address"))
 
 
+def _cuda_health(err: BaseException | None) -> str | None:
+    """Why this process can no longer use the GPU, or None. A faulting kernel (an illegal address, a trap)
+    leaves a sticky error in the CUDA context: every later call fails with it, so a notebook cell that caught
+    the error itself (``try: kernel[grid](...) except Exception: ...``) would still break every problem after
+    it. The synchronize surfaces the error of launches still in flight, too."""
+    if err is not None and _cuda_broken(err):
+        return f"{type(err).__name__}: {str(err)[:300]}"
+    try:
+        _sync()
+    except BaseException as e:  # noqa: BLE001 (whatever the context raises, it is unusable)
+        return f"{type(e).__name__}: {str(e)[:300]}"
+    return None
+
+
 # ---- kernel problems ---------------------------------------------------------------------------------------
 
 def _kernel_args(ex, req, folder, interpret):
@@ -211,6 +225,11 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
                          "cuda": _cuda_broken(e)})
                 return
             ch.send({"event": "timed", "timing": timing})
+    broken = _cuda_health(None)  # an error of an asynchronous launch surfaces here, inside this problem
+    if broken:
+        ch.send({"event": "error", "label": "after the last case", "cuda": True,
+                 "error": {"type": "CUDA error", "message": broken, "traceback": ""}})
+        return
     ch.send({"event": "done"})
 
 
@@ -277,8 +296,11 @@ def _serve_notebook(ch: _Channel, first: dict) -> None:
         result = shell.run_cell(cell["source"], store_history=True, silent=False)
         _flush()
         err = result.error_before_exec or result.error_in_exec
-        ch.send({"event": "cell_done", "index": cell["index"],
+        broken = _cuda_health(err)
+        ch.send({"event": "cell_done", "index": cell["index"], "cuda": broken,
                  "error": None if err is None else f"{type(err).__name__}: {str(err)[:500]}"})
+        if broken:  # the process's CUDA context is lost for good: the grader starts another without this cell
+            return
     ch.send({"event": "ready"})
     ns = shell.user_ns
     while True:

@@ -65,3 +65,15 @@ def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     assert workflow.gradebook_scores(root)[("bob", "90_grader_fixture")] == 13
     graded = json.loads((root / "autograded" / "bob" / "90_grader_fixture" / "90_grader_fixture.ipynb").read_text())
     assert graded["cells"][0]["metadata"].get("grader_note")
+
+
+def test_a_cell_that_breaks_the_gpu_context_is_left_out(grader_run, fixture_source, fixture_release):
+    # On a GPU, a kernel that faults (an illegal address) leaves its process's CUDA context unusable even when
+    # the cell catches the exception; every later problem run in that worker would fail with it. The worker
+    # reports the lost context after the cell and the grader runs the notebook again without that cell.
+    lost = with_cells(fixture_source, **{"ex1-try": (
+        "x = randn(1000, seed=0)\n"
+        "raise RuntimeError('CUDA error: an illegal memory access was encountered')")})
+    r = grader_run.grade("s4", "90_grader_fixture", lost, fixture_source, fixture_release)
+    assert r.score == 13.0, [c.message for c in r.cells]
+    assert any("left the GPU unusable" in n and "illegal memory access" in n for n in r.notes), r.notes

@@ -24,10 +24,10 @@ if [ "${TESTS_LIMIT:-240}" != 0 ]; then  # TESTS_LIMIT=0: the demo only
   timeout "${TESTS_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/grader 2>&1 | tail -30
 fi
 echo "=== [$(( $(date +%s) - t0 ))s] grader demo class on the GPU ${DEMO_STUDENTS:+(students: $DEMO_STUDENTS)}"
-# DEMO_STUDENTS: a space-separated subset of the demo class (default: all of it)
+# DEMO_STUDENTS: a space-separated subset of the demo class (default: all of it); DEMO_SLOTS: submissions at once
 # shellcheck disable=SC2086
 timeout "${DEMO_LIMIT:-560}" python3 -m grader demo --gpu --report results/gpu "$OUT" \
-  ${DEMO_STUDENTS:+--students $DEMO_STUDENTS}
+  ${DEMO_STUDENTS:+--students $DEMO_STUDENTS} ${DEMO_SLOTS:+--slots $DEMO_SLOTS}
 rc=$?
 echo "=== [$(( $(date +%s) - t0 ))s] done (demo exit $rc)"
 exit $rc

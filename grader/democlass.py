@@ -95,8 +95,8 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
     if students:
         klass = [s for s in klass if s.name in students]
-    # On a GPU a worker holds the CUDA context (about 1 GiB resident) and the timed cases' host inputs (512 MiB for
-    # lesson 01's copy): 2 GiB stopped a correct copy kernel on the H200.
+    # On a GPU a worker holds the CUDA context (about 1 GiB resident) and, while timing, lesson 01's 512 MiB input
+    # before it moves to the device: 2 GiB stopped a correct copy kernel on the H200.
     settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
                                     memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(demo.FIXTURE)],
                                     gpu_memory_fraction=0.3 if ON_GPU else None)
@@ -147,12 +147,18 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             print(f"  {r.student}/{r.lesson}: note: {n[:200]}")
     first = klass[0].name if copies else "solution"
     per_sub = [r.seconds for r in results if r.student == first]
+    phases: dict[str, float] = {}
+    for r in results:
+        if r.student == first:
+            for k, v in r.phases.items():
+                phases[k] = phases.get(k, 0.0) + v
     summary = {"mode": MODE, "nbgrader": with_nbgrader, "where": describe(),
                "isolation": sorted({r.isolation for r in results if r.isolation}),
                "students": len(klass), "submissions": len(subs), "slots": slots, "build_s": built,
                "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in results
                                                                  if r.student == first},
-               "solution_total_s": sum(per_sub), "mismatches": bad, "leftover_processes": left,
+               "solution_total_s": sum(per_sub), "solution_phases_s": phases, "mismatches": bad,
+               "leftover_processes": left,
                "gpu_only_students": [s.name for s in klass if s.gpu_only],
                "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}
     if with_nbgrader:
@@ -178,7 +184,8 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
     print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
-          f"({MODE}); one full solution submission: {sum(per_sub):.0f} s of grading")
+          f"({MODE}); one full solution submission: {sum(per_sub):.0f} s of grading ("
+          + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(phases.items())) + ")")
     if left:
         print(f"FAIL: {len(left)} sandbox process(es) outlived their submission: {left}")
     for st, lesson, got, want in bad:

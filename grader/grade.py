@@ -96,6 +96,9 @@ class NotebookResult:
     seconds: float = 0.0
     mode: str = "gpu" if ON_GPU else "interpreter"
     isolation: str = ""
+    # where ``seconds`` went: starting workers, running the notebook's cells, waiting for the GPU (other slots'
+    # work or timing), stopping workers; the rest is the checks themselves
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -252,12 +255,16 @@ class Grader:
         try:
             cells = []
             for c in graded:
+                asked = time.time()
                 with self.gpu.shared() if ON_GPU else contextlib.nullcontext():
+                    session.phase("gpu_wait", asked)
                     cells.append(session.grade_cell(c))
         finally:
+            stopping = time.time()
             session.close()
+            session.phase("stop", stopping)
         return NotebookResult(student, lesson, cells, notes=session.notes, seconds=time.time() - t0,
-                              isolation=session.isolation)
+                              isolation=session.isolation, phases=dict(session.phases))
 
 
 class _Session:
@@ -278,6 +285,10 @@ class _Session:
         self.names = sorted({n for c in graded for call in c.checks
                              for kind, n in zip(_kinds(call), call.names) if kind in ("value", "function")})
         self.restarts = 0
+        self.phases: dict[str, float] = {}
+
+    def phase(self, name: str, since: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + time.time() - since
 
     # ---- budget and workers --------------------------------------------------------------------------------
     def left(self) -> float:
@@ -296,12 +307,16 @@ class _Session:
             return w
         mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode}[kind]
         uid = self.g.sandbox.uid_base + 3 * self.slot + {"kernel": 0, "compile": 1, "notebook": 2}[kind]
+        t0 = time.time()
         w = Worker(self.g.sandbox, uid=uid, mode=mode, name=f"slot{self.slot}-{kind}",
                    startup_timeout=self.budget(120))
+        self.phase("start", t0)
         self.isolation = self.isolation or w.isolation
         self.workers[kind] = w
         if kind == "notebook":
+            t0 = time.time()
             self._run_cells(w)
+            self.phase("cells", t0)
             return self.workers["notebook"]
         return w
 
@@ -529,7 +544,9 @@ class _Session:
                     else:
                         done += 1
             elif ev == "timing":
+                asked = time.time()
                 self.g.gpu.upgrade()
+                self.phase("gpu_wait", asked)
                 exclusive = True
                 w.send({"op": "go"})
                 deadline = max(deadline, time.time() + self.s.problem_timeout)

@@ -250,7 +250,8 @@ def feedback(root: pathlib.Path) -> list[tuple[str, str, str]]:
             with _quiet() as log:
                 res = a.generate_feedback(ldir.name, student_dir.name, force=True)
             if not res.get("success"):
-                failures.append((student_dir.name, ldir.name, log.getvalue()[-2000:]))
+                why = "\n".join(x for x in (res.get("error"), res.get("log"), log.getvalue()) if x)
+                failures.append((student_dir.name, ldir.name, why[-2000:] or "no reason given"))
     return failures
 
 

@@ -34,6 +34,7 @@ if [ -d .gpu-wheels ]; then
   echo "umask $(umask); $(ls -ld /tmp/site)"
   export PYTHONPATH=/tmp/site:$ROOT
   export PATH=/tmp/site/bin:$PATH
+  export JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert's templates (feedback HTML) came with the wheels' data
 else
   export PYTHONPATH=$ROOT
 fi

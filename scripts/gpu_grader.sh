@@ -13,7 +13,7 @@ umask 022  # the grader's sandboxed workers run as other uids: what is installed
 if [ -d .gpu-wheels ] && ! python3 -c "import nbgrader" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu-wheels/*.whl \
     || echo "wheel install failed"
-  export PYTHONPATH=/tmp/site:$ROOT PATH=/tmp/site/bin:$PATH
+  export PYTHONPATH=/tmp/site:$ROOT PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter
 else  # already importable (gpu_batch.sh put /tmp/site on PYTHONPATH): keep that path, add the checkout
   export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$ROOT
 fi

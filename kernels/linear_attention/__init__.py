@@ -13,6 +13,7 @@ import pathlib
 
 import torch
 
+from .checks import offsets_read_once
 from .chunked import chunked_linear_attention
 from .reference import normalize_linear_attention, reference_linear_attention, split_initial_state
 
@@ -79,9 +80,10 @@ def chunk_linear_attn(
     q, k, v = (_unit_last(x) for x in (q, k, v))
     if isinstance(kv_init, torch.Tensor):
         kv_init = kv_init.contiguous()
-    version = VERSIONS[pick_version(q, k, v, initial_state=kv_init, cu_seqlens=cu_seqlens)]
-    o, final_state = version(q, k, v, scale, kv_init, output_final_state, cu_seqlens)
-    if normalize:
-        o, z_state = normalize_linear_attention(o, q, k, scale, z_init, cu_seqlens)
-        return o, (final_state, z_state)
+    with offsets_read_once(cu_seqlens):  # one wait for the device, not one per use of the offsets
+        version = VERSIONS[pick_version(q, k, v, initial_state=kv_init, cu_seqlens=cu_seqlens)]
+        o, final_state = version(q, k, v, scale, kv_init, output_final_state, cu_seqlens)
+        if normalize:
+            o, z_state = normalize_linear_attention(o, q, k, scale, z_init, cu_seqlens)
+            return o, (final_state, z_state)
     return o, final_state

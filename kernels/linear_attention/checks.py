@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 
@@ -9,7 +11,7 @@ import torch
 
 from ..validate import FLOAT_DTYPES, check_same, check_tensor
 
-__all__ = ["MAX_HEAD_K", "Problem", "check_inputs", "check_cu_seqlens"]
+__all__ = ["MAX_HEAD_K", "Problem", "check_inputs", "check_cu_seqlens", "host_offsets", "offsets_read_once"]
 
 #: The key head size a version keeps whole on-chip: the state tile is [K, BV] fp32.
 MAX_HEAD_K = 256
@@ -28,6 +30,37 @@ class Problem:
     varlen: bool
 
 
+# (the cu_seqlens tensor, its offsets on the host) while one chunk_linear_attn call runs: the dispatch rule, the
+# checks and the lookback's segment table each need the offsets, and each read of a device tensor waits for it
+_KNOWN_OFFSETS: contextvars.ContextVar = contextvars.ContextVar("known_offsets", default=None)
+
+
+def host_offsets(cu_seqlens: torch.Tensor) -> list[int]:
+    """``cu_seqlens`` as a list on the host: read from the device once per :func:`offsets_read_once` block."""
+    known = _KNOWN_OFFSETS.get()
+    if known is not None and known[0] is cu_seqlens:
+        return known[1]
+    return _read(cu_seqlens)
+
+
+def _read(cu_seqlens: torch.Tensor) -> list[int]:
+    return cu_seqlens.tolist()  # waits for the device when the tensor lives there
+
+
+@contextlib.contextmanager
+def offsets_read_once(cu_seqlens):
+    """Within this block, :func:`host_offsets` of this very tensor reuses one read. Only for the span of one
+    call: the tensor cannot change under it, as it could between calls (a kernel writing new offsets)."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1:
+        yield  # not offsets: the checks say what is wrong
+        return
+    token = _KNOWN_OFFSETS.set((cu_seqlens, _read(cu_seqlens)))
+    try:
+        yield
+    finally:
+        _KNOWN_OFFSETS.reset(token)
+
+
 def check_cu_seqlens(cu_seqlens, T: int, B: int) -> int:
     """``cu_seqlens`` holds N+1 non-decreasing offsets from 0 to T into a batch of one; return N."""
     check_tensor("cu_seqlens", cu_seqlens, dtypes=(torch.int32, torch.int64), ndim=1)
@@ -36,7 +69,7 @@ def check_cu_seqlens(cu_seqlens, T: int, B: int) -> int:
                          "flatten the batch first")
     if cu_seqlens.numel() < 2:
         raise ValueError(f"cu_seqlens needs at least 2 offsets [0, ..., T], got {cu_seqlens.numel()}")
-    offsets = cu_seqlens.tolist()
+    offsets = host_offsets(cu_seqlens)
     if offsets[0] != 0 or offsets[-1] != T:
         raise ValueError(f"cu_seqlens must start at 0 and end at T={T}, got {offsets[0]} ... {offsets[-1]}")
     steps = [b - a for a, b in zip(offsets, offsets[1:])]

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
 from ..validate import check_power_of_two
-from .checks import check_inputs
+from .checks import check_cu_seqlens, check_inputs, host_offsets
 
 __all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention", "one_pass_fills"]
 
@@ -239,7 +239,7 @@ def _check_config(cfg: Config) -> None:
 
 def _lengths(cu_seqlens: torch.Tensor) -> list[int]:
     """The packed sequences' lengths, from their N + 1 offsets."""
-    cu = cu_seqlens.tolist()
+    cu = host_offsets(cu_seqlens)
     return [b - a for a, b in zip(cu, cu[1:])]
 
 
@@ -351,6 +351,8 @@ def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:
 
     B, T, H, K = q.shape
     V = v.shape[-1]
+    if cu_seqlens is not None:
+        check_cu_seqlens(cu_seqlens, T, B)  # before the offsets are used: bad ones get the checks' message
     lengths = None if cu_seqlens is None else _lengths(cu_seqlens)
     N = B if lengths is None else len(lengths)
     programs = N * H * triton.cdiv(V, _blocks(K, V)[1])

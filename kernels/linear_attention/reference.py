@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .checks import host_offsets
+
 __all__ = ["reference_linear_attention", "recurrent_linear_attention", "normalize_linear_attention",
            "split_initial_state", "EPS"]
 
@@ -24,7 +26,7 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
 def _sequences(T: int, cu_seqlens) -> list[tuple[int, int]]:
     if cu_seqlens is None:
         return [(0, T)]
-    offsets = [int(x) for x in cu_seqlens.tolist()]
+    offsets = [int(x) for x in host_offsets(cu_seqlens)]
     return list(zip(offsets, offsets[1:]))
 
 

@@ -234,6 +234,29 @@ def test_api(normalize, state, varlen):
     assert_close("final_state", rht, ht, _tol(dtype))
 
 
+def test_api_reads_the_offsets_once(monkeypatch):
+    """Every read of a device tensor on the host waits for the GPU: one call of the drop-in reads ``cu_seqlens``
+    once, however many of its parts (the dispatch rule, the checks, the lookback's segment table, the
+    normalisation) need the offsets. A later call reads them again: they may have changed in between."""
+    from kernels.linear_attention import checks
+
+    reads = []
+    real = checks._read
+    monkeypatch.setattr(checks, "_read", lambda cu: reads.append(1) or real(cu))
+    case = make_case(1, 70, 2, 16, 24, torch.float32, seed=31, h0=True, cu=[0, 3, 3, 70], positive=True)
+    for normalize in (False, True):
+        reads.clear()
+        o, _ = chunk_linear_attn(case["q"], case["k"], case["v"], initial_state=case["initial_state"],
+                                 normalize=normalize, cu_seqlens=case["cu_seqlens"])
+        assert len(reads) == 1, (normalize, len(reads))
+    ro, _ = reference_linear_attention(*(_f64(case)[x] for x in ("q", "k", "v")), None,
+                                       case["initial_state"].double(), False, True, case["cu_seqlens"])
+    assert_close("o", ro, o, _tol(torch.float32))
+    reads.clear()
+    checks.check_cu_seqlens(case["cu_seqlens"], 70, 1)  # outside a call: no stale offsets
+    assert len(reads) == 1
+
+
 def test_api_return_values_without_final_state():
     case = make_case(1, 20, 2, 16, 16, torch.float32, seed=4, positive=True)
     o, final = chunk_linear_attn(case["q"], case["k"], case["v"], normalize=False)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> tune tune-sweep export viz notebooks
+#   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> state-probe tune tune-sweep export viz notebooks
 #           course course-student course-full grade
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
@@ -59,6 +59,7 @@ run_stage() {  # stage name, time limit in seconds
     tune) timeout "$limit" python3 scripts/tune_linear_attention.py --budget $(( limit - 10 )) || echo "tune failed ($?)" ;;
     tune-sweep) timeout "$limit" python3 scripts/tune_linear_attention.py --sweep-only --budget $(( limit - 10 )) \
                 || echo "tune failed ($?)" ;;
+    state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
     notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;

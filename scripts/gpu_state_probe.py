@@ -1,5 +1,6 @@
 """Where the initial/final-state row's extra time goes: the chunked kernel at B=4 T=16k H=16 D=128 bf16 with and
-without an initial state and a final state (median ms, CUDA-event timing), and the drop-in on the same calls.
+without an initial state and a final state, with 4 warps and with the version's own choice (median ms, CUDA-event
+timing), the drop-in on the same calls, and how far the choice's output and final state are from 4 warps'.
 Writes results/gpu/state-probe.json."""
 
 import json
@@ -12,27 +13,34 @@ from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked import chunked_linear_attention
 
 
+def _time(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+
+
 def main() -> None:
     B, T, H, D = 4, 16384, 16, 128
     gen = torch.Generator("cuda").manual_seed(0)
     q, k, v = (torch.randn(B, T, H, D, generator=gen, device="cuda").bfloat16() for _ in range(3))
     h0 = torch.randn(B, H, D, D, generator=gen, device="cuda")
     rows = {}
-    for name, init, final in (("neither", None, False), ("h0", h0, False), ("ht", None, True), ("both", h0, True),
-                              ("both, zero h0", torch.zeros_like(h0), True)):
-        def ours(init=init, final=final):
-            return chunked_linear_attention(q, k, v, D ** -0.5, init, final)
+    for name, init, final in (("neither", None, False), ("h0", h0, False), ("ht", None, True), ("both", h0, True)):
+        def run(warps=None, init=init, final=final):
+            return chunked_linear_attention(q, k, v, D ** -0.5, init, final, num_warps=warps)
 
         def api(init=init, final=final):
             return chunk_linear_attn(q, k, v, None, init, final, normalize=False)
 
-        ms = triton.testing.do_bench(ours, warmup=50, rep=300, return_mode="median")
-        api_ms = triton.testing.do_bench(api, warmup=50, rep=300, return_mode="median")
-        rows[name] = {"chunked_ms": ms, "chunk_linear_attn_ms": api_ms}
-        print(f"{name:14s} chunked {ms:.3f} ms   chunk_linear_attn {api_ms:.3f} ms", flush=True)
+        (o4, ht4), (o, ht) = run(4), run()
+        diff = max((o.float() - o4.float()).abs().max().item(),
+                   0.0 if ht is None else ((ht - ht4).abs().max() / ht4.abs().max()).item())
+        rows[name] = {"w4_ms": _time(lambda run=run: run(4)), "default_ms": _time(run),
+                      "chunk_linear_attn_ms": _time(api), "max_diff_vs_w4": diff}
+        r = rows[name]
+        print(f"{name:8s} 4 warps {r['w4_ms']:.3f} ms  default {r['default_ms']:.3f} ms  chunk_linear_attn "
+              f"{r['chunk_linear_attn_ms']:.3f} ms  max diff vs 4 warps {diff:.2e}", flush=True)
     out = pathlib.Path("results/gpu/state-probe.json")
-    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "B": B, "T": T, "H": H, "D": D,
-                               "dtype": "bfloat16", "rows": rows}, indent=1))
+    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "B": B, "T": T,
+                               "H": H, "D": D, "dtype": "bfloat16", "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -117,12 +117,7 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
     o = torch.empty(*q.shape[:3], p.V, dtype=q.dtype, device=q.device)
     ht = torch.empty(p.N, p.H, p.K, p.V, dtype=torch.float32, device=q.device) if output_final_state else None
     BK, BV, warps = _blocks(p.K, p.V)
-    if output_final_state and BK * BV >= 128 * 64:
-        # Keeping the final state for the store after the loop takes registers the loop's [128, 64] tiles need:
-        # with 4 warps ptxas spills 268 bytes a thread (848 with an initial state too) and the H200 ran
-        # B=4 T=16k H=16 D=128 in 0.52 ms instead of 0.37; 8 warps halve each thread's share of the tiles.
-        warps = 8
-    if num_warps is not None:
+    if num_warps is not None:  # a measurement's override (see PERF.md: the final state's register spills)
         check_power_of_two("num_warps", num_warps, lo=1, hi=16)
         warps = num_warps
     grid = (triton.cdiv(p.V, BV), p.N * p.H)

@@ -354,6 +354,7 @@ def test_bad_input_flags():
     check_bad_input(chunked_linear_attention, *args, "yes", match="bool")
     check_bad_input(chunked_linear_attention, *args, chunk_size=48, match="chunk_size")
     check_bad_input(chunked_linear_attention, *args, chunk_size=128, match="fp16/bf16 inputs and K <= 128")
+    check_bad_input(chunked_linear_attention, *args, num_warps=3, match="num_warps")
 
 
 def test_bad_input_api():

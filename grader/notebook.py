@@ -128,6 +128,9 @@ def cells_needed(cells: list[str], names: set[str]) -> list[int]:
         binds, uses = set(), set()
         for stmt in tree.body:
             binds |= _binds(stmt)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                uses |= _free_names(stmt)  # a parameter `n` does not need the cell that made a global `n`
+                continue
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                     uses.add(node.id)
@@ -140,6 +143,87 @@ def cells_needed(cells: list[str], names: set[str]) -> list[int]:
             keep.append(i)
             need |= uses
     return sorted(keep)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def _loads(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _free_names(node) -> set[str]:
+    """The names a function, lambda or comprehension reads from outside itself: what it uses minus its parameters
+    and the names it binds, with nested scopes resolved the same way. Where Python's rules are subtle (class
+    bodies, a walrus inside a comprehension) the answer errs towards more names, which only keeps more cells."""
+    if isinstance(node, ast.ClassDef):
+        return _loads(node)
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        gens = node.generators
+        outside = _loads(gens[0].iter)  # the first iterable is evaluated in the enclosing scope
+        targets = {n.id for g in gens for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        parts = [*gens[0].ifs, *[x for g in gens[1:] for x in (g.iter, *g.ifs)]]
+        parts += [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        inside = set().union(*(_scope_uses(x) for x in parts))
+        return outside | (inside - targets)
+    a = node.args
+    params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    params |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+    outside = set()  # evaluated where the function is defined: defaults, decorators, annotations
+    for x in (*a.defaults, *[d for d in a.kw_defaults if d is not None]):
+        outside |= _loads(x)
+    if not isinstance(node, ast.Lambda):
+        for x in (*node.decorator_list, node.returns,
+                  *[y.annotation for y in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if y]):
+            if x is not None:
+                outside |= _loads(x)
+    body = [node.body] if isinstance(node, ast.Lambda) else node.body
+    declared = {n for st in body for x in _own_nodes(st) if isinstance(x, (ast.Global, ast.Nonlocal))
+                for n in x.names}
+    local = params | {b for st in body for b in _own_binds(st)}
+    uses = set().union(*(_scope_uses(st) for st in body)) if body else set()
+    return outside | (uses - (local - declared))
+
+
+def _own_nodes(node):
+    """``node`` and everything under it in the same scope; a nested scope is yielded but not entered."""
+    yield node
+    if isinstance(node, _SCOPES):
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _own_nodes(child)
+
+
+def _own_binds(node) -> set[str]:
+    out = set()
+    for x in _own_nodes(node):
+        if isinstance(x, ast.Name) and isinstance(x.ctx, (ast.Store, ast.Del)):
+            out.add(x.id)
+        elif isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(x.name)
+        elif isinstance(x, (ast.Import, ast.ImportFrom)):
+            out |= {a.asname or a.name.split(".")[0] for a in x.names}
+        elif isinstance(x, ast.ExceptHandler) and x.name:
+            out.add(x.name)
+        elif isinstance(x, (ast.MatchAs, ast.MatchStar)) and x.name:
+            out.add(x.name)
+        elif isinstance(x, ast.MatchMapping) and x.rest:
+            out.add(x.rest)
+    return out
+
+
+def _scope_uses(node) -> set[str]:
+    """Names read in ``node``'s scope, plus what its nested scopes read from outside themselves."""
+    if isinstance(node, _SCOPES):
+        return _free_names(node)
+    out = set()
+    for x in _own_nodes(node):
+        if isinstance(x, _SCOPES):
+            out |= _free_names(x)
+        elif isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load):
+            out.add(x.id)
+    return out
 
 
 def _binds(stmt) -> set[str]:

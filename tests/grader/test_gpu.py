@@ -36,10 +36,7 @@ def test_gpu_faults_cost_one_problem(grader_run, fixture_source, fixture_release
         nb = with_cells(fixture_source, **{"ex1-kernel": src}) if src else fixture_source
         results[name] = grader_run.grade(name, "90_grader_fixture", nb, fixture_source, fixture_release)
     assert results["hang"].score == 6 and "stopped after" in results["hang"].cells[0].message
-    # the notebook's own try-cell hits the illegal address too: its worker's CUDA context is lost, so the notebook
-    # runs again without that cell and the function problems still count
     assert results["wild"].score == 6, [c.message for c in results["wild"].cells]
-    assert any("left the GPU unusable" in n for n in results["wild"].notes), results["wild"].notes
     assert results["slow"].score == 10 and "too slow" in results["slow"].cells[-1].message
     assert results["solution"].score == 13, [c.message for c in results["solution"].cells]
     assert results["solution"].cells[-1].checks[0].perf["student_ms"] > 0

@@ -71,8 +71,9 @@ def test_a_cell_that_breaks_the_gpu_context_is_left_out(grader_run, fixture_sour
     # On a GPU, a kernel that faults (an illegal address) leaves its process's CUDA context unusable even when
     # the cell catches the exception; every later problem run in that worker would fail with it. The worker
     # reports the lost context after the cell and the grader runs the notebook again without that cell.
+    # the cell re-imports torch, so the function problems need it (the setup cell before it imports torch too)
     lost = with_cells(fixture_source, **{"ex1-try": (
-        "x = randn(1000, seed=0)\n"
+        "import torch\n"
         "raise RuntimeError('CUDA error: an illegal memory access was encountered')")})
     r = grader_run.grade("s4", "90_grader_fixture", lost, fixture_source, fixture_release)
     assert r.score == 13.0, [c.message for c in r.cells]

@@ -114,12 +114,28 @@ def case_inputs(ex: Exercise, case: Case, seed: int) -> dict:
     return {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
 
-def reference(ex: Exercise, case: Case, cpu_inputs: dict) -> dict:
-    """The float64 reference outputs on the CPU."""
+class Reference(dict):
+    """The float64 reference outputs, name -> tensor or number; ``scale``: name -> the norm that relative errors
+    are taken against where it exceeds the output's own (:attr:`Exercise.magnitude`)."""
+
+    def __init__(self, outputs: dict, scale: dict | None = None):
+        super().__init__(outputs)
+        self.scale = scale or {}
+
+
+def reference(ex: Exercise, case: Case, cpu_inputs: dict) -> Reference:
+    """The float64 reference outputs on the CPU (and, for a ``magnitude`` exercise, the norms of the same
+    computation on the inputs' absolute values)."""
     f64 = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
            for k, v in cpu_inputs.items()}
-    out = ex.reference(f64, case)
-    return {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+    out = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in ex.reference(f64, case).items()}
+    scale = {}
+    if ex.magnitude:
+        absolute = ex.reference({k: (v.abs() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+                                 for k, v in f64.items()}, case)
+        scale = {k: float(v.detach().double().norm()) for k, v in absolute.items()
+                 if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    return Reference(out, scale)
 
 
 def _guard(n: int) -> int:
@@ -196,8 +212,10 @@ def _first(mask: torch.Tensor) -> tuple:
     return tuple(int(i) for i in mask.nonzero()[0])
 
 
-def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device="cpu") -> str | None:
-    """What is wrong with ``got`` against ``ref`` (None: within ``tol``), compared in float64 on ``device``."""
+def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device="cpu",
+             scale: float = 0.0) -> str | None:
+    """What is wrong with ``got`` against ``ref`` (None: within ``tol``), compared in float64 on ``device``; the
+    relative error is taken against ``max(|ref|, scale)`` (see :attr:`Exercise.magnitude`)."""
     o = got.detach().to(device, torch.float64)
     r = ref.detach().to(device, torch.float64)
     if tuple(o.shape) != tuple(r.shape):
@@ -210,7 +228,7 @@ def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device
     if o.numel() == 0:
         return None
     diff = (o - r).abs()
-    denom = r.norm().item()
+    denom = max(r.norm().item(), scale)
     err = diff.norm().item() / denom if denom > 0 else diff.norm().item()
     if tol == 0:
         if not torch.equal(o, r):
@@ -231,6 +249,7 @@ def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device
 def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: dict) -> list[str]:
     """Everything wrong with one case's outputs (empty: it passed)."""
     tol = tolerance(ex, case)
+    scale = getattr(ref, "scale", {})
     problems = []
     for name, want in ref.items():
         if name in outs:
@@ -245,7 +264,7 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
                     problems.append(f"{name}: output not written: {int(unwritten.sum())} of {p.out.numel()} "
                                     f"elements still hold the NaN poison, first at {_first(unwritten)}")
                     continue
-            msg = _compare(name, p.out, want, tol)
+            msg = _compare(name, p.out, want, tol, scale=scale.get(name, 0.0))
         elif name in result:
             got = result[name]
             if isinstance(want, torch.Tensor):
@@ -253,7 +272,7 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
                     problems.append(f"{name}: expected a tensor of shape {tuple(want.shape)}, got a "
                                     f"{type(got).__name__}")
                     continue
-                msg = _compare(name, got, want, tol)
+                msg = _compare(name, got, want, tol, scale=scale.get(name, 0.0))
             else:
                 if isinstance(got, torch.Tensor) and got.numel() == 1:
                     got = got.item()

@@ -94,6 +94,11 @@ class Exercise:
     - ``forbid``: dotted prefixes a ``function`` answer may not call (``"kernels."`` is always forbidden).
     - ``twins``: package kernels (``"kernels.<module>.<name>"``) an answer may equal, for exercises whose natural
       answer is a short kernel with one natural form (vector add): writing it the obvious way is not copying.
+    - ``magnitude``: the reference is built from sums of products of the inputs (matmuls, attention without
+      softmax, prefix sums). Rounding error then scales with the same computation on the inputs' absolute values,
+      not with the result: with fresh seeds an output can nearly cancel (``q·k`` = -0.002 from terms summing to
+      1.6 in fp32), and a correct kernel would miss a relative tolerance. The relative error is then taken against
+      the larger of the two norms.
     """
 
     id: str
@@ -111,6 +116,7 @@ class Exercise:
     points: tuple[int, int] = (1, 1)
     forbid: tuple[str, ...] = ()
     twins: tuple[str, ...] = ()
+    magnitude: bool = False
     description: str = ""
 
     def __post_init__(self):

@@ -79,6 +79,7 @@ def _shape(label, B, T, H, K, V, dtype=torch.float32, **extra):
 
 NAIVE = Exercise(
     id="02_naive_hbm_loops.naive",
+    magnitude=True,
     args=("kernel",),
     signature=_SIGNATURE.format(name="naive_kernel") + ", launched on grid (B*H,) with BK, BV = next powers of "
                                                        "two of K, V",
@@ -99,6 +100,7 @@ NAIVE = Exercise(
 
 FUSED = Exercise(
     id="02_naive_hbm_loops.fused",
+    magnitude=True,
     args=("kernel",),
     signature=_SIGNATURE.format(name="fused_kernel") + ", launched on grid (cdiv(V, BV), B*H) with BK = "
                                                        "next_power_of_2(K)",
@@ -135,6 +137,7 @@ _GPU = sizes("recurrent") if ON_GPU else dict(B=4, H=16, T=2048, K=64, V=64)
 
 FUSED_SPEED = Exercise(
     id="02_naive_hbm_loops.fused_speed",
+    magnitude=True,
     args=("kernel",),
     signature=FUSED.signature,
     description="the fused kernel at least 2x as fast as the package's naive kernel at B=4 H=16 T=2048 K=V=64 bf16 "

@@ -92,6 +92,7 @@ def _blocks(bm, bn, bk, g, **kw):
 
 TILED_MATMUL = Exercise(
     id="03_tiled_sram.tiled_matmul",
+    magnitude=True,
     args=("kernel",),
     signature="tiled_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, "
               "stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "

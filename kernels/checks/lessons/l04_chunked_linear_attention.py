@@ -106,6 +106,7 @@ def _torch_run(args, inputs, outputs, case):
 
 CHUNKED_TORCH = Exercise(
     id="04_chunked_linear_attention.chunked_torch",
+    magnitude=True,
     args=("function",),
     signature="chunked_attention_torch(q, k, v, scale, chunk_size=64) -> o, with q, k [B, T, H, K], "
               "v [B, T, H, V], o [B, T, H, V]",
@@ -199,6 +200,7 @@ def _cases(hidden: bool):
 
 INTRA_CHUNK = Exercise(
     id="04_chunked_linear_attention.intra_chunk",
+    magnitude=True,
     args=("kernel",),
     signature="intra_chunk_kernel" + _KERNEL_SIG + ", launched on grid (cdiv(T, BT), B * H, cdiv(V, BV))",
     description="o = scale · (Q_c K_cᵀ ⊙ causal mask) V_c for every chunk c of BT tokens, independently",
@@ -214,6 +216,7 @@ INTRA_CHUNK = Exercise(
 
 CHUNKED_FWD = Exercise(
     id="04_chunked_linear_attention.chunked_fwd",
+    magnitude=True,
     args=("kernel",),
     signature="chunked_attention_kernel" + _KERNEL_SIG + ", launched on grid (cdiv(V, BV), B * H)",
     description="the fused chunked forward: the [BK, BV] fp32 state carried on-chip from chunk to chunk",

@@ -392,6 +392,7 @@ def _build_reference(inputs, case):
 
 BUILD_LAUNCH = Exercise(
     id="05_ptx_export_rust.build_launch",
+    magnitude=True,
     args=("function",),
     signature="build_launch(manifest, sizes, tensors, scalars, alloc) -> {'grid': (x, y, z), 'block': "
               "(threads, 1, 1), 'shared': bytes, 'args': [(type, value), ...]}",

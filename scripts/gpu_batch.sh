@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> state-probe tune tune-sweep export viz notebooks
-#           course course-student course-full grade
+#   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> state-probe tune tune-sweep export viz
+#           notebooks course course-student course-full grade
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/. Results land in results/gpu/ and, when OUT is

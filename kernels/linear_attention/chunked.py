@@ -115,7 +115,14 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
         raise ValueError(f"chunk_size=128 needs fp16/bf16 inputs and K <= 128 (got {q.dtype}, K={p.K}): its "
                          "[128, K] tiles do not fit on-chip otherwise; use 64")
     o = torch.empty(*q.shape[:3], p.V, dtype=q.dtype, device=q.device)
-    ht = torch.empty(p.N, p.H, p.K, p.V, dtype=torch.float32, device=q.device) if output_final_state else None
+    ht = None
+    if output_final_state:
+        ht = torch.empty(p.N, p.H, p.K, p.V, dtype=torch.float32, device=q.device)
+        if initial_state is None:
+            # Start from a loaded zero state, not a constant one: with a constant start and the final state kept
+            # for the store, ptxas serialises the loop's wgmma instructions (warning C7515); from a loaded state
+            # it does not (PERF.md, run 16). Each program reads its slice of the buffer before writing it.
+            initial_state = ht.zero_()
     BK, BV, warps = _blocks(p.K, p.V)
     if num_warps is not None:  # a measurement's override (see PERF.md: the final state's register spills)
         check_power_of_two("num_warps", num_warps, lo=1, hi=16)

@@ -124,7 +124,7 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
             # it does not (PERF.md, run 16). Each program reads its slice of the buffer before writing it.
             initial_state = ht.zero_()
     BK, BV, warps = _blocks(p.K, p.V)
-    if num_warps is not None:  # a measurement's override (see PERF.md: the final state's register spills)
+    if num_warps is not None:  # a measurement's override (PERF.md, run 13: 8 warps is slower at D=128)
         check_power_of_two("num_warps", num_warps, lo=1, hi=16)
         warps = num_warps
     grid = (triton.cdiv(p.V, BV), p.N * p.H)

@@ -1,7 +1,7 @@
 """Where the initial/final-state row's extra time goes: the chunked kernel at B=4 T=16k H=16 D=128 bf16 with and
-without an initial state and a final state, with 4 warps (its default at D=128) and with 8 (median ms, CUDA-event
-timing), the drop-in on the same calls, and how far 8 warps' output and final state are from 4 warps'.
-Writes results/gpu/state-probe.json."""
+without an initial state and a final state, as it is (4 warps, 64 V columns a program), with 8 warps and with 32 V
+columns a program (median ms, CUDA-event timing), the drop-in on the same calls, and how far each variant's output
+and final state are from the default's. Writes results/gpu/state-probe.json."""
 
 import json
 import pathlib
@@ -11,6 +11,8 @@ import triton.testing
 
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked import chunked_linear_attention
+
+VARIANTS = {"8 warps": dict(num_warps=8), "BV 32": dict(block_v=32)}
 
 
 def _time(fn) -> float:
@@ -24,20 +26,22 @@ def main() -> None:
     h0 = torch.randn(B, H, D, D, generator=gen, device="cuda")
     rows = {}
     for name, init, final in (("neither", None, False), ("h0", h0, False), ("ht", None, True), ("both", h0, True)):
-        def run(warps, init=init, final=final):
-            return chunked_linear_attention(q, k, v, D ** -0.5, init, final, num_warps=warps)
+        def run(init=init, final=final, **override):
+            return chunked_linear_attention(q, k, v, D ** -0.5, init, final, **override)
 
         def api(init=init, final=final):
             return chunk_linear_attn(q, k, v, None, init, final, normalize=False)
 
-        (o4, ht4), (o, ht) = run(4), run(8)
-        diff = max((o.float() - o4.float()).abs().max().item(),
-                   0.0 if ht is None else ((ht - ht4).abs().max() / ht4.abs().max()).item())
-        rows[name] = {"w4_ms": _time(lambda run=run: run(4)), "w8_ms": _time(lambda run=run: run(8)),
-                      "chunk_linear_attn_ms": _time(api), "w8_max_diff_vs_w4": diff}
-        r = rows[name]
-        print(f"{name:8s} 4 warps {r['w4_ms']:.3f} ms  8 warps {r['w8_ms']:.3f} ms  chunk_linear_attn "
-              f"{r['chunk_linear_attn_ms']:.3f} ms  8 vs 4 warps max diff {diff:.2e}", flush=True)
+        o4, ht4 = run()
+        r = rows[name] = {"default_ms": _time(run), "chunk_linear_attn_ms": _time(api)}
+        for label, override in VARIANTS.items():
+            o, ht = run(**override)
+            r[f"{label}_ms"] = _time(lambda override=override, run=run: run(**override))
+            r[f"{label}_max_diff"] = max((o.float() - o4.float()).abs().max().item(),
+                                         0.0 if ht is None else ((ht - ht4).abs().max() / ht4.abs().max()).item())
+        print(f"{name:8s} default {r['default_ms']:.3f} ms  " + "  ".join(
+            f"{label} {r[label + '_ms']:.3f} ms (max diff {r[label + '_max_diff']:.1e})" for label in VARIANTS)
+            + f"  chunk_linear_attn {r['chunk_linear_attn_ms']:.3f} ms", flush=True)
     out = pathlib.Path("results/gpu/state-probe.json")
     out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "B": B, "T": T,
                                "H": H, "D": D, "dtype": "bfloat16", "rows": rows}, indent=1))

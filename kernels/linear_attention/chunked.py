@@ -102,11 +102,12 @@ def _stages(BT: int, BK: int, BV: int, itemsize: int) -> int:
 
 
 def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
-                             chunk_size: int = 64, num_warps: int | None = None):
+                             chunk_size: int = 64, num_warps: int | None = None, block_v: int | None = None):
     """Causal linear attention, unnormalised: ``(o [B, T, H, V], final_state [N, H, K, V] fp32 or None)``.
 
     q, k: [B, T, H, K]; v: [B, T, H, V] (fp32, fp16 or bf16; last dimension contiguous); initial_state:
-    [N, H, K, V], contiguous; cu_seqlens: N+1 offsets (int32/int64) into a batch of one.
+    [N, H, K, V], contiguous; cu_seqlens: N+1 offsets (int32/int64) into a batch of one. ``num_warps`` and
+    ``block_v`` (the V columns one program owns) override the defaults for measurements (``PERF.md``).
     """
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     if chunk_size not in (16, 32, 64, 128):
@@ -127,6 +128,9 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
     if num_warps is not None:  # a measurement's override (PERF.md, run 13: 8 warps is slower at D=128)
         check_power_of_two("num_warps", num_warps, lo=1, hi=16)
         warps = num_warps
+    if block_v is not None:  # a measurement's override (PERF.md, run 17: a stored state at BV = 32)
+        check_power_of_two("block_v", block_v, lo=16, hi=64)
+        BV = block_v
     grid = (triton.cdiv(p.V, BV), p.N * p.H)
     _chunked_linear_attention_kernel[grid](
         q, k, v, o, initial_state, ht, cu_seqlens,

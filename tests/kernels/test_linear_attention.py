@@ -355,6 +355,16 @@ def test_bad_input_flags():
     check_bad_input(chunked_linear_attention, *args, chunk_size=48, match="chunk_size")
     check_bad_input(chunked_linear_attention, *args, chunk_size=128, match="fp16/bf16 inputs and K <= 128")
     check_bad_input(chunked_linear_attention, *args, num_warps=3, match="num_warps")
+    check_bad_input(chunked_linear_attention, *args, block_v=8, match="block_v")
+    check_bad_input(chunked_linear_attention, *args, block_v=128, match="block_v")
+
+
+@pytest.mark.parametrize("h0", [False, True], ids=["zero_state", "initial_state"])
+@pytest.mark.parametrize("overrides", [dict(block_v=16), dict(block_v=64, num_warps=2)], ids=str)
+def test_chunked_overrides(overrides, h0, poison):
+    """The measurement overrides change how the work is split, never the answer (V = 40 is not a block multiple)."""
+    case = make_case(2, 75, 2, 24, 40, torch.float32, seed=int(torch.randint(1000, ())), h0=h0)
+    check_call(lambda *a: chunked_linear_attention(*a, **overrides), case, poison)
 
 
 def test_bad_input_api():

@@ -128,7 +128,7 @@ def chunked_linear_attention(q, k, v, scale, initial_state=None, output_final_st
     if num_warps is not None:  # a measurement's override (PERF.md, run 13: 8 warps is slower at D=128)
         check_power_of_two("num_warps", num_warps, lo=1, hi=16)
         warps = num_warps
-    if block_v is not None:  # a measurement's override (PERF.md, run 17: a stored state at BV = 32)
+    if block_v is not None:  # a measurement's override (PERF.md, run 17: BV = 32 is slower at D=128)
         check_power_of_two("block_v", block_v, lo=16, hi=64)
         BV = block_v
     grid = (triton.cdiv(p.V, BV), p.N * p.H)

@@ -147,6 +147,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             print(f"  {r.student}/{r.lesson}: note: {n[:200]}")
     first = klass[0].name if copies else "solution"
     full = [r for r in results if r.student == first]  # one complete submission, lesson by lesson
+    full_s = sum(r.seconds for r in full)
     phases: dict[str, float] = {}
     for r in full:
         for k, v in r.phases.items():
@@ -155,7 +156,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
                "isolation": sorted({r.isolation for r in results if r.isolation}),
                "students": len(klass), "submissions": len(subs), "slots": slots, "build_s": built,
                "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in full},
-               "solution_total_s": sum(r.seconds for r in full), "solution_phases_s": phases, "mismatches": bad,
+               "solution_total_s": full_s, "solution_phases_s": phases, "mismatches": bad,
                "leftover_processes": left,
                "gpu_only_students": [s.name for s in klass if s.gpu_only],
                "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}
@@ -182,7 +183,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
     print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
-          f"({MODE}); one full solution submission: {sum(r.seconds for r in full):.0f} s of grading ("
+          f"({MODE}); one full solution submission: {full_s:.0f} s of grading ("
           + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(phases.items())) + ")")
     if left:
         print(f"FAIL: {len(left)} sandbox process(es) outlived their submission: {left}")

@@ -128,12 +128,8 @@ def cells_needed(cells: list[str], names: set[str]) -> list[int]:
         binds, uses = set(), set()
         for stmt in tree.body:
             binds |= _binds(stmt)
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                uses |= _free_names(stmt)  # a parameter `n` does not need the cell that made a global `n`
-                continue
-            for node in ast.walk(stmt):
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                    uses.add(node.id)
+            # a function's parameter `n` does not need the cell that made a global `n`
+            uses |= _free_names(stmt) if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else _loads(stmt)
         info.append((binds, uses, True))
     need = set(names)
     keep = []

@@ -32,13 +32,13 @@ def main() -> None:
         def api(init=init, final=final):
             return chunk_linear_attn(q, k, v, None, init, final, normalize=False)
 
-        o4, ht4 = run()
+        o_ref, ht_ref = run()
         r = rows[name] = {"default_ms": _time(run), "chunk_linear_attn_ms": _time(api)}
         for label, override in VARIANTS.items():
             o, ht = run(**override)
             r[f"{label}_ms"] = _time(lambda override=override, run=run: run(**override))
-            r[f"{label}_max_diff"] = max((o.float() - o4.float()).abs().max().item(),
-                                         0.0 if ht is None else ((ht - ht4).abs().max() / ht4.abs().max()).item())
+            r[f"{label}_max_diff"] = max((o.float() - o_ref.float()).abs().max().item(),
+                                         0.0 if ht is None else ((ht - ht_ref).abs().max() / ht_ref.abs().max()).item())
         print(f"{name:8s} default {r['default_ms']:.3f} ms  " + "  ".join(
             f"{label} {r[label + '_ms']:.3f} ms (max diff {r[label + '_max_diff']:.1e})" for label in VARIANTS)
             + f"  chunk_linear_attn {r['chunk_linear_attn_ms']:.3f} ms", flush=True)

@@ -246,10 +246,9 @@ def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device
     return None
 
 
-def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: dict) -> list[str]:
+def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference) -> list[str]:
     """Everything wrong with one case's outputs (empty: it passed)."""
     tol = tolerance(ex, case)
-    scale = getattr(ref, "scale", {})
     problems = []
     for name, want in ref.items():
         if name in outs:
@@ -264,7 +263,7 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
                     problems.append(f"{name}: output not written: {int(unwritten.sum())} of {p.out.numel()} "
                                     f"elements still hold the NaN poison, first at {_first(unwritten)}")
                     continue
-            msg = _compare(name, p.out, want, tol, scale=scale.get(name, 0.0))
+            msg = _compare(name, p.out, want, tol, scale=ref.scale.get(name, 0.0))
         elif name in result:
             got = result[name]
             if isinstance(want, torch.Tensor):
@@ -272,7 +271,7 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
                     problems.append(f"{name}: expected a tensor of shape {tuple(want.shape)}, got a "
                                     f"{type(got).__name__}")
                     continue
-                msg = _compare(name, got, want, tol, scale=scale.get(name, 0.0))
+                msg = _compare(name, got, want, tol, scale=ref.scale.get(name, 0.0))
             else:
                 if isinstance(got, torch.Tensor) and got.numel() == 1:
                     got = got.item()

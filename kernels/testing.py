@@ -25,6 +25,7 @@ __all__ = [
     "poison_value",
     "guard_filled",
     "guard_changed",
+    "repoison",
     "rel_error",
     "assert_close",
     "check_bad_input",
@@ -142,6 +143,16 @@ def poisoned(*shape: int, dtype=torch.float32, guard: int = 64, device=None) -> 
     n = math.prod(shape)
     buf = guard_filled(n + 2 * guard, dtype, device)
     return Poisoned(buf, buf[guard: guard + n].view(shape), guard)
+
+
+def repoison(p: Poisoned) -> None:
+    """Fill ``p.out`` with the poison again (its guard bands keep whatever they hold): the output is as a fresh
+    :func:`poisoned` allocation left it, so a kernel run on it cannot tell it from a fresh call."""
+    if p.out.dtype in _GUARD_BITS:
+        view, bits = _GUARD_BITS[p.out.dtype]
+        p.out.view(view).fill_(bits)
+    else:
+        p.out.fill_(poison_value(p.out.dtype))
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -8,8 +8,9 @@ from .spec import Case, CheckFailed, Exercise, Performance, register
 __all__ = ["check", "Case", "CheckFailed", "Exercise", "Performance", "register"]
 
 
-def check(exercise_id: str, *objects, hidden: bool = False):
-    """Grade ``objects`` (the student's kernel, function or value) on exercise ``exercise_id``."""
+def check(exercise_id: str, *objects, hidden: bool = False) -> None:
+    """Grade ``objects`` (the student's kernel, function or value) on exercise ``exercise_id``: prints a line when
+    they pass, raises :class:`CheckFailed` saying what is wrong when they do not."""
     from .engine import check as run_check
 
-    return run_check(exercise_id, *objects, hidden=hidden)
+    run_check(exercise_id, *objects, hidden=hidden)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned
+from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, repoison
 from . import provenance
 from .spec import Case, CheckFailed, Exercise, get
 
@@ -34,7 +34,12 @@ __all__ = [
     "pad_inputs",
     "alloc_outputs",
     "run_case",
+    "precheck",
+    "PROBLEMS",
+    "TRAFFIC",
+    "PRECHECK_ELEMENTS",
     "verdict",
+    "time_fresh",
     "time_performance",
     "perf_verdict",
     "describe_case",
@@ -52,7 +57,8 @@ _GUARD_MIN = 256
 
 @dataclass
 class Outcome:
-    """What one check call found: ``passed``, the lines to show, and timing details when graded for speed."""
+    """What one check call found: ``passed``, the lines to show, timing details when graded for speed, and the
+    exception the student's code raised, if it did."""
 
     exercise: str
     passed: bool
@@ -60,6 +66,7 @@ class Outcome:
     cases: int = 0
     not_graded: list[str] = field(default_factory=list)
     perf: dict | None = None
+    error: BaseException | None = None
 
     @property
     def message(self) -> str:
@@ -139,13 +146,20 @@ def reference(ex: Exercise, case: Case, cpu_inputs: dict) -> Reference:
 
 
 def _guard(n: int) -> int:
-    return max(_GUARD_MIN, min(n // 4, 1 << 16))
+    """Guard elements on each side of a buffer of ``n``: a multiple of 64, so that every tensor a check hands a
+    kernel starts at least 64-byte aligned (a kernel compiled assuming 16-byte aligned pointers gets them)."""
+    return -(-max(_GUARD_MIN, min(n // 4, 1 << 16)) // 64) * 64
 
 
 def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]:
     """Inputs moved to ``device``, each inside a NaN-filled buffer (same strides), so stray reads load NaN."""
+    views, buffers = _pad(cpu_inputs, device)
+    return views, list(buffers.values())
+
+
+def _pad(cpu_inputs: dict, device=None) -> tuple[dict, dict[str, torch.Tensor]]:
     device = DEVICE if device is None else device
-    views, buffers = {}, []
+    views, buffers = {}, {}
     for k, v in cpu_inputs.items():
         if not isinstance(v, torch.Tensor):
             views[k] = v
@@ -159,7 +173,7 @@ def pad_inputs(cpu_inputs: dict, device=None) -> tuple[dict, list[torch.Tensor]]
         view = buf.as_strided(v.shape, v.stride(), g)
         view.copy_(v)
         views[k] = view
-        buffers.append(buf)
+        buffers[k] = buf
     return views, buffers
 
 
@@ -195,15 +209,117 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=None):
-    """Run the student's objects on one case; return (poisoned outputs, returned results)."""
-    inputs, _ = pad_inputs(cpu_inputs, device)
+#: ``result[PROBLEMS]``: what :func:`run_case` found wrong before any output is compared (out-of-bounds accesses,
+#: a traffic rule, a ``CheckFailed`` the exercise's run raised). :func:`verdict` reports these first; they travel
+#: from the grader's sandbox with the other results.
+PROBLEMS = "__problems__"
+#: ``result[TRAFFIC]``: why the memory traffic is not the exercise's (:attr:`Exercise.traffic`), reported only when
+#: the outputs are right (a wrong kernel gets the message about its outputs).
+TRAFFIC = "__traffic__"
+#: Under a GPU, cases with at most this many input and output elements are first run in the interpreter, bounds
+#: checked (cheap at that size), so an out-of-bounds access is named before it can fault on the device.
+PRECHECK_ELEMENTS = 1 << 18
+
+
+def _names(inputs: dict, outs: dict) -> dict[int, str]:
+    names = {v.data_ptr(): k for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    names.update({p.out.data_ptr(): k for k, p in outs.items()})
+    return names
+
+
+def _checked(ex: Exercise, case: Case, launch, inputs: dict, outs: dict) -> tuple[object, list[str], list[str]]:
+    """Run ``launch()`` in the interpreter with every access bounds-checked (:mod:`kernels.checks.bounds`) and bf16
+    computed as a GPU does (:mod:`kernels.checks.interp`); return its result, the out-of-bounds accesses and the
+    traffic rule's objection (:attr:`Exercise.traffic`, asked only of a run that stayed in bounds)."""
+    from . import bounds, interp
+
+    with interp.bf16_fixed():
+        result, found = bounds.run_checked(launch, _names(inputs, outs))
+    problems = found.problems()
+    why = ex.traffic(found, case) if ex.traffic is not None and not problems else None
+    return result, problems, [why] if why else []
+
+
+def _small(ex: Exercise, case: Case, cpu_inputs: dict) -> bool:
+    n = sum(v.numel() for v in cpu_inputs.values() if isinstance(v, torch.Tensor))
+    n += sum(math.prod(shape) for shape, _ in (ex.outputs(case, cpu_inputs) if ex.outputs else {}).values())
+    return n <= PRECHECK_ELEMENTS
+
+
+def precheck(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict) -> tuple[list[str], list[str]]:
+    """On a GPU machine, run the case once in the interpreter on CPU copies, bounds-checked: the out-of-bounds
+    accesses and the traffic rule's objection found (both empty when the run is clean, or when the interpreter
+    itself cannot run it: the real run then speaks for itself)."""
+    inputs, _ = pad_inputs(cpu_inputs, "cpu")
+    outs = alloc_outputs(ex, case, cpu_inputs, "cpu")
+    try:
+        _, problems, traffic = _checked(ex, case, lambda: ex.run(args, inputs, {k: p.out for k, p in outs.items()},
+                                                                  case), inputs, outs)
+    except Exception:  # noqa: BLE001 (whatever the interpreter makes of the kernel, the GPU run decides)
+        return [], []
+    return problems, traffic
+
+
+def _inputs_changed(cpu_inputs: dict, inputs: dict, buffers: dict[str, torch.Tensor]) -> list[str]:
+    """Inputs must come back as they went in, padding included: a kernel that stores into an input, or into the
+    padding around one, wrote where only outputs may be written."""
+    problems = []
+    for k, buf in buffers.items():
+        view = inputs[k]
+        expect = torch.full_like(buf, poison_value(buf.dtype))
+        expect.as_strided(view.shape, view.stride(), view.storage_offset()).copy_(cpu_inputs[k])
+        bits = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[buf.element_size()]
+        changed = buf.view(bits) != expect.view(bits)
+        if not changed.any():
+            continue
+        inside = torch.zeros_like(changed)
+        inside.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(True)
+        in_view, around = int((changed & inside).sum()), int((changed & ~inside).sum())
+        where = [f"{in_view} of its elements"] if in_view else []
+        where += [f"{around} element(s) of the padding around it (an out-of-bounds store)"] if around else []
+        problems.append(f"{k}: the kernel wrote into its input `{k}`: {' and '.join(where)} changed; only the "
+                        "outputs may be written")
+    return problems
+
+
+def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=None, *, check_first: bool | None = None):
+    """Run the student's objects on one case; return (poisoned outputs, returned results).
+
+    Kernel launches never touch memory outside their tensors under the interpreter: they run bounds-checked there
+    (:mod:`kernels.checks.bounds`). On a GPU, a case of at most :data:`PRECHECK_ELEMENTS` elements is first run that
+    way on CPU copies (``check_first`` overrides the choice), then on the device, where the outputs' guard bands and
+    the inputs' padding show stray stores. What is found, and a ``CheckFailed`` the exercise's run raises, comes
+    back as ``result[PROBLEMS]``; an error of the student's own code propagates.
+    """
+    device = DEVICE if device is None else device
+    kernels = "kernel" in ex.args
+    interpreted = kernels and INTERPRET and torch.device(device).type == "cpu"
+    traffic = []
+    if kernels and not interpreted and (check_first if check_first is not None else _small(ex, case, cpu_inputs)):
+        problems, traffic = precheck(ex, args, case, cpu_inputs)
+        if problems:
+            return alloc_outputs(ex, case, cpu_inputs, device), {PROBLEMS: problems}
+    inputs, buffers = _pad(cpu_inputs, device)
     outs = alloc_outputs(ex, case, cpu_inputs, device)
-    result = ex.run(args, inputs, {k: p.out for k, p in outs.items()}, case)
-    _sync()
+
+    def launch():
+        return ex.run(args, inputs, {k: p.out for k, p in outs.items()}, case)
+
+    try:
+        if interpreted:
+            result, problems, traffic = _checked(ex, case, launch, inputs, outs)
+        else:
+            result, problems = launch(), []
+            _sync()
+    except CheckFailed as e:
+        return outs, {PROBLEMS: [str(e)]}
+    if not problems and kernels:
+        problems = _inputs_changed(cpu_inputs, inputs, buffers)
+    if problems:
+        return outs, {PROBLEMS: problems}
     if result is not None and not isinstance(result, dict):
         raise CheckFailed(f"the exercise's run() returned a {type(result).__name__}, not a dict")
-    return outs, (result or {})
+    return outs, {**(result or {}), **({TRAFFIC: traffic} if traffic else {})}
 
 
 # ---- judging -----------------------------------------------------------------------------------------------
@@ -247,7 +363,17 @@ def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device
 
 
 def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference) -> list[str]:
-    """Everything wrong with one case's outputs (empty: it passed)."""
+    """Everything wrong with one case's outputs (empty: it passed); a failing case with a
+    :attr:`~kernels.checks.spec.Case.purpose` ends with it."""
+    problems = _verdict(ex, case, outs, result, ref)
+    if problems and case.purpose:
+        problems.append(f"(this case {case.purpose})")
+    return problems
+
+
+def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference) -> list[str]:
+    if result.get(PROBLEMS):
+        return [str(p) for p in result[PROBLEMS]]
     tol = tolerance(ex, case)
     problems = []
     for name, want in ref.items():
@@ -286,6 +412,8 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
             continue
         if msg:
             problems.append(msg)
+    if not problems and result.get(TRAFFIC):
+        problems += [str(p) for p in result[TRAFFIC]]
     return problems
 
 
@@ -319,57 +447,133 @@ def _fastest(what: str, measured: float) -> float:
     return _FASTEST[what]
 
 
-def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
-    """Time the student's run and the baseline on the performance case; also compare their outputs there."""
-    import triton.testing
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()])
 
+
+def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep: float = 50,
+               inputs: tuple | list = (), flush_bytes: int = 256 << 20) -> dict:
+    """Time ``launch(outs)``, which writes the tensors ``outs[name]``, so that every timed launch starts from
+    outputs it cannot tell from a fresh call's; then check what the timed launches did.
+
+    Before each launch, outside the timed region, every output is filled with the poison again
+    (:func:`kernels.testing.repoison`; the guard bands are left as they are, so a stray store while timing still
+    shows) and the L2 cache is flushed by writing ``flush_bytes``. A kernel that reads its own output to skip work
+    ("this tile already holds a number") therefore does its full work in every timed launch. Each launch is timed
+    alone with CUDA events (on a CPU device, with the wall clock); ``warmup`` and ``rep`` are milliseconds of
+    launches, as in ``triton.testing.do_bench``, and the median is reported. Afterwards the guard bands are read,
+    the ``inputs`` (whole buffers, padding included) are compared with copies taken before, and one more launch is
+    made on freshly allocated NaN-filled outputs (with guard bands), for the caller to compare with its reference.
+
+    Returns ``{"ms", "times", "launches", "stray": {name: (before, after)}, "inputs_changed": [index, ...],
+    "after": {name: Poisoned}, "result": what the last launch returned}``.
+    """
+    import time
+
+    first = next(iter(outputs.values())).out
+    device = first.device
+    cuda = device.type == "cuda"
+    outs = {k: p.out for k, p in outputs.items()}
+    flush = torch.empty(flush_bytes if cuda else 0, dtype=torch.int8, device=device)
+    copies = [t.clone() for t in inputs]
+
+    def fresh():
+        for p in outputs.values():
+            repoison(p)
+        flush.zero_()
+
+    def timed(n: int) -> list[float]:
+        if not cuda:
+            out = []
+            for _ in range(n):
+                fresh()
+                t0 = time.perf_counter()
+                launch(outs)
+                out.append((time.perf_counter() - t0) * 1e3)
+            return out
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for s, e in zip(starts, ends):
+            fresh()
+            s.record()
+            launch(outs)
+            e.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    estimate = max(min(timed(3)), 1e-3)
+    timed(max(1, min(int(warmup / estimate), 1000)))
+    times = timed(max(5, min(int(rep / estimate), 1000)))
+    stray = {k: p.stray_writes() for k, p in outputs.items()}
+    changed = [i for i, (t, c) in enumerate(zip(inputs, copies)) if not torch.equal(_bits(t), _bits(c))]
+    del copies
+    after = {k: poisoned(*p.out.shape, dtype=p.out.dtype, guard=p.guard, device=device) for k, p in outputs.items()}
+    result = launch({k: p.out for k, p in after.items()})
+    if cuda:
+        torch.cuda.synchronize()
+    return {"ms": float(sorted(times)[len(times) // 2]), "times": times, "launches": len(times), "stray": stray,
+            "inputs_changed": changed, "after": after, "result": result}
+
+
+def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
+    """Time the student's run and the baseline on the performance case (:func:`time_fresh`, every launch on
+    re-poisoned outputs); then compare the outputs of a launch of each on fresh NaN-filled buffers."""
     from ..bench import copy_bandwidth, matmul_rate
 
     perf = ex.performance
     case = perf.case
     cpu = case_inputs(ex, case, seed)
-    inputs, _ = pad_inputs(cpu)
+    inputs, buffers = _pad(cpu)
     mine = alloc_outputs(ex, case, cpu)
     base = alloc_outputs(ex, case, cpu)
     del cpu  # the timed size is large (1 GiB moved for lesson 01): nothing of it stays in host memory
+    faults = []
     # run and baseline write into their output buffers; a dict they return adds named results to compare (any
     # other return value, such as the tensor of ``out.copy_(x)``, is not a result)
-    got = _named_results(ex.run(args, inputs, {k: p.out for k, p in mine.items()}, case))
-    want = _named_results(perf.baseline(args, inputs, {k: p.out for k, p in base.items()}, case))
-    _sync()
+    student = time_fresh(lambda outs: ex.run(args, inputs, outs, case), mine, warmup=perf.warmup, rep=perf.rep,
+                         inputs=list(buffers.values()))
+    for k, (before, after) in student["stray"].items():
+        if before or after:
+            faults.append(f"{k}: the kernel wrote out of bounds while timed ({before} elements before the start of "
+                          f"{k}, {after} after its end)")
+    names = list(buffers)
+    for i in student["inputs_changed"]:
+        faults.append(f"{names[i]}: the kernel wrote into its input `{names[i]}` (or the padding around it) while "
+                      "timed; only the outputs may be written")
+    baseline = time_fresh(lambda outs: perf.baseline(args, inputs, outs, case), base, warmup=perf.warmup,
+                          rep=perf.rep)
     tol = tolerance(ex, case)
     mismatch = []
     # compared where they are: float64 host copies of the timed size would take 4x its bytes of host memory
-    for k in mine:
-        msg = _compare(k, mine[k].out, base[k].out, max(tol, 1e-6) * 2, device=mine[k].out.device)
+    for k, p in student["after"].items():
+        msg = _compare(k, p.out, baseline["after"][k].out, max(tol, 1e-6) * 2, device=p.out.device)
         if msg:
             mismatch.append(msg)
+    got, want = _named_results(student["result"]), _named_results(baseline["result"])
     for k in got:
         if isinstance(got[k], torch.Tensor) and isinstance(want.get(k), torch.Tensor):
             msg = _compare(k, got[k], want[k], max(tol, 1e-6) * 2, device=got[k].device)
             if msg:
                 mismatch.append(msg)
-    t_student = float(triton.testing.do_bench(lambda: ex.run(args, inputs, {k: p.out for k, p in mine.items()},
-                                                             case), warmup=perf.warmup, rep=perf.rep,
-                                              return_mode="median"))
-    t_base = float(triton.testing.do_bench(lambda: perf.baseline(args, inputs, {k: p.out for k, p in base.items()},
-                                                                 case), warmup=perf.warmup, rep=perf.rep,
-                                           return_mode="median"))
     nbytes, flops = perf.floor(case)
     bw = _fastest("copy", copy_bandwidth(512 * 2**20))
     mm_dtype = case.dtype if case.dtype in (torch.float16, torch.bfloat16) else torch.float32
     rate = _fastest(f"matmul {mm_dtype}", matmul_rate(mm_dtype)) if flops else 0
     floor_ms = max(nbytes / bw * 1e3, flops / rate * 1e3 if rate else 0.0)
-    return {"student_ms": t_student, "baseline_ms": t_base, "floor_ms": floor_ms, "bandwidth_Bps": bw,
-            "mismatch": mismatch, "case": case.label}
+    return {"student_ms": student["ms"], "baseline_ms": baseline["ms"], "floor_ms": floor_ms, "bandwidth_Bps": bw,
+            "launches": student["launches"], "faults": faults, "mismatch": mismatch, "case": case.label}
 
 
 def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
     """Judge the timings (on the trusted side): speedup threshold, the hardware floor, the output at size."""
     perf = ex.performance
+    faults = list(timing.get("faults", []))
+    if faults:
+        return [f"at the timed size ({timing['case']}): " + "; ".join(faults)]
     problems = list(timing.get("mismatch", []))
     if problems:
-        return [f"at the timed size ({timing['case']}) the output differs from {perf.baseline_name}'s: "
+        return [f"at the timed size ({timing['case']}), on fresh NaN-filled outputs after timing, the output differs "
+                f"from {perf.baseline_name}'s: "
                 + "; ".join(problems)]
     s, b, floor = timing["student_ms"], timing["baseline_ms"], timing["floor_ms"]
     if not (s > 0 and b > 0 and math.isfinite(s) and math.isfinite(b)):
@@ -418,8 +622,22 @@ def _values(ex: Exercise, args: tuple) -> tuple:
     return tuple(a if kind == "value" else None for kind, a in zip(ex.args, args))
 
 
+def _judge_case(ex: Exercise, args: tuple, case: Case, seed: int) -> list[str]:
+    cpu = case_inputs(ex, case, seed)
+    ref = reference(ex, case, cpu)
+    outs, result = run_case(ex, args, case, cpu)
+    outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
+    result = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}
+    return verdict(ex, case, outs, result, ref)
+
+
+def _raised(e: BaseException) -> str:
+    return f"your code raised {type(e).__name__}: {str(e).strip()[:2000]}"
+
+
 def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
-    """Every step of a check in this process (the notebook's view)."""
+    """Every step of a check in this process (the notebook's view). An error the student's code raises is a failed
+    outcome naming the case (kept in ``Outcome.error``), never an exception out of here."""
     out = Outcome(ex.id, passed=True)
     if "value" in ex.args:
         why = check_value(ex, _values(ex, args), hidden)
@@ -431,32 +649,31 @@ def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
     cases, skipped = active_cases(ex, hidden)
     for i, case in cases:
         seed = draw_seed()
-        cpu = case_inputs(ex, case, seed)
-        ref = reference(ex, case, cpu)
-        outs, result = run_case(ex, args, case, cpu)
-        outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
-        result = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}
-        problems = verdict(ex, case, outs, result, ref)
+        try:
+            problems = _judge_case(ex, args, case, seed)
+        except Exception as e:  # noqa: BLE001 (the student's kernel or function may raise anything)
+            problems, out.error = [_raised(e)], e
         if problems:
             return Outcome(ex.id, False, [f"{ex.id} failed on {describe_case(ex, case, seed)}:"]
-                           + [f"  - {p}" for p in problems], cases=i)
+                           + [f"  - {p}" for p in problems], cases=i, error=out.error)
         out.cases += 1
     out.not_graded += [f"case {s!r} needs a GPU" for s in skipped]
     if ex.performance is not None:
         if not ON_GPU:
             out.not_graded.append("performance: not graded under the interpreter (it is graded on a GPU)")
         else:
-            timing = time_performance(ex, args, draw_seed())
+            try:
+                timing = time_performance(ex, args, draw_seed())
+            except Exception as e:  # noqa: BLE001
+                return Outcome(ex.id, False, [f"{ex.id}: at the timed size ({ex.performance.case.label}): "
+                                              + _raised(e)], cases=out.cases, error=e)
             out.perf = timing
             problems = perf_verdict(ex, timing)
             if problems:
                 return Outcome(ex.id, False, [f"{ex.id}: {p}" for p in problems], cases=out.cases, perf=timing)
             i, case = cases[0] if cases else (0, ex.performance.case)
             seed = draw_seed()
-            cpu = case_inputs(ex, case, seed)
-            outs, result = run_case(ex, args, case, cpu)
-            outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
-            problems = verdict(ex, case, outs, result, reference(ex, case, cpu))
+            problems = _judge_case(ex, args, case, seed)
             if problems:
                 return Outcome(ex.id, False, [f"{ex.id} failed after timing, on {describe_case(ex, case, seed)}:"]
                                + [f"  - {p}" for p in problems], cases=out.cases, perf=timing)
@@ -476,15 +693,16 @@ def summary_line(ex: Exercise, out: Outcome) -> str:
     return line
 
 
-def check(exercise_id: str, *objects, hidden: bool = False) -> Outcome:
-    """Grade the notebook's objects on ``exercise_id``: print a line on success, raise :class:`CheckFailed`."""
+def check(exercise_id: str, *objects, hidden: bool = False) -> None:
+    """Grade the notebook's objects on ``exercise_id``: print a line on success, raise :class:`CheckFailed` (chained
+    to the student's own error, if their code raised one) on failure. Returns nothing, so a graded cell shows only
+    the printed line: nbgrader reads a cell's last value as its score and warns on anything else."""
     if os.environ.get(GRADING_ENV):
         print(f"({exercise_id}: judged by the grader, outside this notebook)")
-        return Outcome(exercise_id, True)
+        return
     ex = get(exercise_id)
     args = resolve_live(ex, objects, hidden)
     out = grade_local(ex, args, hidden)
     if not out.passed:
-        raise CheckFailed(out.message)
+        raise CheckFailed(out.message) from out.error
     print(out.message)
-    return out

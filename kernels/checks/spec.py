@@ -35,6 +35,8 @@ class Case:
 
     ``precision`` names the arithmetic the tolerance assumes: ``"ieee"``, ``"tf32"``, ``"fp16"``, ``"bf16"`` or
     ``None`` (from ``dtype``). ``gpu_only`` cases are skipped under the interpreter (e.g. bf16 ``tl.dot``).
+    ``purpose``: what the case is there to catch, ending the message when it fails ("passes A as a column-major
+    view: address it through stride_am and stride_ak").
     """
 
     label: str
@@ -42,6 +44,7 @@ class Case:
     dtype: torch.dtype = torch.float32
     precision: str | None = None
     gpu_only: bool = False
+    purpose: str = ""
 
     def __getitem__(self, key: str) -> Any:
         return self.params[key]
@@ -99,6 +102,10 @@ class Exercise:
       not with the result: with fresh seeds an output can nearly cancel (``q·k`` = -0.002 from terms summing to
       1.6 in fp32), and a correct kernel would miss a relative tolerance. The relative error is then taken against
       the larger of the two norms.
+    - ``traffic(findings, case) -> str | None``: a rule on the memory traffic of a kernel exercise, checked where
+      the case runs bounds-checked in the interpreter (:mod:`kernels.checks.bounds`): ``findings.loaded(name)`` and
+      ``findings.stored(name)`` count the elements of each tensor the launches loaded and stored. Returns the
+      reason the traffic is not the exercise's (the naive kernel's state must round-trip through memory).
     """
 
     id: str
@@ -117,6 +124,7 @@ class Exercise:
     forbid: tuple[str, ...] = ()
     twins: tuple[str, ...] = ()
     magnitude: bool = False
+    traffic: Callable[[Any, Case], str | None] | None = None
     description: str = ""
 
     def __post_init__(self):

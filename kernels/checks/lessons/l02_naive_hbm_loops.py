@@ -77,6 +77,19 @@ def _shape(label, B, T, H, K, V, dtype=torch.float32, **extra):
                 dtype)
 
 
+def _round_trip(found, case):
+    """The naive kernel's state goes through ``s`` at every step: K·V elements loaded and stored per step and
+    program, at least."""
+    B, T, H, K, V = (case[d] for d in "BTHKV")
+    need = B * H * T * K * V
+    loaded, stored = found.loaded("s"), found.stored("s")
+    if loaded >= need and stored >= need:
+        return None
+    return (f"s: the kernel loaded {loaded} and stored {stored} element(s) of the state buffer over T={T} steps of "
+            f"{B * H} programs; in this exercise the state makes a round trip through s at every step (load S, add "
+            f"k v^T, store S: at least {need} of each). Keeping the state in registers is exercise 2's fused kernel")
+
+
 NAIVE = Exercise(
     id="02_naive_hbm_loops.naive",
     magnitude=True,
@@ -89,11 +102,15 @@ NAIVE = Exercise(
     outputs=_outputs,
     run=_naive_run,
     reference=_reference,
-    visible=[_shape("", 1, 37, 2, 16, 16), _shape("", 2, 20, 1, 24, 40)],
+    traffic=_round_trip,
+    visible=[_shape("", 1, 37, 2, 16, 16), _shape("", 2, 20, 1, 24, 40),
+             Case("B=1 T=9 H=2 K=24 V=48 float32 q,k packed", dict(B=1, T=9, H=2, K=24, V=48, packed=True, pad=8),
+                  purpose="passes q and k as views into one wider [B, T, H, 2K + 8] buffer, K and V not powers of "
+                          "two: address them through their strides, and mask past K and V")],
     hidden=[_shape("", 1, 1, 1, 3, 5),
-            _shape(" q,k packed", 1, 23, 3, 32, 48, torch.float16, packed=True, pad=8),
-            _shape("", 2, 19, 1, 16, 17, torch.bfloat16),
-            _shape(" q,k packed", 1, 30, 2, 64, 64, packed=True)]
+            _shape(" q,k packed", 1, 13, 3, 32, 48, torch.float16, packed=True, pad=8),
+            _shape("", 2, 11, 1, 16, 17, torch.bfloat16),
+            _shape(" q,k packed", 1, 17, 2, 64, 64, packed=True)]
     + pick(cpu=[], gpu=[_shape(" q,k packed", 2, 300, 4, 64, 128, torch.bfloat16, packed=True)]),
     points=(3, 2),
 )
@@ -110,11 +127,14 @@ FUSED = Exercise(
     outputs=_outputs,
     run=_fused_run,
     reference=_reference,
-    visible=[_shape(" BV=16", 1, 25, 2, 16, 40, BV=16), _shape(" BV=32", 2, 20, 1, 24, 32, BV=32)],
+    visible=[_shape(" BV=16", 1, 13, 2, 16, 40, BV=16), _shape(" BV=32", 2, 11, 1, 24, 32, BV=32),
+             Case("B=1 T=9 H=2 K=24 V=48 float32 q,k packed BV=32",
+                  dict(B=1, T=9, H=2, K=24, V=48, packed=True, pad=8, BV=32),
+                  purpose="passes q and k as views into one wider buffer, and a last V block half past V")],
     hidden=[_shape(" BV=16", 1, 1, 1, 3, 5, BV=16),
-            _shape(" q,k packed BV=16", 1, 23, 2, 32, 48, torch.float16, packed=True, pad=8, BV=16),
-            _shape(" BV=32", 1, 19, 2, 16, 70, torch.bfloat16, BV=32),
-            _shape(" q,k packed BV=32", 1, 30, 1, 64, 64, packed=True, BV=32)]
+            _shape(" q,k packed BV=16", 1, 11, 2, 32, 48, torch.float16, packed=True, pad=8, BV=16),
+            _shape(" BV=32", 2, 9, 2, 16, 70, torch.bfloat16, BV=32),
+            _shape(" q,k packed BV=32", 1, 17, 1, 64, 64, packed=True, BV=32)]
     + pick(cpu=[], gpu=[_shape(" q,k packed BV=32", 2, 300, 4, 64, 128, torch.bfloat16, packed=True, BV=32)]),
     points=(3, 2),
 )
@@ -146,7 +166,7 @@ FUSED_SPEED = Exercise(
     outputs=_outputs,
     run=_fused_run,
     reference=_reference,
-    visible=[_shape(" BV=16", 1, 21, 2, 16, 24, BV=16)],
+    visible=[_shape(" BV=16", 1, 13, 2, 16, 24, BV=16)],
     performance=Performance(
         case=_shape(" BV=32", _GPU["B"], _GPU["T"], _GPU["H"], _GPU["K"], _GPU["V"], torch.bfloat16, BV=32),
         baseline=_naive_baseline,

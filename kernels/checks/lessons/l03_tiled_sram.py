@@ -11,7 +11,7 @@ import torch
 import triton
 
 from ...device import pick
-from ...testing import randn
+from ...testing import guard_changed, guard_filled, randn
 from ..provenance import Recorder
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 
@@ -39,12 +39,28 @@ def traffic(M: int, N: int, K: int, block_m: int, block_n: int, elem_bytes: int)
 
 def _matmul_inputs(case, gen):
     M, N, K = case["M"], case["N"], case["K"]
+    if case.get("overflow"):
+        return _cancelling(M, N, K, case.dtype, gen)
     if case.get("a_t"):
         a = randn(K, M, gen=gen, dtype=case.dtype, device="cpu").t()  # a column-major view
     else:
         a = randn(M, K, gen=gen, dtype=case.dtype, device="cpu")
-    b = randn(K, N, gen=gen, dtype=case.dtype, device="cpu")
+    if case.get("b_t"):
+        b = randn(N, K, gen=gen, dtype=case.dtype, device="cpu").t()  # a column-major view
+    else:
+        b = randn(K, N, gen=gen, dtype=case.dtype, device="cpu")
     return {"a": a, "b": b}
+
+
+def _cancelling(M, N, K, dtype, gen):
+    """A = [P, P + E], B = [Q; -Q] with P, Q in [14, 18] and E ~ N(0, 1): C = -E Q is a few hundred, but the
+    running sum over the first half of K reaches K/2 · 256, past fp16's largest value (65504) once K/2 > 256."""
+    half = K // 2
+    p = 14 + 4 * torch.rand(M, half, generator=gen)
+    q = 14 + 4 * torch.rand(half, N, generator=gen)
+    a = torch.cat([p, p + torch.randn(M, half, generator=gen)], dim=1)
+    b = torch.cat([q, -q], dim=0)
+    return {"a": a.to(dtype), "b": b.to(dtype)}
 
 
 def _launch(kernel, a, b, c, case, grid, blocks):
@@ -62,9 +78,9 @@ def _check_order(kernel, a, b, case, blocks):
     BM, BN, G = blocks["BLOCK_M"], blocks["BLOCK_N"], blocks["GROUP_M"]
     num_m, num_n = triton.cdiv(M, BM), triton.cdiv(N, BN)
     first = min(case.get("first", 3), num_m * num_n)
-    c = torch.full((M, N), float("nan"), dtype=a.dtype, device=a.device)
+    c = guard_filled(M * N, a.dtype, a.device).view(M, N)
     _launch(kernel, a, b, c, case, (first,), blocks)
-    written = ~torch.isnan(c.cpu())
+    written = guard_changed(c).cpu()  # bit for bit: a tile the kernel filled with NaN was written too
     want = torch.zeros(M, N, dtype=torch.bool)
     for pid in range(first):
         tm, tn = grouped_tile(pid, num_m, num_n, G)
@@ -104,15 +120,29 @@ TILED_MATMUL = Exercise(
     run=_matmul_run,
     reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
     visible=[
-        Case("M=45 N=37 K=70 fp32 ieee, 16x16x16 tiles, GROUP_M=2", dict(M=45, N=37, K=70, **_blocks(16, 16, 16, 2),
-                                                                         first=3), precision="ieee"),
-        Case("M=33 N=50 K=40 fp16, 16x32x16 tiles, GROUP_M=3", dict(M=33, N=50, K=40, **_blocks(16, 32, 16, 3),
-                                                                    first=4), torch.float16),
+        Case("M=45 N=37 K=70 fp32 ieee, 16x16x32 tiles, GROUP_M=2, column-major A",
+             dict(M=45, N=37, K=70, a_t=True, **_blocks(16, 16, 32, 2), first=3), precision="ieee",
+             purpose="passes A as a column-major view (stride_ak is M, stride_am is 1): address A through "
+                     "stride_am and stride_ak"),
+        Case("M=33 N=50 K=40 fp16, 16x32x16 tiles, GROUP_M=3, column-major B",
+             dict(M=33, N=50, K=40, b_t=True, **_blocks(16, 32, 16, 3), first=4), torch.float16,
+             purpose="passes B as a column-major view (stride_bn is K): address B through stride_bk and stride_bn"),
+        Case("M=20 N=24 K=576 fp16, 16x16x64 tiles, running sums past fp16's range",
+             dict(M=20, N=24, K=576, overflow=True, **_blocks(16, 16, 64, 1)), torch.float16,
+             purpose="has running sums over K that pass fp16's largest value (65504) before they cancel: only an "
+                     "fp32 accumulator holds them"),
     ],
     hidden=[
         Case("M=1 N=1 K=1 fp32 ieee", dict(M=1, N=1, K=1, **_blocks(16, 16, 16, 1)), precision="ieee"),
         Case("M=70 N=29 K=33 fp32 tf32, column-major A, GROUP_M=4",
              dict(M=70, N=29, K=33, a_t=True, **_blocks(16, 16, 32, 4), first=5), precision="tf32"),
+        Case("M=48 N=47 K=65 fp32 ieee, column-major A and B, 16x16x32 tiles",
+             dict(M=48, N=47, K=65, a_t=True, b_t=True, **_blocks(16, 16, 32, 2), first=4), precision="ieee",
+             purpose="passes both A and B as column-major views, a whole number of tile rows"),
+        Case("M=17 N=20 K=600 fp16, 16x32x64 tiles, running sums past fp16's range",
+             dict(M=17, N=20, K=600, overflow=True, **_blocks(16, 32, 64, 1)), torch.float16,
+             purpose="has running sums over K that pass fp16's largest value before they cancel: only an fp32 "
+                     "accumulator holds them"),
         Case("M=100 N=17 K=129 fp16, 32x16x32 tiles, GROUP_M=8 (one short group)",
              dict(M=100, N=17, K=129, **_blocks(32, 16, 32, 8), first=3), torch.float16),
         Case("M=50 N=66 K=48 bf16", dict(M=50, N=66, K=48, **_blocks(16, 32, 16, 2), first=4), torch.bfloat16,
@@ -151,8 +181,9 @@ def _traffic_run(args, inputs, outputs, case):
     got = []
     for p in problems:
         v = fn(*p)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-            raise CheckFailed(f"tile_traffic{p} returned {v!r}; return a whole number of bytes (an int)")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise CheckFailed(f"tile_traffic{p} returned {v!r}, a {type(v).__name__}; return an int (a whole "
+                              "number of bytes: math.ceil and // give ints, / gives a float)")
         got.append(float(v))
     return {"bytes": torch.tensor(got, dtype=torch.float64)}
 

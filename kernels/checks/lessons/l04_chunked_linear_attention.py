@@ -39,6 +39,16 @@ def intra_chunk(q, k, v, scale, chunk):
     return o
 
 
+def _tensor(layout, B, T, H, D, dt, gen):
+    """One [B, T, H, D] input in the given storage: ``contiguous``; ``wide``, a view of a [B, T, H, D + 5] buffer
+    (its own t and h strides); ``heads``, [B, H, T, D] storage seen as [B, T, H, D]."""
+    if layout == "wide":
+        return randn(B, T, H, D + 5, gen=gen, dtype=dt, device="cpu", scale=0.5)[..., :D]
+    if layout == "heads":
+        return randn(B, H, T, D, gen=gen, dtype=dt, device="cpu", scale=0.5).transpose(1, 2)
+    return randn(B, T, H, D, gen=gen, dtype=dt, device="cpu", scale=0.5)
+
+
 def _qkv(case, gen):
     B, T, H, K, V = (case[n] for n in "BTHKV")
     dt = case.dtype
@@ -48,11 +58,9 @@ def _qkv(case, gen):
         qkv = randn(B, T, H, width, gen=gen, dtype=dt, device="cpu", scale=0.5)
         return {"q": qkv[..., :K], "k": qkv[..., K:2 * K], "v": qkv[..., 2 * K:2 * K + V]}
     if case.get("heads_major"):
-        # [B, H, T, D] storage seen as [B, T, H, D]
-        q, k = (randn(B, H, T, K, gen=gen, dtype=dt, device="cpu", scale=0.5).transpose(1, 2) for _ in range(2))
-        return {"q": q, "k": k, "v": randn(B, H, T, V, gen=gen, dtype=dt, device="cpu", scale=0.5).transpose(1, 2)}
-    q, k = (randn(B, T, H, K, gen=gen, dtype=dt, device="cpu", scale=0.5) for _ in range(2))
-    return {"q": q, "k": k, "v": randn(B, T, H, V, gen=gen, dtype=dt, device="cpu", scale=0.5)}
+        return {n: _tensor("heads", B, T, H, d, dt, gen) for n, d in (("q", K), ("k", K), ("v", V))}
+    layouts = case.get("layouts", ("contiguous",) * 3)
+    return {n: _tensor(lay, B, T, H, d, dt, gen) for n, d, lay in zip("qkv", (K, K, V), layouts)}
 
 
 def _inputs(case, gen):
@@ -82,12 +90,16 @@ class _Counter(TorchFunctionMode):
 
 
 def _torch_run(args, inputs, outputs, case):
+    """Runs the function under an operation counter, twice: with the case's chunk size, where it may take about
+    40 operations per chunk and (batch, head) pair (a loop over B and H around the chunk loop is the chunked form
+    too), and with one chunk covering all T tokens, where a chunk loop takes a few dozen operations per (batch,
+    head) and a loop over tokens still takes several per token."""
     (fn,) = args
     q, k, v, scale = inputs["q"], inputs["k"], inputs["v"], inputs["scale"]
     chunk = case["chunk"]
-    T = q.shape[1]
+    B, T, H = q.shape[:3]
     chunks = math.ceil(T / chunk)
-    budget = 40 * chunks + 100
+    budget = 40 * chunks * B * H + 100
     with _Counter(max(chunk, q.shape[-1], v.shape[-1])) as counter:
         o = fn(q, k, v, scale, chunk_size=chunk)
     if not isinstance(o, torch.Tensor):
@@ -96,9 +108,18 @@ def _torch_run(args, inputs, outputs, case):
         raise CheckFailed(f"an intermediate of shape {counter.widest} appeared: with T={T} and chunk_size={chunk} "
                           "that is a T x T score matrix, i.e. quadratic attention; build only chunk x chunk scores")
     if counter.calls > budget:
-        raise CheckFailed(f"{counter.calls} torch operations for T={T} in chunks of {chunk} ({chunks} chunks); a "
-                          f"loop over chunks needs about 15 per chunk (at most {budget} allowed). A loop over "
-                          "tokens is the recurrence of lesson 02, not the chunked form")
+        raise CheckFailed(f"{counter.calls} torch operations for T={T} in chunks of {chunk} ({chunks} chunks of "
+                          f"{B * H} (batch, head) pairs; at most {budget} allowed); a loop over chunks needs about "
+                          "15 per chunk. A loop over tokens is the recurrence of lesson 02, not the chunked form")
+    if T >= 16:
+        one = 40 * B * H + 100
+        with _Counter(T) as whole:
+            fn(q, k, v, scale, chunk_size=T)
+        if whole.calls > one:
+            raise CheckFailed(f"with chunk_size={T}, one chunk for all T={T} tokens, your function made "
+                              f"{whole.calls} torch operations (a chunk loop needs a few dozen per (batch, head) "
+                              f"pair: at most {one} here): it loops over tokens. A loop over tokens is the "
+                              "recurrence of lesson 02, not the chunked form")
     if o.dtype != q.dtype:
         raise CheckFailed(f"o has dtype {o.dtype}; return it in q's dtype {q.dtype}")
     return {"o": o}
@@ -178,16 +199,25 @@ _KERNEL_SIG = ("(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale, stride_qb, strid
 def _cases(hidden: bool):
     if not hidden:
         return [
-            Case("B=1 T=37 H=2 K=16 V=16 BT=16 fp32", dict(B=1, T=37, H=2, K=16, V=16, BT=16), precision="ieee"),
-            Case("B=2 T=50 H=1 K=20 V=24 BT=16 BV=16 fp16", dict(B=2, T=50, H=1, K=20, V=24, BT=16, BV=16),
-                 torch.float16),
+            Case("B=1 T=37 H=2 K=16 V=16 BT=16 fp32, k a strided view, v [B, H, T, V] storage",
+                 dict(B=1, T=37, H=2, K=16, V=16, BT=16, layouts=("contiguous", "wide", "heads")), precision="ieee",
+                 purpose="gives q, k, v and o four different sets of strides: address each tensor through its own"),
+            Case("B=2 T=50 H=1 K=20 V=24 BT=16 BV=16 fp16, q [B, H, T, K] storage, v a strided view",
+                 dict(B=2, T=50, H=1, K=20, V=24, BT=16, BV=16, layouts=("heads", "contiguous", "wide")),
+                 torch.float16,
+                 purpose="gives q, k, v and o four different sets of strides, K and V below their blocks and a "
+                         "last chunk of 2 tokens: mask rows past T and columns past K and V"),
         ]
     return [
         Case("B=1 T=1 H=1 K=16 V=16 BT=16 fp32", dict(B=1, T=1, H=1, K=16, V=16, BT=16), precision="ieee"),
         Case("B=2 T=70 H=3 K=33 V=40 BT=32 BV=32 fp32, q/k/v views of one buffer",
              dict(B=2, T=70, H=3, K=33, V=40, BT=32, BV=32, strided=True), precision="ieee"),
         Case("B=1 T=64 H=2 K=16 V=16 BT=32 fp16, [B, H, T, D] storage",
-             dict(B=1, T=64, H=2, K=16, V=16, BT=32, heads_major=True), torch.float16),
+             dict(B=1, T=64, H=2, K=16, V=16, BT=32, heads_major=True), torch.float16,
+             purpose="is a whole number of chunks, q, k, v in [B, H, T, D] storage"),
+        Case("B=2 T=33 H=2 K=24 V=40 BT=16 BV=16 fp32, q and v strided views, k [B, H, T, K] storage",
+             dict(B=2, T=33, H=2, K=24, V=40, BT=16, BV=16, layouts=("wide", "heads", "wide")), precision="ieee",
+             purpose="gives q, k, v and o four different sets of strides, and a last chunk of one token"),
         Case("B=2 T=100 H=2 K=64 V=64 BT=32 BV=32 bf16", dict(B=2, T=100, H=2, K=64, V=64, BT=32, BV=32),
              torch.bfloat16, gpu_only=True),
     ] + pick(cpu=[], gpu=[

@@ -3,7 +3,8 @@
 Both are function exercises graded on the CPU. ``build_launch`` returns real addresses, so ``run`` turns them back
 into names (which tensor, which scratch buffer, NULL) before comparing with the manifest's own reading; it also
 feeds the function broken launches (a missing size, a failed requirement, a wrong dtype, a short tensor, a grid or
-a scalar out of range), each of which must raise.
+a scalar out of range), each of which must raise. The visible cases cover every refusal the lesson's text lists,
+an unused pointer and the scratch buffers; the hidden ones repeat them on other manifests.
 """
 
 import copy
@@ -150,8 +151,9 @@ def _package():
 
 def _scratchy():
     params = [_pointer("x_ptr", "fp32", "in", "n"), _pointer("out_ptr", "fp32", "out", "n"),
-              _scalar("n", "i32", "n"), _scalar("rows", "i64", "cdiv(n, BLOCK) * BLOCK"),
-              _scalar("tail", "u32", "n % BLOCK"), _scalar("alpha", "fp32", None)]
+              _pointer("lut_ptr", "fp32", "unused", "0"), _scalar("n", "i32", "n"),
+              _scalar("rows", "i64", "cdiv(n, BLOCK) * BLOCK"), _scalar("tail", "u32", "n % BLOCK"),
+              _scalar("alpha", "fp32", None)]
     return _base("scaled_copy", "scaled_copy_kernel", params, ["n"], ["cdiv(n, BLOCK)", "1", "1"],
                  {"BLOCK": 256, "FAST": True}, ["n >= 1"], 64, 0, scratch=(96, 0))
 
@@ -342,7 +344,8 @@ def _bad_launches(fn, m, sizes, tensors, scalars):
 
 
 def _special_refusals(fn, name):
-    """Launches that break one rule of one manifest, with inputs that are otherwise right."""
+    """Launches that break one rule of one manifest, with inputs that are otherwise right (tensors too large to
+    allocate are meta tensors: contiguous, of the right dtype and size, holding no memory)."""
     if name == "yours":
         m = manifest("yours")
         sizes = dict(B=1, T=2, H=1, K=200, V=16)
@@ -362,12 +365,20 @@ def _special_refusals(fn, name):
         t["ht_ptr"] = torch.zeros(1600)
         _refuses(fn, "K=100 with BK=64 (requirement 'K <= BK')", ValueError, m, sizes, t, {"scale": 0.1},
                  "K <= BK", "K")
+    if name == "scratch":
+        m = manifest("scratch")
+        big = torch.empty(2**31, device="meta")
+        _refuses(fn, "n = 2**31 for the i32 scalar n", ValueError, m, dict(n=2**31), {"x_ptr": big, "out_ptr": big},
+                 {"alpha": 0.5}, "n", "i32")
     if name == "wide":
         m = manifest("wide")
         sizes = dict(M=50_000, N=50_000)
-        big = torch.zeros(1).expand(50_000 * 50_000)
+        big = torch.empty(50_000 * 50_000, device="meta")
         _refuses(fn, "M*N = 2.5e9 for the i32 scalar MN", ValueError, m, sizes, {"a_ptr": big},
                  {"gain": 1.0, "bias": 0.0}, "MN", "i32")
+        tall = torch.empty(560_000, device="meta")
+        _refuses(fn, "M = 560000 rows: cdiv(M, BM) = 70000 programs along grid y (CUDA allows 65535)", ValueError, m,
+                 dict(M=560_000, N=1), {"a_ptr": tall}, {"gain": 1.0, "bias": 0.0}, "grid", "65535", "y")
 
 
 def _build_run(args, inputs, outputs, case):
@@ -376,7 +387,11 @@ def _build_run(args, inputs, outputs, case):
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     where = f"build_launch(<{m['kernel']} manifest>, {sizes}, ...)"
     alloc = _Alloc()
-    plan = fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), alloc)
+    try:
+        plan = fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), alloc)
+    except (ValueError, TypeError) as e:
+        raise CheckFailed(f"{where}: build_launch refused a launch that fits the manifest, raising "
+                          f"{type(e).__name__}: {e}") from None
     got = _canonical(plan, tensors, alloc, where)
     _compare_plans(got, expected_launch(m, sizes, scalars), m, alloc, where)
     if case.get("refusals"):
@@ -406,8 +421,8 @@ BUILD_LAUNCH = Exercise(
         Case("your lesson-04 kernel, B=2 T=100 H=3 K=32 V=40", dict(manifest="yours", sizes=dict(B=2, T=100, H=3,
                                                                                                   K=32, V=40),
                                                                      scalars={"scale": 32 ** -0.5}, refusals=True)),
-        Case("a kernel with a global scratch buffer, n=1000", dict(manifest="scratch", sizes=dict(n=1000),
-                                                                   scalars={"alpha": 0.75}, refusals=True)),
+        Case("a kernel with a global scratch buffer and an unused pointer, n=1000",
+             dict(manifest="scratch", sizes=dict(n=1000), scalars={"alpha": 0.75}, refusals=True)),
     ],
     hidden=[
         Case("the package's kernel (unused pointers, an fp32 state), B=1 T=37 H=2 K=20 V=70",
@@ -417,7 +432,7 @@ BUILD_LAUNCH = Exercise(
                                                                       scalars={"gain": -1.5, "bias": 2.0},
                                                                       refusals=True)),
         Case("your kernel at T=1, K=V=128", dict(manifest="yours", sizes=dict(B=4, T=1, H=16, K=128, V=128),
-                                                 scalars={"scale": 128 ** -0.5})),
+                                                 scalars={"scale": 128 ** -0.5}, refusals=True)),
     ],
     points=(4, 2),
 )

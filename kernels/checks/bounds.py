@@ -1,0 +1,179 @@
+"""Out-of-bounds loads and stores, found before they touch memory: a check's launches run in Triton's interpreter
+with every access compared with the tensor it points into.
+
+The interpreter reads and writes raw host memory: an unmasked store past the end of a tensor corrupts the heap and
+kills the process ("double free or corruption", a segfault), and an unmasked load past the end reads whatever lies
+there. :func:`run_checked` runs a check's ``run`` under the hooks of :mod:`kernels.viz.tracer`: every load, store
+and atomic is mapped to the tensor argument its lanes point into, lanes outside that tensor are counted and masked
+off before the access runs (so nothing outside the tensors is touched, and a kernel with no such lane computes
+exactly what it would without the hooks), and the elements each tensor had loaded and stored are counted for an
+exercise's traffic rule (:attr:`~kernels.checks.spec.Exercise.traffic`).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import triton
+import triton.runtime.interpreter as _interp
+
+from ..viz import tracer as _tracer
+
+__all__ = ["Stray", "Findings", "run_checked"]
+
+_SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
+_KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
+_VERB = {"load": "reads", "store": "writes", "atomic": "updates"}
+
+
+@dataclass
+class Stray:
+    """The out-of-bounds lanes of one kind of access (load, store, atomic) to one tensor, over a whole run."""
+
+    kind: str
+    tensor: str
+    param: str
+    numel: int
+    shape: tuple
+    stride: tuple
+    lanes: int = 0
+    offsets: list = field(default_factory=list)  # arrays of element offsets from the tensor's element 0
+    kept: int = 0
+    first: tuple = ()  # (program id, source line, element offset)
+
+    def add(self, offs: np.ndarray, where) -> None:
+        if not self.lanes:
+            self.first = (*where, int(offs[0]))
+        self.lanes += int(offs.size)
+        if self.kept < _KEEP:
+            self.offsets.append(offs[: _KEEP - self.kept])
+            self.kept += min(offs.size, _KEEP - self.kept)
+
+    def message(self) -> str:
+        offs = np.unique(np.concatenate(self.offsets)) if self.offsets else np.empty(0, np.int64)
+        top = sum((n - 1) * s for n, s in zip(self.shape, self.stride) if s > 0)
+        low = sum((n - 1) * s for n, s in zip(self.shape, self.stride) if s < 0)
+        after, before = int((offs > top).sum()), int((offs < low).sum())
+        gaps = int(offs.size) - after - before
+        verb = _VERB.get(self.kind, self.kind)
+        name = f"`{self.tensor}`" + (f" ({self.param})" if self.param.removesuffix("_ptr") != self.tensor else "")
+        parts = []
+        if after:
+            parts.append(f"{after} element(s) past the end of {name}")
+        if before:
+            parts.append(f"{before} element(s) before the start of {name}")
+        if gaps:
+            parts.append(f"{gaps} element(s) between the elements of {name} (a strided view: shape "
+                         f"{tuple(self.shape)}, strides {tuple(self.stride)})")
+        pid, src, off = self.first
+        at = f"program {pid}" + (f", in `{src}`" if src else "")
+        return (f"{self.tensor}: out of bounds: the kernel {verb} {' and '.join(parts)} (it has {self.numel}; the "
+                f"first at element offset {off}, {at}); check that access's mask and strides")
+
+
+@dataclass
+class Findings:
+    """What a checked run found: the out-of-bounds accesses, and the elements loaded and stored per tensor."""
+
+    strays: dict = field(default_factory=dict)  # (kind, tensor) -> Stray
+    counts: dict = field(default_factory=dict)  # tensor -> {"load": n, "store": n, "atomic": n}
+    launches: int = 0
+
+    def problems(self) -> list[str]:
+        """One line per tensor and kind of access that went out of bounds, stores first."""
+        order = {"store": 0, "atomic": 1, "load": 2}
+        return [s.message() for s in sorted(self.strays.values(), key=lambda s: (order.get(s.kind, 3), s.tensor))]
+
+    def loaded(self, tensor: str) -> int:
+        return self.counts.get(tensor, {}).get("load", 0)
+
+    def stored(self, tensor: str) -> int:
+        return self.counts.get(tensor, {}).get("store", 0)
+
+
+def _where() -> str:
+    """The source line of the kernel making the current access (the line number would be the rebuilt module's,
+    not the notebook cell's, so only the text is shown)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_SKIP):
+        f = f.f_back
+    return linecache.getline(f.f_code.co_filename, f.f_lineno).strip() if f is not None else ""
+
+
+class _Bounds(_tracer._Recorder):
+    """The tracer's recorder without the per-access records: out-of-bounds lanes and per-tensor counts only."""
+
+    def __init__(self, names: dict[int, str]):
+        super().__init__(None)
+        self.names = names
+        self.found = Findings()
+
+    def grid(self, nx, ny, nz):
+        super().grid(nx, ny, nz)
+        self.found.launches += 1
+        self.labels = [self.names.get(info.source_ptr, info.name.removesuffix("_ptr")) for info in self.regions]
+
+    def access(self, kind: str, ptrs, mask) -> np.ndarray:
+        addr = np.asarray(ptrs.data).astype(np.uint64)
+        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addr.shape) if mask is not None \
+            else np.ones(addr.shape, dtype=bool)
+        if not self.regions:
+            return active
+        flat_a, flat_m = addr.reshape(-1), active.reshape(-1)
+        hits = []
+        for info in self.regions:
+            hit = (flat_a >= np.uint64(info.lo)) & (flat_a < np.uint64(info.hi))
+            off = flat_a.astype(np.int64) - np.int64(info.base)
+            hit &= off % info.itemsize == 0
+            if info.lookup is not None and hit.any():
+                idx = np.full(flat_a.shape, -1, dtype=np.int64)
+                idx[hit] = info.lookup[(flat_a[hit] - np.uint64(info.lo)).astype(np.int64) // info.itemsize]
+                hit &= idx >= 0
+            hits.append(hit)
+        owner = self._owner(hits, flat_m, flat_a)
+        info, ok = self.regions[owner], hits[owner]
+        inside = flat_m & ok
+        label = self.labels[owner]
+        counts = self.found.counts.setdefault(label, {"load": 0, "store": 0, "atomic": 0})
+        counts[kind] = counts.get(kind, 0) + int(inside.sum())
+        out = flat_m & ~ok
+        if out.any():
+            key = (kind, label)
+            stray = self.found.strays.get(key)
+            if stray is None:
+                stray = self.found.strays[key] = Stray(kind, label, info.name, info.numel, info.shape, info.stride)
+            offs = (flat_a[out].astype(np.int64) - np.int64(info.base)) // info.itemsize
+            stray.add(offs, (self.pid, _where() if not stray.lanes else ""))
+        return inside.reshape(addr.shape)
+
+    def _owner(self, hits, active, addr) -> int:
+        """The tensor most active lanes point into; with none, the one nearest to the lanes' addresses."""
+        counts = [int((h & active).sum()) for h in hits]
+        if max(counts):
+            return int(np.argmax(counts))
+        lanes = addr[active] if active.any() else addr
+        lo, hi = int(lanes.min()), int(lanes.max())
+        gap = [max(r.lo - hi, lo - r.hi + 1, 0) for r in self.regions]
+        return int(np.argmin(gap))
+
+
+def run_checked(fn, names: dict[int, str] | None = None):
+    """``fn()`` (which launches kernels) under the interpreter with every access bounds-checked.
+
+    ``names`` maps a tensor's ``data_ptr()`` to the name messages use (the exercise's ``q``, ``o``...); tensors not
+    in it are named after the kernel parameter (``c_ptr`` → ``c``). Returns ``(fn's result, Findings)``. Errors the
+    kernel raises inside the interpreter come out as themselves, not wrapped in Triton's ``InterpreterError``.
+    """
+    rec = _Bounds(names or {})
+    with _tracer._hooks(rec):
+        try:
+            result = fn()
+        except _interp.InterpreterError as e:
+            if isinstance(e.__cause__, Exception):
+                raise e.__cause__ from None
+            raise
+    return result, rec.found

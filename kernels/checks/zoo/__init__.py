@@ -1,0 +1,165 @@
+"""The zoo: plausible answers to every exercise, wrong and right, and what the checks must say about each.
+
+Every lesson's module here (``lNN_<topic>.py``, beside ``kernels/checks/lessons/lNN_<topic>.py``) lists
+:class:`Entry` objects: notebook cell source for an exercise's objects, as a student could write it from the
+lesson's text. A wrong entry must fail the hidden check, and the visible check too where the text promises a case
+that shows the fault, with a message naming the fault class (``fault``); a right entry must pass both. Some faults
+only exist in one mode (a speed cheat is graded on a GPU only): ``where`` names the modes in which an entry is
+wrong, and elsewhere it must pass.
+
+``tests/checks/test_zoo.py`` grades every entry under the interpreter in CI; ``python -m kernels.checks.zoo``
+grades them in the current mode (on the GPU machine: ``scripts/gpu_batch.sh zoo``) and writes a JSON report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+import types
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ...device import INTERPRET, MODE
+from .. import engine, provenance
+from ..spec import get
+
+__all__ = ["Entry", "LESSONS", "OBJECTS", "entries", "build", "grade_entry", "judge", "has_hidden"]
+
+#: The lessons with a zoo, by lesson id (the module is ``kernels.checks.zoo.l<lesson id>``).
+LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
+           "05_ptx_export_rust")
+
+#: What each exercise's check cell passes, by the names the lesson's text gives them.
+OBJECTS = {
+    "00_setup.vector_add": ("add_kernel",),
+    "00_setup.add_bias": ("add_bias_kernel",),
+    "01_memory_hierarchy.copy": ("copy_kernel",),
+    "01_memory_hierarchy.copy_speed": ("copy_kernel",),
+    "01_memory_hierarchy.column": ("column_kernel",),
+    "01_memory_hierarchy.sector_bytes": ("sector_bytes",),
+    "02_naive_hbm_loops.naive": ("naive_kernel",),
+    "02_naive_hbm_loops.fused": ("fused_kernel",),
+    "02_naive_hbm_loops.fused_speed": ("fused_kernel",),
+    "02_naive_hbm_loops.bytes": ("naive_bytes", "fused_bytes"),
+    "03_tiled_sram.tiled_matmul": ("tiled_matmul_kernel",),
+    "03_tiled_sram.tile_traffic": ("tile_traffic",),
+    "03_tiled_sram.tile_choice": ("TILES", "tiled_matmul_kernel"),
+    "04_chunked_linear_attention.chunked_torch": ("chunked_attention_torch",),
+    "04_chunked_linear_attention.intra_chunk": ("intra_chunk_kernel",),
+    "04_chunked_linear_attention.chunked_fwd": ("chunked_attention_kernel",),
+    "05_ptx_export_rust.predict_launch": ("predict_launch",),
+    "05_ptx_export_rust.build_launch": ("build_launch",),
+}
+
+_PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One answer in the zoo.
+
+    ``source``: the cells defining the exercise's objects (:data:`OBJECTS`), after the lesson's imports (``math``,
+    ``torch``, ``triton``, ``triton.language as tl``), and ``namespace`` the notebook's other names (a value such
+    as ``TILES``, the lesson's ``evaluate``). ``wrong``: the checks must fail
+    it. ``fault``: words every failure message must contain, the fault class (``"out of bounds"``,
+    ``"not written"``; ``"a|b"``: either). ``visible``: the visible check must fail it too, because the lesson's
+    text promises a case that shows the fault. ``where``: the modes (``"interpreter"``, ``"gpu"``) in which it is
+    wrong; in the others it must pass. ``why``: what makes it plausible and what is wrong, in a line.
+    """
+
+    exercise: str
+    name: str
+    source: str
+    wrong: bool = True
+    fault: str = ""
+    visible: bool = True
+    where: tuple[str, ...] = ("interpreter", "gpu")
+    why: str = ""
+    namespace: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise}/{self.name}"
+
+    def wrong_here(self, mode: str = MODE) -> bool:
+        return self.wrong and mode in self.where
+
+
+def entries(lesson: str | None = None) -> list[Entry]:
+    """Every entry of one lesson's zoo (or of all of them), in the modules' order."""
+    out = []
+    for name in LESSONS if lesson is None else (lesson,):
+        out += importlib.import_module(f"{__name__}.l{name}").ENTRIES
+    return out
+
+
+def build(entry: Entry) -> tuple:
+    """The objects the entry's check cell passes: kernels rebuilt from the source as the grader rebuilds them
+    (for this mode), functions from executing the source, values from ``namespace``."""
+    ex = get(entry.exercise)
+    ns = types.ModuleType("__main__").__dict__
+    ns.update({"math": math, "torch": torch, "triton": triton, **dict(entry.namespace)})
+    if "function" in ex.args:
+        exec(compile(entry.source, f"<zoo {entry.id}>", "exec"), ns)
+    out = []
+    for kind, name in zip(ex.args, OBJECTS[entry.exercise]):
+        if kind == "kernel":
+            ks = provenance.from_cells([_PRELUDE, entry.source], name, twins=ex.twins)
+            out.append(provenance.load(ks, interpret=INTERPRET))
+        else:
+            out.append(ns[name])
+    return tuple(out)
+
+
+def grade_entry(entry: Entry) -> dict:
+    """Grade the entry with the visible and (where the exercise has one) the hidden check, in this process and
+    mode."""
+    ex = get(entry.exercise)
+    row = {"exercise": entry.exercise, "name": entry.name, "wrong": entry.wrong, "wrong_here": entry.wrong_here(),
+           "fault": entry.fault, "visible_must_fail": entry.visible, "why": entry.why}
+    t0 = time.time()
+    try:
+        objects = build(entry)
+    except Exception as e:  # noqa: BLE001 (refused at provenance: reported as a failure of both checks)
+        msg = f"{type(e).__name__}: {e}"
+        row.update(visible={"passed": False, "message": msg}, hidden={"passed": False, "message": msg})
+    else:
+        row["hidden"] = None
+        for hidden in (False, True) if has_hidden(ex) else (False,):
+            out = engine.grade_local(ex, objects, hidden)
+            row["hidden" if hidden else "visible"] = {"passed": out.passed, "message": out.message,
+                                                     "perf": out.perf}
+    row["seconds"] = round(time.time() - t0, 2)
+    row["problems"] = judge(entry, row)
+    row["ok"] = not row["problems"]
+    return row
+
+
+def has_hidden(ex) -> bool:
+    """Whether the exercise has a hidden check cell (the speed exercises have only the visible one)."""
+    return bool(ex.hidden) or ex.points[1] > 0
+
+
+def judge(entry: Entry, row: dict) -> list[str]:
+    """What is wrong with the checks' verdicts on ``entry`` (empty: they said what they must)."""
+    faults = [f.strip().lower() for f in entry.fault.split("|") if f.strip()]
+
+    def named(message: str) -> bool:
+        return not faults or any(f in message.lower() for f in faults)
+
+    problems = []
+    only_visible = row["hidden"] is None
+    for which in ("visible",) if only_visible else ("visible", "hidden"):
+        got = row[which]
+        must_fail = entry.wrong_here() and (which == "hidden" or entry.visible or only_visible)
+        if must_fail and got["passed"]:
+            problems.append(f"the {which} check passed it")
+        elif must_fail and not named(got["message"]):
+            problems.append(f"the {which} check's message does not name the fault ({entry.fault!r}): "
+                            f"{got['message'][:600]!r}")
+        elif not entry.wrong_here() and not got["passed"]:
+            problems.append(f"the {which} check failed it: {got['message'][:600]!r}")
+    return problems

@@ -1,0 +1,242 @@
+"""Lesson 04's zoo: the chunked form in torch, the intra-chunk kernel, the fused chunked forward."""
+
+from . import Entry
+from .l02_naive_hbm_loops import edit
+
+__all__ = ["ENTRIES"]
+
+TORCH = '''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    state = q.new_zeros(B, H, K, v.shape[-1])
+    o = torch.empty_like(v)
+    for t0 in range(0, T, chunk_size):
+        qc, kc, vc = (x[:, :, t0:t0 + chunk_size] for x in (q, k, v))
+        scores = (qc @ kc.transpose(-1, -2)).tril()
+        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)
+        state = state + kc.transpose(-1, -2) @ vc
+    return o.transpose(1, 2)
+'''
+
+
+def _torch(name, *pairs, source=None, **kw):
+    return Entry("04_chunked_linear_attention.chunked_torch", name, source or edit(TORCH, *pairs), **kw)
+
+
+CHUNKED_TORCH = [
+    _torch("token-loop", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    state = q.new_zeros(B, H, K, v.shape[-1])
+    o = torch.empty_like(v)
+    for t in range(T):
+        state = state + k[:, t, :, :, None] * v[:, t, :, None, :]
+        o[:, t] = scale * (q[:, t, :, None, :] @ state).squeeze(-2)
+    return o
+''', fault="tokens", why="lesson 02's recurrence, token by token"),
+    _torch("quadratic", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    scores = torch.einsum("bthk,bshk->bhts", q, k).tril()
+    return scale * torch.einsum("bhts,bshv->bthv", scores, v)
+''', fault="quadratic", why="causal attention without the softmax, as one T x T product"),
+    _torch("not-causal-in-chunk", ".tril()", "", fault="relative error", why="forgets the causal mask in a chunk"),
+    _torch("state-never-carried", "        state = state + kc.transpose(-1, -2) @ vc\n", "", fault="relative error",
+           why="never carries the state to the next chunk"),
+    _torch("state-before-output", "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n"
+           "        state = state + kc.transpose(-1, -2) @ vc\n",
+           "        state = state + kc.transpose(-1, -2) @ vc\n"
+           "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n",
+           fault="relative error", why="adds the chunk to the state before using it: counts the chunk twice"),
+    _torch("float64-result", "    return o.transpose(1, 2)", "    return o.transpose(1, 2).double()", fault="dtype",
+           why="returns float64 whatever the inputs were"),
+    _torch("skips-last-chunk", "for t0 in range(0, T, chunk_size):", "for t0 in range(0, T - chunk_size, chunk_size):",
+           fault="relative error|NaN", why="stops one chunk early, leaving the tail of o empty"),
+    _torch("scale-on-state", "o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)",
+           "o[:, :, t0:t0 + chunk_size] = qc @ state + scale * scores @ vc", fault="relative error",
+           why="scales only the intra-chunk term"),
+    _torch("batch-head-loop", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    o = torch.empty(B, T, H, v.shape[-1], dtype=q.dtype)
+    for b in range(B):
+        for h in range(H):
+            qh, kh, vh = q[b, :, h], k[b, :, h], v[b, :, h]
+            state = qh.new_zeros(K, vh.shape[-1])
+            for t0 in range(0, T, chunk_size):
+                qc, kc, vc = qh[t0:t0 + chunk_size], kh[t0:t0 + chunk_size], vh[t0:t0 + chunk_size]
+                o[b, t0:t0 + chunk_size, h] = scale * (qc @ state + (qc @ kc.T).tril() @ vc)
+                state = state + kc.T @ vc
+    return o
+''', wrong=False, why="a loop over batch and head around the chunk loop"),
+    _torch("einsum", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    state = q.new_zeros(B, H, K, v.shape[-1])
+    outs = []
+    for t0 in range(0, T, chunk_size):
+        qc, kc, vc = q[:, t0:t0 + chunk_size], k[:, t0:t0 + chunk_size], v[:, t0:t0 + chunk_size]
+        scores = torch.einsum("bthk,bshk->bhts", qc, kc).tril()
+        intra = torch.einsum("bhts,bshv->bthv", scores, vc)
+        inter = torch.einsum("bthk,bhkv->bthv", qc, state)
+        outs.append(scale * (inter + intra))
+        state = state + torch.einsum("bthk,bthv->bhkv", kc, vc)
+    return torch.cat(outs, dim=1)
+''', wrong=False, why="einsum in the [B, T, H, D] layout, chunks concatenated"),
+    _torch("solution", wrong=False, why="the lesson's loop"),
+]
+
+_KHEAD = '''@triton.jit
+def {name}(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
+           stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+           stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+'''
+
+INTRA = _KHEAD.format(name="intra_chunk_kernel") + '''    i_c = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    offs_c = tl.arange(0, BT)
+    offs_t = i_c * BT + offs_c
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+    mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+    q = tl.load(q_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],
+                mask=mask_qk, other=0.0)
+    k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],
+                mask=mask_qk, other=0.0)
+    v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt + offs_v[None, :],
+                mask=mask_vo, other=0.0)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    scores = tl.where(offs_c[:, None] >= offs_c[None, :], scores, 0.0)
+    o = tl.dot(scores.to(v.dtype), v, input_precision=PRECISION) * scale
+    tl.store(o_ptr + i_b * stride_ob + i_h * stride_oh + offs_t[:, None] * stride_ot + offs_v[None, :],
+             o.to(o_ptr.dtype.element_ty), mask=mask_vo)
+'''
+
+FUSED = _KHEAD.format(name="chunked_attention_kernel") + '''    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
+    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
+    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
+    o_base = o_ptr + i_b * stride_ob + i_h * stride_oh
+    offs_c = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    causal = offs_c[:, None] >= offs_c[None, :]
+    state = tl.zeros((BK, BV), dtype=tl.float32)
+    for t0 in range(0, T, BT):
+        offs_t = t0 + offs_c
+        mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+        mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_qk, other=0.0)
+        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_qk, other=0.0)
+        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_vo, other=0.0)
+        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)
+        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)
+        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
+        tl.store(o_base + offs_t[:, None] * stride_ot + offs_v[None, :], (o * scale).to(o_ptr.dtype.element_ty),
+                 mask=mask_vo)
+        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
+'''
+
+
+def _intra(name, *pairs, **kw):
+    return Entry("04_chunked_linear_attention.intra_chunk", name, edit(INTRA, *pairs), **kw)
+
+
+def _fused(name, *pairs, **kw):
+    return Entry("04_chunked_linear_attention.chunked_fwd", name, edit(FUSED, *pairs), **kw)
+
+
+_LOADS = INTRA[INTRA.index("    q = tl.load("):INTRA.index("    scores = tl.dot(")]
+_K_LOAD = "k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],"
+
+INTRA_CHUNK = [
+    _intra("loads-unmasked", "                mask=mask_qk, other=0.0)\n    k", "                )\n    k",
+           "                mask=mask_qk, other=0.0)\n    v", "                )\n    v",
+           "                mask=mask_vo, other=0.0)\n", "                )\n",
+           fault="out of bounds", why="masks only the store: the loads read past T, K and V"),
+    _intra("q-strides-for-k", _K_LOAD,
+           "k = tl.load(k_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],",
+           fault="out of bounds|relative error", why="addresses k with q's strides"),
+    _intra("v-strides-for-o", "tl.store(o_ptr + i_b * stride_ob + i_h * stride_oh + offs_t[:, None] * stride_ot",
+           "tl.store(o_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt",
+           fault="out of bounds|not written|relative error", why="stores o with v's strides"),
+    _intra("not-causal", "    scores = tl.where(offs_c[:, None] >= offs_c[None, :], scores, 0.0)\n", "",
+           fault="relative error", why="no causal mask inside the chunk"),
+    _intra("drops-diagonal", "offs_c[:, None] >= offs_c[None, :]", "offs_c[:, None] > offs_c[None, :]",
+           fault="relative error", why="a strict mask: each token misses itself"),
+    _intra("no-scale", " * scale\n", "\n", fault="relative error", why="forgets the scale"),
+    _intra("k-mask-by-block", "mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)",
+           "mask_qk = offs_t[:, None] < T", fault="out of bounds",
+           why="masks rows past T but not columns past K"),
+    _intra("store-mask-rows-only", "             o.to(o_ptr.dtype.element_ty), mask=mask_vo)",
+           "             o.to(o_ptr.dtype.element_ty), mask=offs_t[:, None] < T)", fault="out of bounds",
+           why="the store masks rows but not the columns past V"),
+    _intra("chunk-offset-forgotten", "offs_t = i_c * BT + offs_c", "offs_t = offs_c", fault="not written",
+           why="every chunk's program computes the first chunk"),
+    Entry("04_chunked_linear_attention.intra_chunk", "fused-kernel", edit(
+        FUSED, "def chunked_attention_kernel(", "def intra_chunk_kernel("), fault="relative error|not written",
+        why="exercise 3's fused kernel on the intra-chunk grid"),
+    _intra("where-after-dot", "    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)\n"
+           "    scores = tl.where(offs_c[:, None] >= offs_c[None, :], scores, 0.0)\n",
+           "    causal = offs_t[:, None] >= offs_t[None, :]\n"
+           "    scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)\n", wrong=False,
+           why="the causal mask from absolute token indices"),
+    Entry("04_chunked_linear_attention.intra_chunk", "tile-loader", '''@triton.jit
+def _tile(ptr, b_off, h_off, offs_t, stride_t, offs_d, T, D):
+    mask = (offs_t[:, None] < T) & (offs_d[None, :] < D)
+    return tl.load(ptr + b_off + h_off + offs_t[:, None] * stride_t + offs_d[None, :], mask=mask, other=0.0)
+
+
+''' + edit(INTRA, _LOADS, '''    q = _tile(q_ptr, i_b * stride_qb, i_h * stride_qh, offs_t, stride_qt, offs_k, T, K)
+    k = _tile(k_ptr, i_b * stride_kb, i_h * stride_kh, offs_t, stride_kt, offs_k, T, K)
+    v = _tile(v_ptr, i_b * stride_vb, i_h * stride_vh, offs_t, stride_vt, offs_v, T, V)
+'''), wrong=False, why="the masked tile loads in a @triton.jit helper"),
+    _intra("int64-batch", "    i_b = i_bh // H\n", "    i_b = (i_bh // H).to(tl.int64)\n", wrong=False,
+           why="64-bit batch offsets"),
+]
+
+FUSED_ENTRIES = [
+    _fused("state-never-carried", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n", "",
+           fault="relative error", why="never updates the state: the intra-chunk kernel's result"),
+    _fused("state-before-output", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n", "",
+           "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n",
+           "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n"
+           "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n",
+           fault="relative error", why="adds the chunk to the state before the output reads it"),
+    _fused("q-strides-for-k", "k_base = k_ptr + i_b * stride_kb + i_h * stride_kh",
+           "k_base = k_ptr + i_b * stride_qb + i_h * stride_qh",
+           "k = tl.load(k_base + offs_t[:, None] * stride_kt", "k = tl.load(k_base + offs_t[:, None] * stride_qt",
+           fault="out of bounds|relative error", why="addresses k with q's strides"),
+    _fused("loads-unmasked", "mask=mask_qk, other=0.0)\n        k", ")\n        k",
+           "mask=mask_qk, other=0.0)\n        v", ")\n        v", "mask=mask_vo, other=0.0)\n", ")\n",
+           fault="out of bounds", why="unmasked loads: the last chunk reads past T"),
+    _fused("skips-last-chunk", "for t0 in range(0, T, BT):", "for t0 in range(0, T - BT, BT):", fault="not written",
+           why="stops one chunk early"),
+    _fused("no-scale", "(o * scale).to(o_ptr.dtype.element_ty)", "o.to(o_ptr.dtype.element_ty)",
+           fault="relative error", why="forgets the scale"),
+    Entry("04_chunked_linear_attention.chunked_fwd", "intra-kernel", edit(
+        INTRA, "def intra_chunk_kernel(", "def chunked_attention_kernel("), fault="relative error|not written",
+        why="exercise 2's intra-chunk kernel on the fused grid"),
+    _fused("swapped-grid-axes", "    i_v = tl.program_id(0)\n    i_bh = tl.program_id(1)\n",
+           "    i_v = tl.program_id(1)\n    i_bh = tl.program_id(0)\n",
+           fault="not written|out of bounds|relative error",
+           why="reads the V block from axis 1 and the head from axis 0"),
+    _fused("causal-from-chunk-start", "causal = offs_c[:, None] >= offs_c[None, :]",
+           "causal = offs_c[:, None] >= 0", fault="relative error", why="a mask that lets every token see the chunk"),
+    _fused("state-plus-equals", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n",
+           "        state += tl.dot(tl.trans(k), v, input_precision=PRECISION)\n", wrong=False,
+           why="state += K^T V"),
+    _fused("two-outputs-added", "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n"
+           "        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)\n",
+           "        inter = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n"
+           "        o = inter + tl.dot(scores.to(v.dtype), v, input_precision=PRECISION)\n", wrong=False,
+           why="the inter- and intra-chunk terms as two dots, added"),
+    _fused("int64-heads", "    i_b = i_bh // H\n    i_h = i_bh % H\n",
+           "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n", wrong=False,
+           why="64-bit head offsets"),
+]
+
+ENTRIES = CHUNKED_TORCH + INTRA_CHUNK + FUSED_ENTRIES

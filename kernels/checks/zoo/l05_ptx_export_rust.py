@@ -1,0 +1,172 @@
+"""Lesson 05's zoo: the launch predicted from compiled metadata, the manifest-driven launch."""
+
+from . import Entry
+from .l02_naive_hbm_loops import edit
+
+__all__ = ["ENTRIES"]
+
+PREDICT = '''def predict_launch(metadata, sizes, constexprs):
+    grid = (triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], 1)
+    return {"grid": grid, "block": (metadata.num_warps * metadata.warp_size, 1, 1), "shared": metadata.shared}
+'''
+
+
+def _predict(name, *pairs, **kw):
+    return Entry("05_ptx_export_rust.predict_launch", name, edit(PREDICT, *pairs), **kw)
+
+
+PREDICT_LAUNCH = [
+    _predict("swapped-grid", 'grid = (triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], 1)',
+             'grid = (sizes["B"] * sizes["H"], triton.cdiv(sizes["V"], constexprs["BV"]), 1)', fault="grid",
+             why="heads along x, V blocks along y"),
+    _predict("floor-blocks", 'triton.cdiv(sizes["V"], constexprs["BV"])', 'sizes["V"] // constexprs["BV"]',
+             fault="grid", why="floor division drops the last V block"),
+    _predict("warps-as-threads", "metadata.num_warps * metadata.warp_size", "metadata.num_warps", fault="block",
+             why="num_warps threads, not 32 per warp"),
+    _predict("time-in-grid", 'sizes["B"] * sizes["H"], 1)', 'sizes["B"] * sizes["H"], triton.cdiv(sizes["T"], '
+             'constexprs["BT"]))', fault="grid", why="a grid axis over chunks, which the fused kernel walks itself"),
+    _predict("math-ceil", 'triton.cdiv(sizes["V"], constexprs["BV"])', 'math.ceil(sizes["V"] / constexprs["BV"])',
+             wrong=False, why="math.ceil for the V blocks"),
+    _predict("solution", wrong=False, why="the lesson's prediction"),
+    _predict("named-fields", "    grid = (", "    threads = metadata.num_warps * metadata.warp_size\n    grid = (",
+             "(metadata.num_warps * metadata.warp_size, 1, 1)", "(threads, 1, 1)", wrong=False,
+             why="the thread count named first"),
+]
+
+#: The lesson's ``evaluate`` cell and constants: what the build_launch cell sees in the notebook.
+PRELUDE = '''import ast
+import operator
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Mod: operator.mod, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+        ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_FUNCS = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def evaluate(text, env):
+    def ev(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in env:
+                raise ValueError(f"{text!r} uses {node.id!r}, which is neither a size nor a constexpr")
+            return env[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _OPS:
+            return int(_OPS[type(node.ops[0])](ev(node.left), ev(node.comparators[0])))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
+            return _FUNCS[node.func.id](*(ev(a) for a in node.args))
+        raise ValueError(f"{text!r} is not a manifest expression")
+
+    return ev(ast.parse(text.strip(), mode="eval").body)
+
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
+                "i32": torch.int32, "i64": torch.int64}
+INT_RANGE = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1),
+             "u64": (0, 2**64 - 1)}
+
+
+'''
+
+BUILD = '''def build_launch(manifest, sizes, tensors, scalars, alloc):
+    missing = sorted(set(manifest["sizes"]) - set(sizes))
+    unknown = sorted(set(sizes) - set(manifest["sizes"]))
+    if missing or unknown:
+        raise ValueError(f"sizes: missing {missing}, unknown {unknown}; the kernel needs {manifest['sizes']}")
+    env = {k: v for k, v in manifest["constexprs"].items() if isinstance(v, int) and not isinstance(v, bool)}
+    env.update(sizes)
+    for cond in manifest.get("requires", []):
+        if not evaluate(cond, env):
+            raise ValueError(f"requirement {cond!r} fails for sizes {sizes}")
+    grid = tuple(evaluate(g, env) for g in manifest["grid"])
+    for axis, (g, limit) in enumerate(zip(grid, (2**31 - 1, 65535, 65535))):
+        if not 1 <= g <= limit:
+            raise ValueError(f"grid {'xyz'[axis]} = {manifest['grid'][axis]} = {g} is outside 1..{limit}")
+    args = []
+    for p in manifest["params"]:
+        name = p["name"]
+        if p["kind"] == "pointer":
+            if p["role"] == "unused":
+                args.append(("u64", 0))
+                continue
+            if name not in tensors:
+                raise ValueError(f"no tensor for pointer {name}")
+            t = tensors[name]
+            if t.dtype != TORCH_DTYPES[p["dtype"]]:
+                raise TypeError(f"{name} has dtype {t.dtype}; the kernel was compiled for {p['dtype']}")
+            need = evaluate(p["numel"], env)
+            if t.numel() < need:
+                raise ValueError(f"{name} holds {t.numel()} elements; {p['numel']} = {need} needed")
+            args.append(("u64", t.data_ptr()))
+        else:
+            if p.get("value") is None:
+                if name not in scalars:
+                    raise ValueError(f"no value for scalar {name}")
+                value = scalars[name]
+            else:
+                value = evaluate(p["value"], env)
+            if p["type"].startswith("fp"):
+                args.append((p["type"], float(value)))
+                continue
+            lo, hi = INT_RANGE[p["type"]]
+            if not lo <= int(value) <= hi:
+                raise ValueError(f"{name} = {value} does not fit {p['type']}")
+            args.append((p["type"], int(value)))
+    programs = grid[0] * grid[1] * grid[2]
+    for s in manifest["scratch"]:
+        nbytes = s["bytes_per_program"] * programs
+        args.append(("u64", alloc(nbytes, s["align"]) if nbytes else 0))
+    return {"grid": grid, "block": (manifest["threads_per_block"], 1, 1), "shared": manifest["shared_bytes"],
+            "args": args}
+'''
+
+
+def _build(name, *pairs, **kw):
+    return Entry("05_ptx_export_rust.build_launch", name, PRELUDE + edit(BUILD, *pairs), **kw)
+
+
+BUILD_LAUNCH = [
+    _build("no-int-range", "            if not lo <= int(value) <= hi:\n"
+           "                raise ValueError(f\"{name} = {value} does not fit {p['type']}\")\n", "",
+           fault="accepted", why="passes an integer scalar on without checking that it fits its type"),
+    _build("no-grid-limits", "        if not 1 <= g <= limit:", "        if g < 1:", fault="accepted",
+           why="checks only that each grid dimension is positive"),
+    _build("unused-pointer-looked-up", '''            if p["role"] == "unused":
+                args.append(("u64", 0))
+                continue
+''', "", fault="unused|lut_ptr|ptr", why="asks for a tensor for every pointer, the unused ones too"),
+    _build("no-scratch-pointers", '''        args.append(("u64", alloc(nbytes, s["align"]) if nbytes else 0))''',
+           "        pass",
+           fault="arguments", why="forgets the two trailing scratch pointers"),
+    _build("scratch-per-program", 'alloc(nbytes, s["align"])', 'alloc(s["bytes_per_program"], s["align"])',
+           fault="alloc", why="allocates one program's scratch for the whole grid"),
+    _build("ints-as-floats", '            args.append((p["type"], int(value)))', '            args.append((p["type"], '
+           'float(value)))', fault="expected", why="passes integer scalars as floats"),
+    _build("no-requires", "            raise ValueError(f\"requirement {cond!r} fails for sizes {sizes}\")",
+           "            pass", fault="accepted", why="never checks the manifest's requires"),
+    _build("no-dtype-check", "                raise TypeError(f\"{name} has dtype {t.dtype}; the kernel was compiled "
+           "for {p['dtype']}\")", "                pass", fault="accepted", why="launches a tensor of any dtype"),
+    _build("warps-as-block", '"block": (manifest["threads_per_block"], 1, 1)', '"block": (manifest["num_warps"], 1, '
+           '1)', fault="block", why="num_warps threads per block"),
+    _build("sizes-only-env", "    env = {k: v for k, v in manifest[\"constexprs\"].items() if isinstance(v, int) and "
+           "not isinstance(v, bool)}\n    env.update(sizes)\n", "    env = dict(sizes)\n",
+           fault="refused a launch that fits", why="evaluates the grid without the constexprs: its own ValueError "
+                                                   "on every launch"),
+    _build("solution", wrong=False, why="the lesson's launch"),
+    _build("refuses-misaligned", '            args.append(("u64", t.data_ptr()))',
+           '            if t.data_ptr() % p["align"]:\n'
+           '                raise ValueError(f"{name} is not {p[\'align\']}-byte aligned")\n'
+           '            args.append(("u64", t.data_ptr()))', wrong=False,
+           why="refuses a pointer that breaks the alignment the kernel was compiled for"),
+    _build("refuses-strided", '            args.append(("u64", t.data_ptr()))',
+           '            if not t.is_contiguous():\n'
+           '                raise ValueError(f"{name} must be contiguous")\n'
+           '            args.append(("u64", t.data_ptr()))', wrong=False,
+           why="extra validation: contiguous tensors only"),
+]
+
+ENTRIES = PREDICT_LAUNCH + BUILD_LAUNCH

@@ -1,0 +1,47 @@
+"""The zoo (``kernels/checks/zoo``): every plausible-wrong answer fails its checks with a message naming the
+fault, every plausible-right one passes, under the interpreter (the GPU batch's ``zoo`` stage runs the same entries
+on the H200 and writes ``results/gpu/zoo.json``)."""
+
+import collections
+
+import pytest
+
+from kernels.checks.spec import get
+from kernels.checks.zoo import OBJECTS, entries, grade_entry
+
+ENTRIES = entries()
+
+#: The answers the issue that started the zoo found passing or crashing, by exercise and zoo name.
+REPORTED = {
+    ("01_memory_hierarchy.copy", "fast-path-off-by-one"), ("01_memory_hierarchy.column", "load-unmasked"),
+    ("04_chunked_linear_attention.intra_chunk", "loads-unmasked"), ("03_tiled_sram.tiled_matmul", "unit-stride-ak"),
+    ("03_tiled_sram.tiled_matmul", "unit-stride-bn"), ("00_setup.vector_add", "stride-128"),
+    ("05_ptx_export_rust.build_launch", "no-int-range"), ("03_tiled_sram.tiled_matmul", "fp16-accumulator"),
+    ("02_naive_hbm_loops.naive", "state-in-registers"), ("03_tiled_sram.tile_traffic", "true-division"),
+    ("02_naive_hbm_loops.naive", "padded-state"), ("04_chunked_linear_attention.intra_chunk", "q-strides-for-k"),
+    ("04_chunked_linear_attention.chunked_torch", "batch-head-loop"),
+    ("05_ptx_export_rust.build_launch", "refuses-misaligned"), ("00_setup.vector_add", "no-upcast"),
+    ("03_tiled_sram.tiled_matmul", "no-k-mask"), ("02_naive_hbm_loops.naive", "k-load-unmasked"),
+    ("03_tiled_sram.tile_choice", "small-tiles-skip-filled"), ("05_ptx_export_rust.build_launch", "sizes-only-env"),
+}
+
+
+def test_every_kernel_exercise_has_a_full_zoo():
+    kinds = collections.defaultdict(lambda: [0, 0])
+    for e in ENTRIES:
+        kinds[e.exercise][0 if e.wrong else 1] += 1
+    for exercise in OBJECTS:
+        wrong, right = kinds[exercise]
+        kernel = get(exercise).args == ("kernel",) and get(exercise).performance is None
+        assert right >= (3 if kernel or exercise.endswith(("_torch", "build_launch")) else 1), exercise
+        assert wrong >= (8 if kernel else 1), exercise
+    names = {(e.exercise, e.name) for e in ENTRIES}
+    assert len(names) == len(ENTRIES), "two entries share a name"
+    assert REPORTED <= names, REPORTED - names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.id for e in ENTRIES])
+def test_entry(entry):
+    row = grade_entry(entry)
+    assert row["ok"], f"{entry.id} ({entry.why}): " + "; ".join(row["problems"])

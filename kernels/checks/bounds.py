@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -134,7 +135,7 @@ class _Bounds(_tracer._Recorder):
                 idx[hit] = info.lookup[(flat_a[hit] - np.uint64(info.lo)).astype(np.int64) // info.itemsize]
                 hit &= idx >= 0
             hits.append(hit)
-        owner = self._owner(hits, flat_m, flat_a)
+        owner = self._owner(hits, flat_m, flat_a, kind)
         info, ok = self.regions[owner], hits[owner]
         inside = flat_m & ok
         label = self.labels[owner]
@@ -150,11 +151,19 @@ class _Bounds(_tracer._Recorder):
             stray.add(offs, (self.pid, _where() if not stray.lanes else ""))
         return inside.reshape(addr.shape)
 
-    def _owner(self, hits, active, addr) -> int:
-        """The tensor most active lanes point into; with none, the one nearest to the lanes' addresses."""
+    def _owner(self, hits, active, addr, kind) -> int:
+        """The tensor most active lanes point into. With none: the tensor whose pointer parameter starts the
+        access's pointer expression in the source line (``tl.load(x_ptr + ...)``), else the one nearest to the
+        lanes' addresses."""
         counts = [int((h & active).sum()) for h in hits]
         if max(counts):
             return int(np.argmax(counts))
+        m = re.search(rf"\b{'load' if kind == 'load' else 'store' if kind == 'store' else 'atomic_[a-z]+'}\(\s*"
+                      r"([A-Za-z_]\w*)", _where())
+        if m:
+            named = [i for i, r in enumerate(self.regions) if m.group(1).startswith(r.name.removesuffix("_ptr"))]
+            if len(named) == 1:
+                return named[0]
         lanes = addr[active] if active.any() else addr
         lo, hi = int(lanes.min()), int(lanes.max())
         gap = [max(r.lo - hi, lo - r.hi + 1, 0) for r in self.regions]

@@ -2,10 +2,9 @@
 
 The interpreter keeps a bf16 block as its raw bits in a ``uint16`` numpy array, and most operations then work on
 the bits as integers: ``x + y`` adds bit patterns (values near 3e38 come out), ``tl.dot`` multiplies them
-(relative error ~1e10), ``tl.sum`` and ``tl.cumsum`` add them, comparisons order negative numbers backwards, a cast
-between bf16 and fp16 or an integer reinterprets them, an fp32 → bf16 cast truncates where a GPU rounds to nearest
-even, and a Python number meeting a bf16 block (``x * 0.5``) raises, for want of a bf16 constant. Loads, stores,
-``tl.where`` and the bf16 ↔ fp32 casts are right.
+(relative error ~1e10), ``tl.sum`` and ``tl.cumsum`` add them, comparisons compare them (and their result then breaks
+a cast), an fp32 → bf16 cast truncates where a GPU rounds to nearest even, and a Python number meeting a bf16 block
+(``x * 0.5``) raises, for want of a bf16 constant. Loads, stores, ``tl.where`` and the bf16 → fp32 cast are right.
 
 :func:`bf16_fixed` patches exactly those operations, for the duration of a check, to compute in fp32 and round the
 result to bf16 (round to nearest even), which is what the GPU's bf16 arithmetic gives. Nothing else changes, and
@@ -26,10 +25,10 @@ __all__ = ["bf16_fixed", "to_f32", "to_bf16", "FAULTS"]
 #: The interpreter's known bf16 faults, by the builder operation (or reduction) that has them.
 FAULTS = {
     "arithmetic": "x + y, x * y, x - y, x / y, min/max, fma and unary math on bf16 work on the bits as integers",
-    "compare": "bf16 comparisons compare bit patterns: negative numbers order backwards",
+    "compare": "bf16 comparisons compare bit patterns, and label the result bf16: casting it then fails",
     "dot": "tl.dot of bf16 blocks multiplies bit patterns",
     "reduce": "tl.sum, tl.max, tl.min, tl.cumsum of bf16 reduce bit patterns",
-    "cast": "bf16 <-> fp16/int casts reinterpret bits; fp32 -> bf16 truncates instead of rounding to nearest even",
+    "cast": "fp32 -> bf16 truncates instead of rounding to nearest even",
     "constant": "a Python number meeting a bf16 block (x * 0.5) raises: the builder has no get_bf16",
 }
 
@@ -49,7 +48,7 @@ def to_f32(bits: np.ndarray) -> np.ndarray:
 
 def to_bf16(values) -> np.ndarray:
     """float32 values rounded to the nearest bf16 (ties to even), as bit patterns (``uint16``); NaN stays NaN."""
-    f = np.ascontiguousarray(values, dtype=np.float32)
+    f = np.array(values, dtype=np.float32)  # a copy, contiguous, keeping a 0-d shape
     u = f.view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
     nan = ((u >> 16) & np.uint32(0x8000)).astype(np.uint16) | np.uint16(0x7FC0)
@@ -64,10 +63,10 @@ def _f32(h):
     return _interp.TensorHandle(to_f32(h.data), tl.float32) if _bf16(h) else h
 
 
-def _back(out, like):
-    """A result computed in fp32 (or a comparison's bools) as the bf16 handle the interpreter would return."""
+def _back(out):
+    """A result computed in fp32 as a bf16 handle; a comparison's bools as an int1 handle."""
     if out.data.dtype == np.bool_:
-        return _interp.TensorHandle(out.data, like)
+        return _interp.TensorHandle(out.data, tl.int1)
     return _interp.TensorHandle(to_bf16(out.data), tl.bfloat16)
 
 
@@ -75,13 +74,13 @@ def _binary(orig):
     def op(lhs, rhs):
         if not (_bf16(lhs) or _bf16(rhs)):
             return orig(lhs, rhs)
-        return _back(orig(_f32(lhs), _f32(rhs)), lhs.dtype.scalar)
+        return _back(orig(_f32(lhs), _f32(rhs)))
     return op
 
 
 def _unary(orig):
     def op(arg):
-        return _back(orig(_f32(arg)), arg.dtype.scalar) if _bf16(arg) else orig(arg)
+        return _back(orig(_f32(arg))) if _bf16(arg) else orig(arg)
     return op
 
 
@@ -89,7 +88,7 @@ def _clamp(orig):
     def op(arg, lo, hi, propagate_nans):
         if not _bf16(arg):
             return orig(arg, lo, hi, propagate_nans)
-        return _back(orig(_f32(arg), _f32(lo), _f32(hi), propagate_nans), tl.bfloat16)
+        return _back(orig(_f32(arg), _f32(lo), _f32(hi), propagate_nans))
     return op
 
 
@@ -98,7 +97,7 @@ def _fma(orig):
         if not (_bf16(x) or _bf16(y) or _bf16(z)):
             return orig(x, y, z)
         out = orig(_f32(x), _f32(y), _f32(z))
-        return _back(out, tl.bfloat16) if _bf16(z) else out
+        return _back(out) if _bf16(z) else out
     return op
 
 
@@ -107,7 +106,7 @@ def _dot(orig):
         if not (_bf16(a) or _bf16(b) or _bf16(d)):
             return orig(a, b, d, input_precision, max_num_imprecise_acc)
         out = orig(_f32(a), _f32(b), _f32(d), input_precision, max_num_imprecise_acc)
-        return _back(out, tl.bfloat16) if _bf16(d) else out
+        return _back(out) if _bf16(d) else out
     return op
 
 

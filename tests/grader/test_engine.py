@@ -95,7 +95,7 @@ except AssertionError as e:
 
 @pytest.mark.parametrize("mask, hidden, want", [
     ("offs < n", False, "passed"),
-    ("offs < n + 5", False, "wrote out of bounds"),
+    ("offs < n + 5", False, "writes 5 element(s) past the end of `out`"),
     ("offs < n - 1", True, "output not written"),
 ])
 def test_interactive_check_in_the_notebook(tmp_path, mask, hidden, want):
@@ -162,19 +162,15 @@ def _grid_stride_copy(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
 
 def test_timing_accepts_a_baseline_that_returns_a_tensor(monkeypatch):
     """``out.copy_(x)`` returns a tensor: timing must treat only a dict as named results (it raised on the H200:
-    "Boolean value of Tensor with more than one value is ambiguous"). do_bench is stood in for on the CPU."""
+    "Boolean value of Tensor with more than one value is ambiguous"). Timed on the CPU here, by the wall clock."""
     import dataclasses
-
-    import triton.testing
 
     import kernels.bench
 
     ex = get("01_memory_hierarchy.copy_speed")
     small = Case("n=3001 BLOCK_SIZE=256 P=3 fp32", dict(n=3001, BLOCK_SIZE=256, P=3))
-    ex = dataclasses.replace(ex, performance=dataclasses.replace(ex.performance, case=small))
-    calls = []
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (calls.append(fn()), 1.5)[1])
+    ex = dataclasses.replace(ex, performance=dataclasses.replace(ex.performance, case=small, warmup=0.1, rep=0.1))
     monkeypatch.setattr(kernels.bench, "copy_bandwidth", lambda nbytes=None: 1e12)
     timing = engine.time_performance(ex, (_grid_stride_copy,), 3)
-    assert timing["mismatch"] == [] and timing["student_ms"] == timing["baseline_ms"] == 1.5 and len(calls) == 2
-    assert engine.perf_verdict(ex, timing) == []
+    assert timing["mismatch"] == [] and timing["faults"] == [] and timing["launches"] >= 5
+    assert timing["student_ms"] > 0 and timing["baseline_ms"] > 0

@@ -36,7 +36,8 @@ def test_solution_kernel_passes(hidden):
 
 
 @pytest.mark.parametrize("old, new, words", [
-    ("(offs_k[None, :] < K - k0)", "(offs_k[None, :] < BLOCK_K)", ["c:"]),  # no K tail mask on A
+    # no K tail mask on A: reads past the rows of A
+    ("(offs_k[None, :] < K - k0)", "(offs_k[None, :] < BLOCK_K)", ["a: out of bounds", "past the end of `a`"]),
     ("mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))", "mask=offs_n[None, :] < N)", ["out of bounds"]),
     ("pid_m = first_m + (pid % per_group) % rows", "pid_m = pid // num_pid_n", ["grouped ordering"]),
     ("acc = tl.dot(a, b, acc, input_precision=PRECISION)", "acc = tl.dot(a, b, input_precision=PRECISION)",

@@ -105,7 +105,7 @@ def test_solution_kernels_pass(hidden, cell, name, exercise):
      ["relative error"]),  # never carries the state
     (FUSED, "chunked_attention_kernel", "chunked_fwd", "(o * scale)", "o", ["relative error"]),
     (FUSED, "chunked_attention_kernel", "chunked_fwd", "mask=mask_qk, other=0.0)  # [BT, BK]\n        k",
-     "mask=offs_t[:, None] < T, other=0.0)  # [BT, BK]\n        k", ["o:"]),  # q not masked past K
+     "mask=offs_t[:, None] < T, other=0.0)  # [BT, BK]\n        k", ["q: out of bounds"]),  # q not masked past K
 ])
 def test_broken_kernels_fail(source, name, exercise, old, new, words):
     broken = kernel(edit(source, old, new), name)

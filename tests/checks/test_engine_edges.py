@@ -1,0 +1,212 @@
+"""The check engine at the edges: out-of-bounds accesses found before they touch memory and named, inputs a kernel
+wrote into, aligned padding, student errors as check messages, ``check`` returning nothing, and timing on outputs a
+kernel cannot tell from a fresh call's."""
+
+import runpy
+import textwrap
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from l99_edges import COPY
+
+from kernels.checks import engine
+from kernels.checks.spec import Case, CheckFailed
+from kernels.device import INTERPRET, ON_GPU
+from kernels.testing import poisoned
+
+
+@triton.jit
+def _good(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _store_past(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride, mask=offs < n), mask=offs < n + 5)
+
+
+@triton.jit
+def _read_wild(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride + (1 << 40), mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _read_before(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + (offs - 2) * stride, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _unit_stride(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _writes_input(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs * stride, mask=offs < n)
+    tl.store(out_ptr + offs, x, mask=offs < n)
+    tl.store(x_ptr + offs * stride, x * 2, mask=offs < n)
+
+
+@triton.jit
+def _reads_twice(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs * stride, mask=offs < n) + tl.load(x_ptr + offs * stride, mask=offs < n)
+    tl.store(out_ptr + offs, x / 2, mask=offs < n)
+
+
+@triton.jit
+def _bad_shape(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, 100)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def _judge(kernel, case=None, seed=1):
+    case = case or COPY.visible[0]
+    cpu = engine.case_inputs(COPY, case, seed)
+    outs, result = engine.run_case(COPY, (kernel,), case, cpu, "cpu" if INTERPRET else None)
+    outs = {k: engine.Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
+    return outs, result, engine.verdict(COPY, case, outs, result, engine.reference(COPY, case, cpu))
+
+
+def test_a_clean_kernel_passes_and_its_traffic_is_counted():
+    _, result, problems = _judge(_good)
+    assert problems == [] and engine.TRAFFIC not in result
+    _, _, problems = _judge(_reads_twice)  # right values, twice the loads: the traffic rule speaks, last
+    assert problems[0] == "x loaded 200 times"
+
+
+def test_a_store_past_the_end_is_named_and_never_lands():
+    outs, _, problems = _judge(_store_past)
+    assert "out: out of bounds: the kernel writes 5 element(s) past the end of `out`" in problems[0]
+    assert "mask=offs < n + 5" in problems[0]  # the source line of the access
+    assert problems[-1] == "(this case is not a multiple of the block)"
+    if INTERPRET:
+        assert outs["out"].guards_intact()  # the lanes were masked off before the store ran
+
+
+def test_a_wild_read_is_named_not_a_crash():
+    _, _, problems = _judge(_read_wild)
+    assert "reads 100 element(s) past the end of `x`" in problems[0]
+
+
+def test_a_read_before_the_start_is_named():
+    _, _, problems = _judge(_read_before)
+    assert "reads 2 element(s) before the start of `x`" in problems[0]
+
+
+def test_a_read_between_the_elements_of_a_strided_view_is_named():
+    _, _, problems = _judge(_unit_stride, COPY.hidden[0])
+    assert "between the elements of `x` (a strided view: shape (100,), strides (3,))" in problems[0]
+
+
+def test_a_kernel_that_writes_its_input_fails():
+    _, _, problems = _judge(_writes_input)
+    assert problems[0].startswith("x: the kernel wrote into its input `x`: 100 of its elements changed")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("n", [1, 370, 1480, 4099, 100_003])
+def test_every_tensor_a_check_hands_out_is_aligned(dtype, n):
+    views, _ = engine.pad_inputs({"x": torch.ones(n, dtype=dtype), "y": torch.ones(2 * n, dtype=dtype)[::2]}, "cpu")
+    assert all(v.data_ptr() % 64 == 0 for v in views.values())
+    outs = engine.alloc_outputs(COPY, Case("n", dict(n=n), dtype), {}, "cpu")
+    assert outs["out"].out.data_ptr() % 64 == 0
+
+
+def test_a_student_error_is_a_failed_check_naming_the_case():
+    out = engine.grade_local(COPY, (_bad_shape,), False)
+    assert not out.passed and "failed on case 'n=100'" in out.message and "your code raised" in out.message
+    assert out.error is not None
+
+
+NOTEBOOK = '''
+import kernels
+import triton
+import triton.language as tl
+from kernels.checks import check
+from kernels.checks.spec import CheckFailed
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride, mask=offs < n), mask=MASK)
+
+
+RETURNED = check("99_edges.copy", copy_kernel)
+'''
+
+
+@pytest.mark.parametrize("mask, fails", [("offs < n", False), ("offs < n + 1", True)])
+def test_check_prints_and_returns_nothing(tmp_path, capsys, monkeypatch, mask, fails):
+    """A graded cell shows only what ``check`` prints: nbgrader takes a cell's last value for its score."""
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    path = tmp_path / "nb.py"
+    path.write_text(textwrap.dedent(NOTEBOOK).replace("MASK", mask))
+    if fails:
+        with pytest.raises(CheckFailed, match="writes 1 element"):
+            runpy.run_path(str(path), run_name="__main__")
+        return
+    ns = runpy.run_path(str(path), run_name="__main__")
+    assert ns["RETURNED"] is None and "✓ 99_edges.copy: 1 case(s) passed" in capsys.readouterr().out
+
+
+def test_check_chains_the_students_own_error(tmp_path):
+    path = tmp_path / "nb.py"
+    path.write_text("from kernels.checks import check\n\n\ndef sector_bytes(n, stride, itemsize):\n"
+                    "    raise ValueError('my bug')\n\n\ncheck('01_memory_hierarchy.sector_bytes', sector_bytes)\n")
+    with pytest.raises(CheckFailed, match="your code raised ValueError: my bug") as info:
+        runpy.run_path(str(path), run_name="__main__")
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def _timed_copy(device):
+    x = torch.randn(1000, device=device)
+    outs = {"out": poisoned(1000, device=device)}
+    seen = []
+
+    def launch(o, stray=False, touch=False):
+        seen.append(bool(torch.isnan(o["out"]).all()))
+        o["out"].copy_(x)
+        if stray:
+            outs["out"].buffer[-1] = 0.0
+        if touch:
+            x[0] = 1.0
+    return x, outs, seen, launch
+
+
+def test_every_timed_launch_starts_from_poisoned_outputs():
+    x, outs, seen, launch = _timed_copy("cpu")
+    timing = engine.time_fresh(launch, outs, warmup=1, rep=2, inputs=[x])
+    assert all(seen) and timing["launches"] >= 5 and len(seen) >= timing["launches"] + 4
+    assert timing["stray"] == {"out": (0, 0)} and timing["inputs_changed"] == []
+    assert torch.equal(timing["after"]["out"].out, x) and timing["after"]["out"].guards_intact()
+    assert timing["after"]["out"].out.data_ptr() != outs["out"].out.data_ptr()  # a fresh allocation
+
+
+def test_timing_sees_stray_stores_and_changed_inputs():
+    x, outs, _, launch = _timed_copy("cpu")
+    timing = engine.time_fresh(lambda o: launch(o, stray=True, touch=True), outs, warmup=1, rep=2, inputs=[x])
+    assert timing["stray"]["out"] == (0, 1) and timing["inputs_changed"] == [0]
+
+
+@pytest.mark.gpu
+def test_gpu_timed_launches_start_from_poisoned_outputs():
+    x, outs, seen, launch = _timed_copy("cuda")
+    timing = engine.time_fresh(launch, outs, warmup=1, rep=2, inputs=[x])
+    assert all(seen) and timing["stray"] == {"out": (0, 0)} and torch.equal(timing["after"]["out"].out, x)
+
+
+@pytest.mark.gpu
+def test_gpu_small_cases_are_bounds_checked_before_the_device_runs_them():
+    assert ON_GPU
+    _, _, problems = _judge(_read_wild)  # far outside any allocation: on the device an illegal address
+    assert "reads 100 element(s) past the end of `x`" in problems[0]

@@ -2,7 +2,7 @@
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> state-probe tune tune-sweep export viz
-#           notebooks course course-student course-full grade
+#           notebooks course course-student course-full grade zoo
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/. Results land in results/gpu/ and, when OUT is
@@ -67,6 +67,10 @@ run_stage() {  # stage name, time limit in seconds
     course-student) timeout "$limit" python3 scripts/gpu_course.py --copy student || echo "course-student failed ($?)" ;;
     course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
+    # every zoo entry's visible and hidden check on the GPU (kernels/checks/zoo), the speed-graded ones alone at the end
+    zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-8}" --out results/gpu/zoo.json \
+           > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
+         tail -3 results/gpu/zoo.log ;;
     *) echo "unknown stage $name" ;;
   esac
 }

@@ -45,3 +45,16 @@ def test_every_kernel_exercise_has_a_full_zoo():
 def test_entry(entry):
     row = grade_entry(entry)
     assert row["ok"], f"{entry.id} ({entry.why}): " + "; ".join(row["problems"])
+
+
+@pytest.mark.slow
+def test_the_entries_only_a_gpu_times_compile_for_sm90():
+    """Under the interpreter the speed exercises' entries are graded for correctness only; the GPU compiles them.
+    A compile error there (a variable defined inside a loop and used after it) would cost the GPU batch its run."""
+    import subprocess
+    import sys
+
+    only = ["--only", "copy_speed", "--only", "fused_speed", "--only", "tile_choice"]
+    proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--compile", *only], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

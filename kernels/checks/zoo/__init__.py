@@ -26,7 +26,8 @@ from ...device import INTERPRET, MODE
 from .. import engine, provenance
 from ..spec import get
 
-__all__ = ["Entry", "LESSONS", "OBJECTS", "entries", "build", "grade_entry", "judge", "has_hidden"]
+__all__ = ["Entry", "LESSONS", "OBJECTS", "entries", "build", "grade_entry", "grade_ids", "compile_entry", "judge",
+           "has_hidden"]
 
 #: The lessons with a zoo, by lesson id (the module is ``kernels.checks.zoo.l<lesson id>``).
 LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
@@ -136,6 +137,36 @@ def grade_entry(entry: Entry) -> dict:
     row["problems"] = judge(entry, row)
     row["ok"] = not row["problems"]
     return row
+
+
+def grade_ids(ids: list[str]) -> list[dict]:
+    """:func:`grade_entry` for each entry id (``exercise/name``), in order: a worker process's share."""
+    by_id = {e.id: e for e in entries()}
+    return [grade_entry(by_id[i]) for i in ids]
+
+
+def compile_entry(entry: Entry, folder: str) -> str | None:
+    """Compile every launch of the entry's visible and hidden checks for sm_90 (:func:`kernels.checks.aot.dry_run`,
+    in a process whose Triton compiles); the error, or ``None``. What a notebook's check does first under the
+    interpreter, and what a GPU does before it runs anything."""
+    from .. import aot
+
+    ex = get(entry.exercise)
+    kernels, values = [], []
+    for kind, name in zip(ex.args, OBJECTS[entry.exercise]):
+        if kind == "kernel":
+            ks = provenance.from_cells([_PRELUDE, entry.source], name, twins=ex.twins)
+            kernels.append({"entry": ks.entry, "text": ks.text})
+            values.append(None)
+        else:
+            kernels.append(None)
+            values.append(dict(entry.namespace).get(name))
+    try:
+        for hidden in (False, True) if has_hidden(ex) else (False,):
+            aot.dry_run(entry.exercise, hidden, kernels, values, folder)
+    except Exception as e:  # noqa: BLE001 (a compile error of any kind is the answer)
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def has_hidden(ex) -> bool:

@@ -1,0 +1,110 @@
+"""``python -m kernels.checks.zoo``: grade every zoo entry in this mode and write a JSON report.
+
+Entries are graded by ``--jobs`` worker processes (compiling the kernels dominates on a GPU), except those of the
+speed-graded exercises, which run afterwards in this process, one at a time, with the GPU to themselves. The exit
+status is 0 only if every entry got the verdict the zoo expects: wrong ones failing with their fault named, right
+ones passing. ``--compile`` instead compiles, for sm_90 and without a GPU, every launch of the chosen entries that
+the zoo expects to pass somewhere (the right ones, and the wrong ones only a GPU's timing fails), and prints the
+errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import pathlib
+import sys
+import time
+
+
+def _environment() -> dict:
+    import torch
+    import triton
+
+    from kernels.device import MODE, describe
+
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mode": MODE,
+           "where": describe(), "torch": torch.__version__, "triton": triton.__version__}
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.checks.zoo", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/gpu/zoo.json"))
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes for the entries not timed")
+    parser.add_argument("--lesson", action="append", help="only this lesson (repeatable)")
+    parser.add_argument("--only", action="append", help="only entries whose id contains this (repeatable)")
+    parser.add_argument("--compile", action="store_true", help="compile the entries for sm_90 instead of grading")
+    args = parser.parse_args(argv)
+    if args.compile:
+        return _compile(args)
+
+    import kernels  # noqa: F401
+    from kernels.checks.spec import get
+    from kernels.checks.zoo import entries, grade_ids
+
+    t0 = time.time()
+    chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
+              if not args.only or any(o in e.id for o in args.only)]
+    timed = [e.id for e in chosen if get(e.exercise).performance is not None]
+    rest = [e.id for e in chosen if e.id not in timed]
+    rows: list[dict] = []
+    if args.jobs > 1 and len(rest) > 1:
+        chunks = [rest[i::args.jobs] for i in range(args.jobs)]
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            for part in pool.imap_unordered(grade_ids, [c for c in chunks if c]):
+                rows += part
+                print(f"[{time.time() - t0:5.0f}s] {len(rows)} of {len(chosen)} graded", flush=True)
+    else:
+        rows += grade_ids(rest)
+    rows += grade_ids(timed)
+    order = {e.id: i for i, e in enumerate(chosen)}
+    rows.sort(key=lambda r: order[f"{r['exercise']}/{r['name']}"])
+    bad = [r for r in rows if not r["ok"]]
+    for r in rows:
+        mark = "ok " if r["ok"] else "BAD"
+        kind = "wrong" if r["wrong_here"] else "right"
+        print(f"{mark} {r['seconds']:6.1f}s {kind:5} {r['exercise']}/{r['name']}")
+        for p in r["problems"]:
+            print(f"      {p[:600]}")
+    report = {**_environment(), "seconds": round(time.time() - t0, 1), "entries": len(rows),
+              "wrong": sum(r["wrong_here"] for r in rows), "right": sum(not r["wrong_here"] for r in rows),
+              "bad": [f"{r['exercise']}/{r['name']}" for r in bad], "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".part")
+    tmp.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    tmp.replace(args.out)
+    print(f"{len(rows)} entries ({report['wrong']} wrong here, {report['right']} right) in {report['seconds']} s; "
+          f"{len(bad)} not as expected; report: {args.out}")
+    return 1 if bad else 0
+
+
+def _compile(args) -> int:
+    import os
+    import tempfile
+
+    os.environ["TRITON_INTERPRET"] = "0"
+    import triton  # noqa: F401  (Triton's own @jit helpers become compilable functions)
+
+    import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without a GPU: kernels below are built compiled)
+    from kernels.checks.zoo import compile_entry, entries
+
+    os.environ["TRITON_INTERPRET"] = "0"
+    chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
+              if (not args.only or any(o in e.id for o in args.only)) and e.wrong_here("interpreter") is False]
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="zoo-aot-") as folder:
+        for e in chosen:
+            err = compile_entry(e, folder)
+            failed += err is not None
+            print(f"{'ok ' if err is None else 'BAD'} {e.id}" + (f": {err[:800]}" if err else ""), flush=True)
+    print(f"{len(chosen)} entries compiled for sm_90; {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,8 @@
 Every student but two submits the grader's fixture lesson (``tests/grader/fixtures/90_grader_fixture.py``: a
 kernel, a strided kernel, a torch function and a value with a GPU speed requirement; 13 points), changed in one
 way. ``solution`` submits every lesson's solution and must score 100%; ``release`` submits every untouched
-student notebook and must score 0. Expected scores are per mode, because some cases only exist on a GPU (a hung
+student notebook and must score 0; the ``zoo_*`` students each submit one course lesson with a wrong answer from
+the zoo (``kernels/checks/zoo``). Expected scores are per mode, because some cases only exist on a GPU (a hung
 kernel is an infinite loop in the interpreter; a race that the interpreter, running one program at a time,
 hides; speed requirements, which the interpreter reports as not graded).
 """
@@ -215,6 +216,39 @@ def students(real_lessons: dict[str, float]) -> list[DemoStudent]:
                     {fx: sol(**_scale("    mask = mask & (n < 10_000_000)\n    x = tl.load(x_ptr + offs, mask=mask)\n"
                                       + _STORE))}, {fx: _both(FULL, 10.0)}, gpu_only=True),
     ]
+    return out + _zoo_students(real_lessons)
+
+
+# A sample of the zoo (kernels/checks/zoo, where CI grades every entry): each student submits one lesson, the
+# solution with one or two cells replaced by zoo answers. (student, lesson, {cell: zoo answer or source}, points
+# lost in the interpreter and on a GPU, what it shows). A student who loses points on a GPU only is graded there
+# only: under the interpreter the lesson would cost its grading time to show a full score.
+_ZOO = [
+    ("zoo_copy_off_by_one", "01_memory_hierarchy",
+     {"copy_kernel": ("01_memory_hierarchy.copy", "fast-path-off-by-one")}, (6, 6),
+     "unmasked fast path taking a block one element short: out of bounds, in the copy and speed checks"),
+    ("zoo_naive_padded_state", "02_naive_hbm_loops", {"naive_kernel": ("02_naive_hbm_loops.naive", "padded-state")},
+     (5, 5), "state addressed as a padded [BH, BK, BV] block: a message, not a crashed worker"),
+    ("zoo_tile_choice_cheat", "03_tiled_sram",
+     {"ex1-tiled": ("03_tiled_sram.tile_choice", "small-tiles-skip-filled"),
+      "ex3-tiles": "TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=1)"},
+     (0, 3), "skips tiles whose output already holds a number: timed on re-poisoned outputs, too slow on a GPU"),
+]
+
+
+def _zoo_students(real_lessons: dict[str, float]) -> list[DemoStudent]:
+    from kernels.checks.zoo import entries
+    from kernels.device import ON_GPU
+
+    answers = {(e.exercise, e.name): e.source for e in entries()}
+    out = []
+    for name, lesson, cells, (lost_cpu, lost_gpu), what in _ZOO:
+        if lesson not in real_lessons or (lost_cpu == 0 and not ON_GPU):
+            continue
+        sources = {gid: v if isinstance(v, str) else answers[v] for gid, v in cells.items()}
+        full = real_lessons[lesson]
+        out.append(DemoStudent(name, f"zoo: {what}", {lesson: lambda s, r, c=sources: _with(s, **c)},
+                               {lesson: _both(full - lost_cpu, full - lost_gpu)}, gpu_only=lost_cpu == 0))
     return out
 
 

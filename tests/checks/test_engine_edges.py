@@ -210,3 +210,30 @@ def test_gpu_small_cases_are_bounds_checked_before_the_device_runs_them():
     assert ON_GPU
     _, _, problems = _judge(_read_wild)  # far outside any allocation: on the device an illegal address
     assert "reads 100 element(s) past the end of `x`" in problems[0]
+
+
+@pytest.mark.slow
+def test_nbgrader_validate_reads_a_graded_check_cell_as_passing(tmp_path):
+    """nbgrader scores a graded cell by its output: a value echoed under it ("cannot be converted to a float ...
+    treating other output as full credit") would be misread. ``check`` prints, and returns nothing."""
+    import pathlib
+    import subprocess
+    import sys
+
+    import nbformat
+
+    here = pathlib.Path(__file__).parent
+    meta = {"grade": True, "grade_id": "check", "locked": True, "points": 1, "schema_version": 3, "solution": False}
+    setup = textwrap.dedent(NOTEBOOK).replace("MASK", "offs < n").replace(
+        'RETURNED = check("99_edges.copy", copy_kernel)\n', "")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(f"import sys\nsys.path.insert(0, {str(here)!r})\n" + setup),
+                nbformat.v4.new_code_cell('check("99_edges.copy", copy_kernel)', metadata={"nbgrader": meta})]
+    path = tmp_path / "edges.ipynb"
+    nbformat.write(nb, path)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "Success! Your notebook passes all the tests." in out, out[-3000:]
+    assert "cannot be converted to a float" not in out, out[-3000:]

@@ -631,8 +631,18 @@ def _judge_case(ex: Exercise, args: tuple, case: Case, seed: int) -> list[str]:
     return verdict(ex, case, outs, result, ref)
 
 
+_CUDA_FAULTS = ("illegal memory access", "illegal address", "misaligned address", "CUDA_ERROR_ILLEGAL",
+                "unspecified launch failure")
+
+
 def _raised(e: BaseException) -> str:
-    return f"your code raised {type(e).__name__}: {str(e).strip()[:2000]}"
+    text = f"your code raised {type(e).__name__}: {str(e).strip()[:2000]}"
+    if any(f in str(e) for f in _CUDA_FAULTS):
+        text += ("; the kernel touched memory outside its tensors on the GPU, and this process's CUDA context is "
+                 "now lost: restart the notebook's kernel before the next check. The smaller cases, checked "
+                 "access by access in the interpreter first, showed nothing: look for offsets that only this "
+                 "case's sizes push out of range (a product past 2**31 needs int64)")
+    return text
 
 
 def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:

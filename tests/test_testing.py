@@ -217,3 +217,16 @@ def test_interpreter_bf16_dot_trap_is_handled():
     _raw_dot_kernel[(1,)](a.half(), b.half(), fp16, BLOCK=32)
     assert_close("raw fp16 tl.dot", reference_matmul(a.half(), b.half()), fp16, tolerance(torch.float16))
 
+
+
+def test_repoison_restores_a_fresh_output_and_keeps_the_guards():
+    from kernels.testing import guard_changed, poisoned, repoison
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32):
+        p = poisoned(7, dtype=dtype, guard=4, device="cpu")
+        fresh = p.buffer.clone()
+        p.out.fill_(3)
+        p.buffer[-1] = 5  # a stray store into the guard band
+        repoison(p)
+        assert torch.equal(p.out.view(torch.int8), fresh[4:11].view(torch.int8))
+        assert not guard_changed(p.buffer[:4]).any() and guard_changed(p.buffer[-1:]).all()

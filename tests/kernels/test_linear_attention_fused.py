@@ -285,7 +285,7 @@ def _gpu_check(case, launch=None, normalize=True, tol=None):
 GPU_ROWS = pick(cpu=[], gpu=[(4, 4096, 16, 128, 128, torch.bfloat16), (1, 20000 - 3, 8, 128, 128, torch.bfloat16),
                              (2, 4099, 8, 256, 256, torch.float16), (2, 3000, 16, 128, 64, torch.bfloat16),
                              (1, 9000, 8, 64, 256, torch.bfloat16), (2, 2048, 8, 128, 128, torch.float32),
-                             (1, 10000, 4, 256, 128, torch.float32)])
+                             (1, 10000, 4, 256, 128, torch.bfloat16)])
 
 
 @pytest.mark.gpu

@@ -35,6 +35,7 @@ ONE_PASS: dict[tuple[int, str], Launch] = {
     (128, "tf32x3"): Launch(None, 64, 64, 8, 2),
     (256, "tf32x3"): Launch(None, 32, 32, 8, 2),
 }
+ONE_PASS = {key: dataclasses.replace(lo, precision=key[1]) if key[1] != "16" else lo for key, lo in ONE_PASS.items()}
 # (BK, kind) -> the chained launch; L is the longest segment (the dispatch cuts shorter ones for small batches).
 # bf16/fp16 D=64 and D=128: the lookback's measured tiles (PERF.md, runs 1-9: L2048 for one sequence of 64k);
 # the rest as ONE_PASS.

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
 from ..validate import FLOAT_DTYPES, check_power_of_two, check_tensor
-from .checks import check_inputs, host_offsets
+from .checks import check_inputs, host_offsets, offsets_read_once
 from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
@@ -303,6 +303,13 @@ def fused_forward(q, k, v, scale, initial_state=None, z_state=None, output_final
     final state or None, the ``z_state`` at each sequence's end (k's dtype promoted with z_state's) when
     normalising, and with ``save_norm=True`` the normaliser of every token. ``launch`` overrides the dispatch.
     """
+    with offsets_read_once(cu_seqlens):  # one wait for the device for the checks and the segment table
+        return _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
+                        launch)
+
+
+def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
+             launch) -> Forward:
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     B, T, H, K, V, N = p.B, p.T, p.H, p.K, p.V, p.N
     if not isinstance(normalize, bool):

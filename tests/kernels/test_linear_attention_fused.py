@@ -282,18 +282,19 @@ def _gpu_check(case, launch=None, normalize=True, tol=None):
     return f
 
 
-GPU_ROWS = pick(cpu=[], gpu=[(4, 4096, 16, 128, 128, torch.bfloat16), (1, 20000 - 3, 8, 128, 128, torch.bfloat16),
-                             (2, 4099, 8, 256, 256, torch.float16), (2, 3000, 16, 128, 64, torch.bfloat16),
-                             (1, 9000, 8, 64, 256, torch.bfloat16), (2, 2048, 8, 128, 128, torch.float32),
-                             (1, 10000, 4, 256, 128, torch.bfloat16)])
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+GPU_ROWS = pick(cpu=[], gpu=[(4, 4096, 16, 128, 128, BF16, True), (4, 4096, 16, 128, 128, BF16, False),
+                             (1, 20000 - 3, 8, 128, 128, BF16, True), (2, 4099, 8, 256, 256, FP16, True),
+                             (2, 3000, 16, 128, 64, BF16, False), (1, 9000, 8, 64, 256, BF16, True),
+                             (2, 2048, 8, 128, 128, FP32, False), (1, 10000, 4, 256, 128, BF16, False)])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "raw"])
-@pytest.mark.parametrize("row", GPU_ROWS, ids=lambda r: "B{}_T{}_H{}_K{}_V{}_{}".format(*r[:5], str(r[5])[6:]))
-def test_gpu_rows(row, normalize):
-    B, T, H, K, V, dtype = row
-    f = _gpu_check(make(B, T, H, K, V, dtype, seed=T % 97, h0=True, z0=True), normalize=normalize)
+@pytest.mark.parametrize("row", GPU_ROWS, ids=lambda r: "B{}_T{}_H{}_K{}_V{}_{}_{}".format(
+    *r[:5], str(r[5])[6:], "norm" if r[6] else "raw"))
+def test_gpu_rows(row):
+    B, T, H, K, V, dtype, normalize = row
+    f = _gpu_check(make(B, T, H, K, V, dtype, seed=T % 97, h0=True, z0=normalize), normalize=normalize)
     assert f.launch == dispatch.plan(K, V, dtype, B, H, [T], torch.cuda.get_device_properties(0).multi_processor_count)
 
 
@@ -313,9 +314,10 @@ def test_gpu_float32_precision_modes(chained):
     case = make(2, 4096 + 5, 8, 128, 128, torch.float32, seed=21, h0=True, z0=True)
     errs = {}
     for mode, tol in (("highest", 2e-5), ("high", tolerance(torch.float32, tf32=True))):
-        launch = dispatch.plan(128, 128, torch.float32, 2, 8, [4101], 132, precision=dispatch.PRECISIONS[mode])
-        if chained and launch.L is None:
-            launch = dataclasses.replace(dispatch.CHAINED[(128, launch.precision)], L=1024)
+        precision = dispatch.PRECISIONS[mode]
+        table = dispatch.CHAINED if chained else dispatch.ONE_PASS
+        launch = table[(128, precision)]
+        assert launch.precision == precision
         f = _gpu_check(case, launch, tol=tol)
         ro = reference(case)[0]
         errs[mode] = rel_error(f.o, ro)
@@ -346,3 +348,15 @@ def test_gpu_tma_matches_pointer_loads():
         fb = fused_forward(case["q"], case["k"], case["v"], case["scale"], case["initial_state"], case["z_state"],
                            True, True, launch=dataclasses.replace(a, tma=True))
         assert torch.equal(fa.o, fb.o) and torch.equal(fa.final_state, fb.final_state), f"L={L}"
+
+
+def test_reads_the_offsets_once(monkeypatch):
+    """Called directly (not through chunk_linear_attn), the fused forward still reads cu_seqlens once."""
+    from kernels.linear_attention import checks
+
+    reads = []
+    real = checks._read
+    monkeypatch.setattr(checks, "_read", lambda cu: reads.append(1) or real(cu))
+    case = make(1, 40, 2, 16, 16, torch.float32, seed=17, cu=[0, 7, 7, 40])
+    fused_forward(case["q"], case["k"], case["v"], 0.25, None, None, True, True, case["cu_seqlens"])
+    assert len(reads) == 1

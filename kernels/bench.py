@@ -1,8 +1,10 @@
 """Validate-then-time ladder benchmarks: ``python -m kernels.bench <topic> [--quick] [--out DIR]``.
 
 Each topic package has a ``bench`` module defining ``problems(quick: bool) -> list[Problem]`` and
-``versions() -> list[Version]``. For every problem size the runner first measures the two ceilings on this
-machine (device copy bandwidth; dense matmul rate for the problem's dtype), then, for each version, checks the
+``versions() -> list[Version]``, and optionally ``sets()``: more named ``(problems, versions)`` pairs, picked with
+``--set`` (rows filtered by their parameters with ``--where``, a run bounded with ``--budget``). For every
+problem size the runner first measures the two ceilings on this machine (device copy bandwidth; dense matmul
+rate for the problem's dtype), then, for each version, checks the
 result against the float64 oracle on fresh inputs and only then times it: ``triton.testing.do_bench`` medians
 after warm-up, rotating among input sets larger than L2. A wrong result is reported as WRONG and never timed.
 It prints a table and writes JSON and a PNG; the JSON is rewritten after every problem (``"complete": false``
@@ -30,7 +32,7 @@ import torch
 from .device import DEVICE, MODE, ON_GPU, describe
 from .testing import rel_error
 
-__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "run", "main"]
+__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "parse_where", "run", "main"]
 
 _L2_BYTES = 60 * 2**20
 
@@ -159,23 +161,57 @@ def _env() -> dict:
     return env
 
 
+def parse_where(text: str | None) -> dict[str, set[str]]:
+    """``"dtype=float32,K=64|128"`` -> ``{"dtype": {"float32"}, "K": {"64", "128"}}``: a row is kept when every
+    named parameter's value, written as text, is one of those listed."""
+    where: dict[str, set[str]] = {}
+    for part in filter(None, (text or "").split(",")):
+        key, sep, values = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--where wants key=value[|value...], comma-separated; got {part!r}")
+        where[key.strip()] = {v.strip() for v in values.split("|")}
+    return where
+
+
+def _selected(p: Problem, where: dict[str, set[str]]) -> bool:
+    for key, values in where.items():
+        if key not in p.params:
+            raise ValueError(f"--where names {key!r}, which is not a parameter of these problems "
+                             f"({', '.join(p.params)})")
+        if str(p.params[key]) not in values:
+            return False
+    return True
+
+
 def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None,
-        extra: list[Version] | None = None, labels: list[str] | None = None) -> dict:
+        extra: list[Version] | None = None, labels: list[str] | None = None, problem_set: str = "ladder",
+        where: dict[str, set[str]] | None = None, budget: float | None = None) -> dict:
     """Benchmark one topic; return (and write) the results. ``extra``: more versions (a lesson's own kernel);
-    ``labels``: only the problems with these labels."""
+    ``labels``: only the problems with these labels; ``problem_set``: one of the topic's ``sets()``; ``where``:
+    only problems whose parameters match (:func:`parse_where`); ``budget``: seconds after which no new problem
+    is started (the rows done are kept, the run is marked incomplete)."""
     mod = importlib.import_module(f"kernels.{topic}.bench")
-    problems: list[Problem] = [p for p in mod.problems(quick) if not labels or p.label in labels]
-    versions: list[Version] = [v for v in [*mod.versions(), *(extra or [])] if not only or v.name in only]
+    sets = mod.sets() if hasattr(mod, "sets") else {"ladder": (mod.problems, mod.versions)}
+    if problem_set not in sets:
+        raise ValueError(f"{topic} has no problem set {problem_set!r} (sets: {', '.join(sets)})")
+    make_problems, make_versions = sets[problem_set]
+    problems: list[Problem] = [p for p in make_problems(quick) if (not labels or p.label in labels)
+                               and _selected(p, where or {})]
+    versions: list[Version] = [v for v in [*make_versions(), *(extra or [])] if not only or v.name in only]
     bw = copy_bandwidth()
     rates: dict[torch.dtype, float] = {}
     rows = []
     out = out or pathlib.Path("bench-results")
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{topic}-{MODE}"
-    result = {"topic": topic, "env": _env(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {}, "rows": rows,
-              "complete": False}
+    stem = out / (f"{topic}-{MODE}" if problem_set == "ladder" else f"{topic}-{problem_set}-{MODE}")
+    result = {"topic": topic, "set": problem_set, "env": _env(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {},
+              "rows": rows, "complete": False}
     t0 = time.perf_counter()
     for p in problems:
+        if budget is not None and time.perf_counter() - t0 > budget:
+            result["stopped"] = f"budget of {budget:.0f} s spent; {len(problems) - len(rows)} problems not started"
+            print(result["stopped"], file=sys.stderr)
+            break
         if p.dtype not in rates:
             rates[p.dtype] = matmul_rate(p.dtype)
         floor_hbm = p.bytes / bw * 1e3
@@ -222,7 +258,7 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
         # after every problem, so a run cut off by a time limit still leaves the rows it finished
         result["matmul_rate_flops"] = {str(k): v for k, v in rates.items()}
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    result["complete"] = True
+    result["complete"] = "stopped" not in result
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     _plot(result, stem.with_suffix(".png"))
     print(format_table(result))
@@ -283,9 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer, smaller sizes")
     ap.add_argument("--only", nargs="*", help="version names to run")
     ap.add_argument("--rows", help="problem labels to run, comma-separated (default: every row)")
+    ap.add_argument("--set", default="ladder", help="the topic's problem set (linear_attention: ladder, general, "
+                                                    "targets)")
+    ap.add_argument("--where", help="only problems whose parameters match, e.g. 'dtype=float32,K=64|128'")
+    ap.add_argument("--budget", type=float, help="seconds after which no new problem starts")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="folder for JSON and PNG (bench-results/)")
     args = ap.parse_args(argv)
-    run(args.topic, quick=args.quick, out=args.out, only=args.only, labels=args.rows.split(",") if args.rows else None)
+    run(args.topic, quick=args.quick, out=args.out, only=args.only, labels=args.rows.split(",") if args.rows else None,
+        problem_set=args.set, where=parse_where(args.where), budget=args.budget)
     return 0
 
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests bench bench-la bench-la-kernels bench-<topic> state-probe tune tune-sweep export viz
-#           notebooks course course-student course-full grade zoo
+#   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-sweep bench-<topic>
+#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
-# export stage, a prebuilt Rust launcher in rust/target/release/. Results land in results/gpu/ and, when OUT is
+# export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
+# fla-core==0.6.0 --no-deps -d .whl) for the stages that compare with it. Results land in results/gpu/ and, when OUT is
 # set, in $OUT/gpu-results.tgz with the full log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,11 @@ if [ -d .gpu-wheels ]; then
 else
   export PYTHONPATH=$ROOT
 fi
+if compgen -G ".whl/*.whl" > /dev/null; then  # fla-core for the comparisons; its one extra need, einops, is on the image
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fla .whl/*.whl 2>&1 \
+    | grep -v "already exists. Specify --upgrade" || true
+  export PYTHONPATH=$PYTHONPATH:/tmp/fla
+fi
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name(0))"
 
 run_stage() {  # stage name, time limit in seconds
@@ -49,6 +55,14 @@ run_stage() {  # stage name, time limit in seconds
              results/gpu/pytest-gpu.log | grep -v PASSED | tail -30; tail -35 results/gpu/pytest-gpu.log ;;
     alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \
              > results/gpu/pytest-all.log 2>&1; echo "pytest exit $?"; tail -40 results/gpu/pytest-all.log ;;
+    tests-la) timeout "$limit" python3 -m pytest -m gpu -v -p no:cacheprovider --durations=10 \
+             tests/kernels/test_linear_attention_fused.py tests/kernels/test_linear_attention.py::test_gpu_agrees_with_fla \
+             tests/kernels/test_linear_attention_lookback.py::test_gpu_dispatch_by_occupancy > results/gpu/pytest-la.log 2>&1
+           echo "pytest exit $?"; tail -30 results/gpu/pytest-la.log ;;
+    bench-la-general) timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} \
+                        --only chunk_linear_attn "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
+                        || echo "bench-la-general failed ($?)" ;;
+    la-sweep) timeout "$limit" python3 scripts/gpu_la_sweep.py --budget $(( limit - 40 )) || echo "la-sweep failed ($?)" ;;
     bench) for topic in memory matmul recurrent; do
              timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
            done ;;

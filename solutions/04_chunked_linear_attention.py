@@ -400,9 +400,10 @@ access_explorer(traced, "o_ptr")
 #
 # The package's benchmark validates every version against the float64 oracle before timing it, then prints the
 # table and writes it as JSON and a plot: torch eager (the chunked form), `torch.compile` of it, lesson 02's
-# naive and fused recurrent kernels, **your** fused kernel (`yours`), the package's versions (`chunked`, which
-# `chunk_linear_attn` runs when its chains fill the GPU, and `lookback`, which it runs when they are too few: one
-# sequence, few heads), fla's `chunk_linear_attn` and `fused_chunk_linear_attn`
+# naive and fused recurrent kernels, **your** fused kernel (`yours`), the package's versions (`chunked`;
+# `lookback`, which splits sequences when their chains are too few to fill the GPU: one sequence, few heads; and
+# `fused`, which `chunk_linear_attn` runs: both launches in one kernel, with fla's normaliser inside), fla's
+# `chunk_linear_attn` and `fused_chunk_linear_attn`
 # when fla is installed (`pip install fla-core`), and the HBM floor. On a GPU it runs the H200 table's shape
 # (B = 4, H = 16, D = 128, bf16) at T = 4k and 16k, without `torch.compile` (whose compile alone takes tens of
 # seconds); set `FULL_TABLE = True` for every version at all four T of the table, then fp16, H = 32 with D = 64,

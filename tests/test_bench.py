@@ -49,3 +49,27 @@ def test_cli_picks_rows_and_times_the_public_entry(tmp_path):
     for r in saved["rows"]:
         entry = r["versions"]["chunk_linear_attn"]
         assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
+
+
+def test_problem_sets_filters_and_budget(tmp_path):
+    """``--set general`` runs the generality rows (normalised, fp32 with a precision, packed with states), each
+    checked against float64; ``--where`` keeps rows by parameter and names an unknown one; a budget of 0 s stops
+    before the first row and marks the run incomplete."""
+    import json
+
+    from kernels import bench
+
+    assert bench.main(["linear_attention", "--set", "general", "--where", "normalize=True",
+                       "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "linear_attention-general-interpreter.json").read_text())
+    assert saved["complete"] and saved["set"] == "general"
+    assert {r["normalize"] for r in saved["rows"]} == {True} and len(saved["rows"]) == 2
+    for r in saved["rows"]:
+        entry = r["versions"]["chunk_linear_attn"]
+        assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
+    with pytest.raises(ValueError, match="not a parameter"):
+        bench.run("linear_attention", problem_set="general", where=bench.parse_where("colour=red"), out=tmp_path)
+    with pytest.raises(ValueError, match="no problem set"):
+        bench.run("linear_attention", problem_set="nope", out=tmp_path)
+    result = bench.run("linear_attention", problem_set="targets", budget=0, out=tmp_path)
+    assert result["rows"] == [] and not result["complete"] and "budget" in result["stopped"]

@@ -4,30 +4,28 @@ Every version has one signature, ``<version>_linear_attention(q, k, v, scale, in
 output_final_state=False, cu_seqlens=None) -> (o, final_state_or_None)``, unnormalised, and is listed in
 :data:`VERSIONS`. A version that handles only some cases carries ``supports(q, k, v, initial_state=None,
 cu_seqlens=None) -> str | None`` (None: it handles the call; otherwise why not). :func:`chunk_linear_attn` is a
-drop-in for fla-core 0.6.0's ``fla.ops.linear_attn.chunk_linear_attn``.
+drop-in for fla-core 0.6.0's ``fla.ops.linear_attn.chunk_linear_attn``; it runs :func:`fused.fused_forward`
+(normaliser in the kernel) unless a version registered ahead of ``fused`` takes the call.
 """
 
 from __future__ import annotations
-
-import pathlib
 
 import torch
 
 from .checks import offsets_read_once
 from .chunked import chunked_linear_attention
+from .fused import fused_forward, fused_linear_attention
+from .lookback import lookback_linear_attention
 from .reference import normalize_linear_attention, reference_linear_attention, split_initial_state
 
-__all__ = ["VERSIONS", "chunk_linear_attn", "chunked_linear_attention", "pick_version", "reference_linear_attention"]
+__all__ = ["VERSIONS", "chunk_linear_attn", "chunked_linear_attention", "fused_forward", "fused_linear_attention",
+           "lookback_linear_attention", "pick_version", "reference_linear_attention"]
 
-#: Every version, in order of preference: the first whose ``supports`` accepts a call runs it (the lookback
-#: declines calls whose chains already fill the GPU, where the chunked single pass is faster).
-VERSIONS: dict = {"chunked": chunked_linear_attention}
-
-if (pathlib.Path(__file__).parent / "lookback.py").exists():
-    from .lookback import lookback_linear_attention
-
-    VERSIONS = {"lookback": lookback_linear_attention, **VERSIONS}
-    __all__ += ["lookback_linear_attention"]
+#: Every version, in order of preference: the first whose ``supports`` accepts a call runs it. ``fused`` takes
+#: every call (it picks its own launch, ``dispatch.py``); the two rungs it grew from stay on the ladder for the
+#: tests and the benchmark (the lookback's own rule would decline calls whose chains already fill the GPU).
+VERSIONS: dict = {"fused": fused_linear_attention, "lookback": lookback_linear_attention,
+                  "chunked": chunked_linear_attention}
 
 
 def pick_version(q, k, v, initial_state=None, cu_seqlens=None) -> str:
@@ -78,10 +76,12 @@ def chunk_linear_attn(
     if scale is None and isinstance(k, torch.Tensor):
         scale = k.shape[-1] ** -0.5
     q, k, v = (_unit_last(x) for x in (q, k, v))
-    if isinstance(kv_init, torch.Tensor):
-        kv_init = kv_init.contiguous()
+    kv_init, z_init = (x.contiguous() if isinstance(x, torch.Tensor) else x for x in (kv_init, z_init))
     with offsets_read_once(cu_seqlens):  # one wait for the device, not one per use of the offsets
         version = VERSIONS[pick_version(q, k, v, initial_state=kv_init, cu_seqlens=cu_seqlens)]
+        if version is fused_linear_attention:
+            f = fused_forward(q, k, v, scale, kv_init, z_init, output_final_state, bool(normalize), cu_seqlens)
+            return f.o, ((f.final_state, f.z_state) if normalize else f.final_state)
         o, final_state = version(q, k, v, scale, kv_init, output_final_state, cu_seqlens)
         if normalize:
             o, z_state = normalize_linear_attention(o, q, k, scale, z_init, cu_seqlens)

@@ -21,7 +21,7 @@ from . import VERSIONS, chunk_linear_attn
 from .chunked_torch import chunked_forward, torch_chunked_linear_attention
 from .reference import reference_linear_attention
 
-__all__ = ["problems", "versions", "report", "FLOPS_CHUNK"]
+__all__ = ["problems", "versions", "report", "sets", "FLOPS_CHUNK"]
 
 #: The chunk length the FLOP count assumes: per token and head 4·K·V (state update and readout) plus C·(K+V),
 #: the causal half of the 2·C·(K+V) that the intra-chunk scores and their product with V take.
@@ -145,6 +145,15 @@ def _public(q, k, v, scale, initial_state=None, output_final_state=False, cu_seq
     """The course's entry point as a user calls it: it picks the version for the call (``pick_version``)."""
     return chunk_linear_attn(q, k, v, scale=scale, initial_state=initial_state,
                              output_final_state=output_final_state, normalize=False, cu_seqlens=cu_seqlens)
+
+
+def sets() -> dict:
+    """Problem sets beside this ladder: ``general`` (every path fla serves) and ``targets`` (its rows that the
+    performance targets name); each is ``(problems, versions)``."""
+    from . import bench_general
+
+    return {"ladder": (problems, versions), "general": (bench_general.problems, bench_general.versions),
+            "targets": (bench_general.targets, bench_general.versions)}
 
 
 def report(result: dict) -> str:

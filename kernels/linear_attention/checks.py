@@ -51,8 +51,9 @@ def _read(cu_seqlens: torch.Tensor) -> list[int]:
 def offsets_read_once(cu_seqlens):
     """Within this block, :func:`host_offsets` of this very tensor reuses one read. Only for the span of one
     call: the tensor cannot change under it, as it could between calls (a kernel writing new offsets)."""
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1:
-        yield  # not offsets: the checks say what is wrong
+    known = _KNOWN_OFFSETS.get()
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or (known and known[0] is cu_seqlens):
+        yield  # not offsets (the checks say what is wrong), or read already by an enclosing block
         return
     token = _KNOWN_OFFSETS.set((cu_seqlens, _read(cu_seqlens)))
     try:

@@ -328,17 +328,17 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
 LOOKBACK_COST = 1.4
 
 
-def one_pass_fills(programs: int, sms: int, lengths: list[int] | None = None) -> bool:
+def one_pass_fills(programs: int, sms: int, lengths: list[int] | None = None, cost: float = LOOKBACK_COST) -> bool:
     """Whether the chunked kernel's single pass beats the lookback: ``programs`` chains (one per sequence, head and
     V block; packed sequences of ``lengths``, or all of one length) each walk their sequence on one SM, so the
     pass takes as long as the longest chain or as the work spread over ``sms`` SMs, whichever is more; the
-    lookback spreads the work evenly but costs :data:`LOOKBACK_COST` times as much per token. Measured on the H200:
+    lookback spreads the work evenly but costs ``cost`` times as much per token. Measured on the H200:
     chunked for B=4 H=16 or H=32 (128 chains, 0.36 vs 0.53 ms at 16k) and for eight packed sequences of 1 to 20,000
     tokens (0.56 vs 0.99 ms), the lookback for one sequence of 64k with 16 heads (32 chains: 0.54 vs 1.4 ms)."""
     lengths = [1] if not lengths else lengths  # one length: only the number of chains matters
     per_sequence = programs / len(lengths)
     work = per_sequence * sum(lengths)  # chain-tokens
-    return max(lengths) <= LOOKBACK_COST * work / sms
+    return max(lengths) <= cost * work / sms
 
 
 def _supports(q, k, v, initial_state=None, cu_seqlens=None) -> str | None:

@@ -12,7 +12,7 @@ import torch
 
 from .checks import host_offsets
 
-__all__ = ["reference_linear_attention", "recurrent_linear_attention", "normalize_linear_attention",
+__all__ = ["reference_linear_attention", "recurrent_linear_attention", "normalize_linear_attention", "normalizer",
            "split_initial_state", "EPS"]
 
 #: Added to the normaliser ``scale · q_t · z_t``, as fla does.
@@ -94,6 +94,28 @@ def _run(one, q, k, v, scale, kv_init, output_final_state, cu_seqlens, **kw):
     return o, (ht if output_final_state else None)
 
 
+def normalizer(q, k, scale, z_init=None, cu_seqlens=None):
+    """The normaliser ``scale · q_t · z_t + EPS`` of every token [B, T, H] and the running key sum ``z_t =
+    z_init + Σ_{s≤t} k_s`` [B, T, H, K] per sequence, in float64 for float64 inputs and float32 otherwise."""
+    acc = _acc(q.dtype)
+    B, T, H, K = k.shape
+    spans = _sequences(T, cu_seqlens)
+    N = B if cu_seqlens is None else len(spans)
+    if z_init is not None and tuple(z_init.shape) != (N, 1, H, K):
+        raise ValueError(f"z_state in initial_state must have shape [N, 1, H, K] = {(N, 1, H, K)}, "
+                         f"got {tuple(z_init.shape)}")
+    z = k.to(acc).cumsum(1)  # [B, T, H, K]
+    if cu_seqlens is not None:
+        lens = torch.tensor([e - b for b, e in spans], device=k.device)
+        before = torch.cat([z.new_zeros(1, 1, H, K), z], 1)[0, cu_seqlens[:-1].long()]  # [N, H, K], z before each
+        z = z - before.repeat_interleave(lens, 0)[None]
+        if z_init is not None:
+            z = z + z_init[:, 0].to(acc).repeat_interleave(lens, 0)[None]
+    elif z_init is not None:
+        z = z + z_init.to(acc)
+    return (q.to(acc) * scale * z).sum(-1) + EPS, z
+
+
 def normalize_linear_attention(o, q, k, scale, z_init=None, cu_seqlens=None):
     """Divide ``o_t`` by ``scale · q_t · z_t + EPS`` with ``z_t = z_init + Σ_{s≤t} k_s`` per sequence.
 
@@ -107,21 +129,9 @@ def normalize_linear_attention(o, q, k, scale, z_init=None, cu_seqlens=None):
     B, T, H, K = k.shape
     spans = _sequences(T, cu_seqlens)
     N = B if cu_seqlens is None else len(spans)
-    if z_init is not None and tuple(z_init.shape) != (N, 1, H, K):
-        raise ValueError(f"z_state in initial_state must have shape [N, 1, H, K] = {(N, 1, H, K)}, "
-                         f"got {tuple(z_init.shape)}")
-    z = k.to(acc).cumsum(1)  # [B, T, H, K]
-    if cu_seqlens is not None:
-        lens = torch.tensor([e - b for b, e in spans], device=k.device)
-        before = torch.cat([z.new_zeros(1, 1, H, K), z[:, :-1]], 1)[0, cu_seqlens[:-1].long()]  # [N, H, K]
-        z = z - before.repeat_interleave(lens, 0)[None]
-        if z_init is not None:
-            z = z + z_init[:, 0].to(acc).repeat_interleave(lens, 0)[None]
-    elif z_init is not None:
-        z = z + z_init.to(acc)
-    denom = (q.to(acc) * scale * z).sum(-1, keepdim=True) + EPS  # [B, T, H, 1]
+    denom, z = normalizer(q, k, scale, z_init, cu_seqlens)
     zdtype = k.dtype if z_init is None else torch.promote_types(k.dtype, z_init.dtype)
-    out = (o.to(acc) / denom).to(torch.promote_types(torch.promote_types(o.dtype, q.dtype), zdtype))
+    out = (o.to(acc) / denom[..., None]).to(torch.promote_types(torch.promote_types(o.dtype, q.dtype), zdtype))
     start = z.new_zeros(N, 1, H, K) if z_init is None else z_init.to(acc)
     if cu_seqlens is None:
         z_state = z[:, -1:] if T else start

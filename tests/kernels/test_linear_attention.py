@@ -153,6 +153,7 @@ ORACLE_CASES = {
     "T63_state": dict(shape=(2, 63, 2, 8, 12), h0=True),
     "T100_normalize": dict(shape=(2, 100, 2, 12, 8), h0=True, normalize=True),
     "varlen_normalize": dict(shape=(1, 90, 2, 8, 8), h0=True, normalize=True, cu=[0, 30, 30, 31, 90]),
+    "varlen_normalize_empty_last": dict(shape=(1, 90, 2, 8, 8), h0=True, normalize=True, cu=[0, 0, 90, 90]),
     "varlen": dict(shape=(1, 90, 2, 8, 8), h0=True, cu=[0, 10, 90]),
 }
 

@@ -229,13 +229,16 @@ def test_one_pass_rule():
 
 @pytest.mark.gpu
 def test_gpu_dispatch_by_occupancy():
-    """On the GPU, chunk_linear_attn's pick follows the rule: chunked for a wide batch, lookback for one sequence."""
+    """On the GPU, chunk_linear_attn runs the fused kernel, which follows the rule: whole sequences for a wide
+    batch, chained segments (the lookback's scheme) for one sequence."""
     from kernels.linear_attention import pick_version
+    from kernels.linear_attention.dispatch import launch_for
 
     wide = case(4, 4096, 16, 128, 128, torch.bfloat16, seed=15, h0=False)
     narrow = case(1, 4096, 16, 128, 128, torch.bfloat16, seed=16, h0=False)
-    assert pick_version(*wide[:3]) == "chunked"
-    assert pick_version(*narrow[:3]) == "lookback"
+    assert pick_version(*wide[:3]) == pick_version(*narrow[:3]) == "fused"
+    assert launch_for(wide[0], wide[2]).L is None
+    assert launch_for(narrow[0], narrow[2]).L is not None
 
 
 @pytest.mark.gpu

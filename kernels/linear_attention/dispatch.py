@@ -1,0 +1,93 @@
+"""Which launch of the fused kernel serves a call: tile tables by head size and dtype, and the time model.
+
+One program per (sequence, head, V block) walks its whole sequence when those chains keep the GPU busy to the
+end (``lookback.one_pass_fills``); otherwise sequences are cut into segments chained through L2, short enough
+that about two programs per SM have work. fp32 tiles take the ``tl.dot`` precision that
+``torch.get_float32_matmul_precision()`` asks for (:data:`fused.PRECISIONS`). The tables are the H200's
+measurements where there are any (``PERF.md``), compiled without spills for sm_90 elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import triton
+
+from ..device import INTERPRET
+from .fused import PRECISIONS, Launch
+from .lookback import LOOKBACK_COST, one_pass_fills
+
+__all__ = ["launch_for", "plan", "float32_precision", "ONE_PASS", "CHAINED", "MIN_SEGMENT"]
+
+# (BK, kind) -> the whole-sequence launch; kind is "16" for bf16/fp16 inputs, else the fp32 dot precision.
+# bf16/fp16 D=128: chunked.py's measured tiles (BV = 64, 4 warps, 3 stages: 0.36 ms at B=4 H=16 T=16k). The
+# others are the sm_90 compiles with the fewest spills (PERF.md, "the fused kernel offline"), untimed.
+ONE_PASS: dict[tuple[int, str], Launch] = {
+    (64, "16"): Launch(None, 64, 64, 4, 3),
+    (128, "16"): Launch(None, 64, 64, 4, 3),
+    (256, "16"): Launch(None, 64, 32, 8, 2),
+    (64, "tf32"): Launch(None, 64, 64, 4, 2),
+    (128, "tf32"): Launch(None, 64, 64, 4, 2),
+    (256, "tf32"): Launch(None, 32, 32, 8, 2),
+    (64, "tf32x3"): Launch(None, 64, 64, 8, 2),
+    (128, "tf32x3"): Launch(None, 64, 64, 8, 2),
+    (256, "tf32x3"): Launch(None, 32, 32, 8, 2),
+}
+ONE_PASS = {key: dataclasses.replace(lo, precision=key[1]) if key[1] != "16" else lo for key, lo in ONE_PASS.items()}
+# (BK, kind) -> the chained launch; L is the longest segment (the dispatch cuts shorter ones for small batches).
+# bf16/fp16 D=64 and D=128: the lookback's measured tiles (PERF.md, runs 1-9: L2048 for one sequence of 64k);
+# the rest as ONE_PASS.
+CHAINED: dict[tuple[int, str], Launch] = {
+    (64, "16"): Launch(2048, 64, 64, 4, 3),
+    (128, "16"): Launch(2048, 64, 64, 4, 2),
+    (256, "16"): Launch(1024, 64, 32, 8, 2),
+    **{key: dataclasses.replace(one, L=1024) for key, one in ONE_PASS.items() if key[1] != "16"},
+}
+#: Segments shorter than this spend more time handing the state on than computing (PERF.md, "chain latency").
+MIN_SEGMENT = 256
+# Under the interpreter: small chunks and V blocks, so small test sizes still cross several of each.
+_INTERPRETER = Launch(None, 16, 16, 4, 1)
+
+
+def float32_precision() -> str:
+    """The fp32 ``tl.dot`` input precision that ``torch.get_float32_matmul_precision()`` asks for."""
+    return PRECISIONS[torch.get_float32_matmul_precision()]
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def plan(K: int, V: int, dtype: torch.dtype, N: int, H: int, lengths: list[int], sms: int,
+         precision: str | None = None) -> Launch:
+    """The launch for ``N`` sequences of ``lengths`` tokens (one entry each, or one for all when they are equal)
+    with ``H`` heads of sizes ``K``, ``V`` and inputs of ``dtype``, on ``sms`` multiprocessors."""
+    BK = max(64, triton.next_power_of_2(K))
+    precision = precision or float32_precision()
+    kind = precision if dtype == torch.float32 else "16"
+    one = ONE_PASS[(BK, kind)]
+    longest = max(lengths, default=0)
+    chains = N * H * triton.cdiv(V, min(one.BV, triton.next_power_of_2(V)))
+    if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
+        return dataclasses.replace(one, precision=precision)
+    chained = CHAINED[(BK, kind)]
+    nv = triton.cdiv(V, min(chained.BV, triton.next_power_of_2(V)))
+    tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
+    # about two programs per SM: segments of tokens · chains / (2 · sms), a power of two between the bounds
+    want = tokens * H * nv // (2 * sms)
+    L = max(MIN_SEGMENT, min(chained.L, 1 << max(want, 1).bit_length() - 1))
+    if longest <= L:  # one segment a sequence: nothing to chain
+        return dataclasses.replace(one, precision=precision)
+    return dataclasses.replace(chained, L=L, precision=precision)
+
+
+def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = None) -> Launch:
+    """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
+    B, T, H, K = q.shape
+    if INTERPRET or not q.is_cuda:
+        return dataclasses.replace(_INTERPRETER, precision=float32_precision())
+    N = B if lengths is None else len(lengths)
+    return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))

@@ -1,0 +1,383 @@
+"""Fused: the package's forward, one kernel for every call ``chunk_linear_attn`` serves.
+
+The chunk loop of ``chunked.py`` with the normaliser fused in (the running key sum ``z`` carried beside the state,
+the division done before the output store, ``z_state`` in and out), fp32 inputs on tensor cores at a stated
+precision (TF32, or 3xTF32 where ``torch.get_float32_matmul_precision()`` is "highest"), any K, V ≤ 256, and two
+launches of the same loop: one program per (sequence, head, V block) walking its whole sequence, or segments of
+``L`` tokens chained through L2 as in ``lookback.py``, for calls with too few chains to fill the GPU.
+:func:`fused_forward` is the entry point; ``dispatch.py`` picks its launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ..device import INTERPRET, upcast_for_dot
+from ..validate import FLOAT_DTYPES, check_power_of_two, check_tensor
+from .checks import check_inputs, host_offsets, offsets_read_once
+from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
+from .reference import EPS
+
+__all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS"]
+
+#: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
+PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
+_EPS = tl.constexpr(EPS)
+_SLOTS = tl.constexpr(SLOTS)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one call is cut into programs: ``L`` tokens a segment (None: each program walks its whole sequence),
+    chunks of ``BT`` tokens, ``BV`` value columns a program, warps, pipeline stages, chunks prefetched into L2
+    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), and the fp32 dot precision."""
+
+    L: int | None
+    BT: int
+    BV: int
+    num_warps: int
+    num_stages: int
+    prefetch: int = 0
+    tma: bool = False
+    precision: str = "tf32x3"
+
+    def check(self) -> None:
+        check_power_of_two("BT", self.BT, lo=16, hi=128)
+        check_power_of_two("BV", self.BV, lo=16, hi=256)
+        check_power_of_two("num_warps", self.num_warps, lo=1, hi=16)
+        if self.L is not None and (self.L < self.BT or self.L % self.BT):
+            raise ValueError(f"segment length L={self.L} must be a positive multiple of the chunk BT={self.BT}")
+        if self.num_stages < 1 or self.prefetch < 0:
+            raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
+        if self.precision not in ("tf32", "tf32x3", "ieee"):
+            raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
+
+
+class Forward(NamedTuple):
+    """What one forward call produces (and what a backward pass needs of it)."""
+
+    o: torch.Tensor  # [B, T, H, V]
+    final_state: torch.Tensor | None  # [N, H, K, V] fp32
+    z_state: torch.Tensor | None  # [N, 1, H, K], with normalize=True
+    norm: torch.Tensor | None  # [B, T, H] fp32, the normaliser scale·q_t·z_t + EPS, when asked for
+    launch: Launch
+
+
+@triton.jit
+def _key_sum(kk, zs, ZW: tl.constexpr, PRECISION: tl.constexpr):
+    """``zs`` [BK, ZW] plus the column sums of ``kk`` [BT, BK] in its columns 0 and 1: a product with a ones matrix
+    on the tensor cores, reading k as the other products do (fp32 sums; fp32 tiles at the products' precision)."""
+    ones = tl.where(tl.arange(0, ZW) < 2, 1.0, 0.0)
+    ones = (tl.zeros([kk.shape[0], ZW], dtype=tl.float32) + ones[None, :]).to(kk.dtype)  # [BT, ZW]
+    return tl.dot(tl.trans(kk), ones, zs, input_precision=PRECISION)
+
+
+@triton.jit
+def _query_key_sum(qq, zs, ZW: tl.constexpr, PRECISION: tl.constexpr):
+    """``q_t · z`` for every row of ``qq`` [BT, BK], with ``z`` in columns 0 and 1 of ``zs`` [BK, ZW]: one product
+    on the tensor cores with z split into a high part in the operands' precision (bf16, fp16, or TF32's 10-bit
+    mantissa for fp32) and the rest, so the sum keeps z to about twice the operands' significant bits."""
+    col = tl.arange(0, ZW)[None, :]
+    if qq.dtype == tl.float32:
+        hi = (zs.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+        zb = tl.where(col == 0, hi, zs - hi)
+    else:
+        hi = zs.to(qq.dtype)
+        zb = tl.where(col == 0, hi, (zs - hi.to(tl.float32)).to(qq.dtype))  # [BK, ZW]
+    return tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1)  # [BT]
+
+
+@triton.jit
+def _fused_linear_attention_kernel(
+    # pointers
+    q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr, den_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr,
+    seg_ptr,
+    # sizes
+    scale, T, B, H,
+    # strides (batch, token, head; the last dimension is unit-stride)
+    stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+    stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+    # meta-parameters
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, L: tl.constexpr,
+    CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
+    NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
+):
+    NV: tl.constexpr = (V + BV - 1) // BV
+    ZW: tl.constexpr = 16  # the key sum's tile [BK, ZW]: the narrowest operand an MMA takes
+    if CHAINED:
+        # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
+        ticket = tl.atomic_add(ticket_ptr, 1)
+    else:
+        ticket = tl.program_id(0)
+    row = ticket // (H * NV)
+    h = (ticket // NV) % H
+    iv = ticket % NV
+    if IS_VARLEN:
+        n = tl.load(seg_ptr + 2 * row)
+        j = tl.load(seg_ptr + 2 * row + 1)
+        bos = tl.load(cu_ptr + n).to(tl.int32)
+        eos = tl.load(cu_ptr + n + 1).to(tl.int32)
+        b = tl.full([], 0, tl.int32)
+    else:
+        j = row // B
+        n = row % B
+        bos = 0
+        eos = T
+        b = n
+    if CHAINED:
+        t0 = bos + j * L
+        t1 = tl.minimum(t0 + L, eos)
+    else:
+        t0 = bos
+        t1 = eos
+    last = t1 == eos
+    chain = (n * H + h) * NV + iv
+
+    offs_t = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = iv * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+    if TMA:
+        # One (sequence, head) as a [tokens, features] matrix ending at the sequence's end: tiles reaching past
+        # it load zeros and store nothing, so no masks are needed.
+        rows_end = tl.maximum(eos, 1)  # a descriptor has no empty dimension; an empty sequence loads nothing
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[rows_end, K], strides=[stride_qt, 1], block_shape=[BT, BK])
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[rows_end, K], strides=[stride_kt, 1], block_shape=[BT, BK])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[rows_end, V], strides=[stride_vt, 1], block_shape=[BT, BV])
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[rows_end, V], strides=[stride_ot, 1], block_shape=[BT, BV])
+    lines_k = tl.arange(0, (BK + LINE - 1) // LINE) * LINE
+    lines_v = iv * BV + tl.arange(0, (BV + LINE - 1) // LINE) * LINE
+
+    offs_ring = offs_k[:, None] * BV + tl.arange(0, BV)[None, :]  # [BK, BV]
+    offs_state = (n * H + h).to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
+    m_state = mk[:, None] & mv[None, :]
+    offs_z = (n * H + h).to(tl.int64) * K + offs_k  # [BK] into [N, 1, H, K]
+    z_cols = tl.arange(0, ZW)[None, :] < 2  # [1, ZW]: the columns of zs that hold z
+    zs = tl.zeros([BK, ZW], dtype=tl.float32)
+    if HAS_Z0:
+        zs = tl.where(z_cols, tl.load(z0_ptr + offs_z, mask=mk, other=0.0).to(tl.float32)[:, None], 0.0)
+    if CHAINED:
+        # Phase A: the segment's own Σ kᵀv and Σ k (the last segment of a chain publishes nothing and skips it).
+        local = tl.zeros([BK, BV], dtype=tl.float32)
+        zs_local = tl.zeros([BK, ZW], dtype=tl.float32)
+        for s in range(0, tl.where(last, 0, L), BT):
+            rows = (t0 + s + offs_t).to(tl.int64)
+            if PREFETCH > 0:
+                ahead = tl.minimum(rows + PREFETCH * BT, eos - 1)
+                _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :])
+                _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :])
+                _l2(q_base + rows[:, None] * stride_qt + lines_k[None, :])
+            if TMA:
+                kk = k_desc.load([t0 + s, 0])  # [BT, BK]
+                vv = v_desc.load([t0 + s, iv * BV])  # [BT, BV]
+            else:
+                kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mk[None, :], other=0.0)
+                vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mv[None, :], other=0.0)
+            if UPCAST:
+                kk = kk.to(tl.float32)
+                vv = vv.to(tl.float32)
+            local = tl.dot(tl.trans(kk), vv, local, input_precision=PRECISION)
+            if NORMALIZE:
+                zs_local = _key_sum(kk, zs_local, ZW, PRECISION)
+
+        # The prefix: the predecessor's published inclusive state (and key sum), or the initial ones. A wait that
+        # outlasts MAX_SPIN polls poisons the state with NaN: a broken chain shows as NaN, never a hung GPU.
+        ring_base = ring_ptr + (chain * _SLOTS).to(tl.int64) * SLOT
+        if j > 0:
+            slot = chain * _SLOTS + (j - 1) % _SLOTS
+            seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
+            tries = 0
+            while (seen != j) & (tries < MAX_SPIN):
+                seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
+                tries += 1
+            poison = tl.where(seen == j, 1.0, float("nan"))
+            prev = ring_base + ((j - 1) % _SLOTS) * SLOT
+            state = tl.load(prev + offs_ring, cache_modifier=".cg") * poison
+            if NORMALIZE:
+                zs = tl.where(z_cols, tl.load(prev + BK * BV + offs_k, cache_modifier=".cg")[:, None] * poison, 0.0)
+        else:
+            if HAS_H0:
+                state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
+            else:
+                state = tl.zeros([BK, BV], dtype=tl.float32)
+        if not last:
+            mine = ring_base + (j % _SLOTS) * SLOT
+            tl.store(mine + offs_ring, state + local)
+            if NORMALIZE:
+                tl.store(mine + BK * BV + offs_k, tl.sum(tl.where(z_cols, zs + zs_local, 0.0), 1) / 2)
+            tl.debug_barrier()
+            tl.atomic_xchg(flag_ptr + chain * _SLOTS + j % _SLOTS, j + 1, sem="release", scope="gpu")
+    else:
+        if HAS_H0:
+            state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
+        else:
+            state = tl.zeros([BK, BV], dtype=tl.float32)
+
+    # Phase B: o = scale·(q S + tril(q kᵀ) v), divided by scale·(q·z + rowsum(tril(q kᵀ))) + EPS when
+    # normalising; then S += kᵀ v and z += Σ k.
+    causal = offs_t[:, None] >= offs_t[None, :]
+    for s in range(t0, t1, BT):
+        rows = s + offs_t
+        mt = rows < t1
+        rows = rows.to(tl.int64)
+        if PREFETCH > 0:
+            ahead = tl.minimum(rows + PREFETCH * BT, t1 - 1)
+            _l2(q_base + ahead[:, None] * stride_qt + lines_k[None, :])
+            _l2(k_base + ahead[:, None] * stride_kt + lines_k[None, :])
+            _l2(v_base + ahead[:, None] * stride_vt + lines_v[None, :])
+        if TMA:
+            qq = q_desc.load([s, 0])  # [BT, BK]
+            kk = k_desc.load([s, 0])  # [BT, BK]
+            vv = v_desc.load([s, iv * BV])  # [BT, BV]
+        else:
+            m_qk = mt[:, None] & mk[None, :]
+            qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=m_qk, other=0.0)
+            kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=m_qk, other=0.0)
+            vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                         other=0.0)
+        if UPCAST:
+            qq = qq.to(tl.float32)
+            kk = kk.to(tl.float32)
+            vv = vv.to(tl.float32)
+        scores = tl.where(causal, tl.dot(qq, tl.trans(kk), input_precision=PRECISION), 0.0)  # [BT, BT]
+        out = tl.dot(qq, state.to(qq.dtype), input_precision=PRECISION)  # [BT, BV]
+        out = tl.dot(scores.to(qq.dtype), vv, out, input_precision=PRECISION)
+        if NORMALIZE:
+            den = (tl.sum(scores, 1) + _query_key_sum(qq, zs, ZW, PRECISION)) * scale + _EPS  # [BT]
+            out = out * (scale / den)[:, None]
+            if STORE_DEN:
+                tl.store(den_ptr + (b.to(tl.int64) * T + rows) * H + h, den, mask=mt & (iv == 0))
+            zs = _key_sum(kk, zs, ZW, PRECISION)
+        else:
+            out = out * scale
+        if TMA:
+            o_desc.store([s, iv * BV], out.to(o_ptr.dtype.element_ty))
+        else:
+            tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], out.to(o_ptr.dtype.element_ty),
+                     mask=mt[:, None] & mv[None, :])
+        state = tl.dot(tl.trans(kk), vv, state, input_precision=PRECISION)
+    if STORE_HT:
+        tl.store(ht_ptr + offs_state, state, mask=m_state & last)
+    if NORMALIZE:
+        z = tl.sum(tl.where(z_cols, zs, 0.0), 1) / 2  # [BK]
+        tl.store(zt_ptr + offs_z, z.to(zt_ptr.dtype.element_ty), mask=mk & last & (iv == 0))
+
+
+def _segments(lengths: list[int], L: int | None, device) -> tuple[torch.Tensor, int]:
+    """The (sequence, segment) of every row of programs, as int32 pairs: segment-major for a chained launch (each
+    sequence's segment j before any sequence's j + 1), longest sequence first for whole-sequence programs (the
+    longest chains start first). An empty sequence gets one row, which passes its initial state through."""
+    if L is None:
+        table = [(s, 0) for s in sorted(range(len(lengths)), key=lambda s: -lengths[s])]
+    else:
+        table = [(s, j) for j, s in sorted((j, s) for s, n in enumerate(lengths) for j in range(max(1, -(-n // L))))]
+    return torch.tensor(table, dtype=torch.int32).reshape(-1).to(device), len(table)
+
+
+def _check_z_state(z_state, N: int, H: int, K: int) -> None:
+    check_tensor("z_state", z_state, dtypes=FLOAT_DTYPES, ndim=4, contiguous=True)
+    if tuple(z_state.shape) != (N, 1, H, K):
+        raise ValueError(f"z_state in initial_state must have shape [N, 1, H, K] = {(N, 1, H, K)}, "
+                         f"got {tuple(z_state.shape)}")
+
+
+def fused_forward(q, k, v, scale, initial_state=None, z_state=None, output_final_state=False, normalize=False,
+                  cu_seqlens=None, *, save_norm=False, launch: Launch | None = None) -> Forward:
+    """Causal linear attention in one pass: ``o_t = scale · q_tᵀ S_t``, divided by ``scale · q_t · z_t + EPS``
+    when normalising (``z_t = z_state + Σ_{s≤t} k_s``, per sequence).
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; initial_state: [N, H, K, V] (any float dtype, contiguous); z_state:
+    [N, 1, H, K], only with ``normalize=True``; cu_seqlens: N + 1 offsets into a batch of one. Returns
+    :class:`Forward`: ``o`` in q's dtype (promoted with z_state's when normalising, as fla-core does), the fp32
+    final state or None, the ``z_state`` at each sequence's end (k's dtype promoted with z_state's) when
+    normalising, and with ``save_norm=True`` the normaliser of every token. ``launch`` overrides the dispatch.
+    """
+    with offsets_read_once(cu_seqlens):  # one wait for the device for the checks and the segment table
+        return _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
+                        launch)
+
+
+def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
+             launch) -> Forward:
+    p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
+    B, T, H, K, V, N = p.B, p.T, p.H, p.K, p.V, p.N
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    if z_state is not None:
+        if not normalize:
+            raise TypeError("z_state belongs to normalize=True")
+        _check_z_state(z_state, N, H, K)
+    lengths = None
+    if cu_seqlens is not None:
+        offsets = host_offsets(cu_seqlens)
+        lengths = [e - s for s, e in zip(offsets, offsets[1:])]
+    if launch is None:
+        from .dispatch import launch_for
+
+        launch = launch_for(q, v, lengths)
+    launch.check()
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, min(launch.BV, triton.next_power_of_2(V)))
+    NV = triton.cdiv(V, BV)
+
+    zdtype = k.dtype if z_state is None else torch.promote_types(k.dtype, z_state.dtype)
+    odtype = torch.promote_types(q.dtype, zdtype) if normalize else q.dtype
+    o = torch.empty(B, T, H, V, dtype=odtype, device=q.device)
+    ht = torch.empty(N, H, K, V, dtype=torch.float32, device=q.device) if output_final_state else None
+    zt = torch.empty(N, 1, H, K, dtype=zdtype, device=q.device) if normalize else None
+    den = torch.empty(B, T, H, dtype=torch.float32, device=q.device) if normalize and save_norm else None
+    h0 = initial_state
+    if ht is not None and h0 is None and launch.L is None:
+        # Start from a loaded zero state, not a constant one: with a constant start and the final state kept for
+        # the store, ptxas serialises the loop's wgmma (warning C7515; PERF.md, run 16).
+        h0 = ht.zero_()
+    if B * H == 0:
+        return Forward(o, ht.zero_() if ht is not None else None, zt.zero_() if zt is not None else None, den,
+                       launch)
+
+    chained = launch.L is not None
+    if lengths is not None:
+        seg, rows = _segments(lengths, launch.L, q.device)
+    else:
+        seg, rows = None, (max(1, triton.cdiv(T, launch.L)) if chained else 1) * B
+    slot = BK * BV + (BK if normalize else 0)
+    if chained:
+        chains = N * H * NV
+        sync = torch.zeros(1 + chains * SLOTS, dtype=torch.int32, device=q.device)
+        ring = torch.empty(chains * SLOTS * slot, dtype=torch.float32, device=q.device)
+        flags, ticket = sync[1:], sync
+    else:
+        ring = flags = ticket = None
+    tma = launch.tma and _tma_ready(q, k, v, o)
+    if tma and not INTERPRET:
+        _ensure_allocator()
+    _fused_linear_attention_kernel[(rows * H * NV,)](
+        q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg,
+        float(scale), T, B, H,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+        K=K, V=V, BK=BK, BV=BV, BT=launch.BT, L=launch.L or 0, CHAINED=chained, SLOT=slot,
+        HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
+        STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
+        PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
+        TMA=tma, num_warps=launch.num_warps, num_stages=launch.num_stages,
+    )
+    return Forward(o, ht, zt, den, launch)
+
+
+def fused_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
+                           launch: Launch | None = None):
+    """The versions' signature: unnormalised, ``(o, final_state or None)``."""
+    f = fused_forward(q, k, v, scale, initial_state, None, output_final_state, False, cu_seqlens, launch=launch)
+    return f.o, f.final_state

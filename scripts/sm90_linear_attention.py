@@ -1,0 +1,161 @@
+"""Compile the fused linear-attention kernel for sm_90 on a machine without a GPU and read what ptxas made of it.
+
+For each launch (dtype, head sizes, tiles, which states and the normaliser), compile the exact specialisation
+the wrapper would launch, then report registers, spill bytes, shared memory, ptxas warnings (C7515: wgmma
+serialised) and counts from the SASS: HGMMA (and their operand types), HMMA (mma.sync), FFMA, local-memory
+loads/stores. ``python scripts/sm90_linear_attention.py [--only NAME ...] [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ["TRITON_INTERPRET"] = "0"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+torch.cuda.is_available = lambda: True  # kernels decorates compiled-mode JIT functions
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kernels.linear_attention.dispatch import CHAINED, ONE_PASS  # noqa: E402
+from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
+
+_BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+_TY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def _case(dtype, K, V, launch: Launch, *, normalize=False, h0=False, ht=False, z0=False, den=False, varlen=False,
+          tma=False):
+    return dict(dtype=dtype, K=K, V=V, launch=launch, normalize=normalize, h0=h0, ht=ht, z0=z0, den=den,
+                varlen=varlen, tma=tma)
+
+
+def cases() -> dict[str, dict]:
+    """Every launch in the dispatch tables, plain, normalising, and normalising with every state in and out."""
+    out = {}
+    for table, tag in ((ONE_PASS, "one"), (CHAINED, "chain")):
+        for (bk, kind), lo in table.items():
+            dtype = torch.bfloat16 if kind == "16" else torch.float32
+            lo = Launch(**{**lo.__dict__, "precision": "tf32" if kind == "16" else kind})
+            name = f"{tag} {'bf16' if kind == '16' else 'fp32-' + kind} K{bk} V{bk}"
+            if tag == "one":
+                out[name] = _case(dtype, bk, bk, lo)
+            out[f"{name} norm"] = _case(dtype, bk, bk, lo, normalize=True)
+            if tag == "one":
+                out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True)
+    return out
+
+
+def _signature(c: dict) -> tuple[dict, dict, dict]:
+    dt = _TY[c["dtype"]]
+    lo: Launch = c["launch"]
+    K, V = c["K"], c["V"]
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, min(lo.BV, triton.next_power_of_2(V)))
+    chained = lo.L is not None
+    ptrs = {"q_ptr": "*" + dt, "k_ptr": "*" + dt, "v_ptr": "*" + dt,
+            "o_ptr": "*" + ("fp32" if c["normalize"] and c["z0"] else dt),
+            "h0_ptr": "*fp32" if c["h0"] or (c["ht"] and not chained) else None,
+            "ht_ptr": "*fp32" if c["ht"] else None,
+            "z0_ptr": "*fp32" if c["z0"] else None,
+            "zt_ptr": ("*fp32" if c["z0"] else "*" + dt) if c["normalize"] else None,
+            "den_ptr": "*fp32" if c["den"] else None,
+            "ring_ptr": "*fp32" if chained else None, "flag_ptr": "*i32" if chained else None,
+            "ticket_ptr": "*i32" if chained else None,
+            "cu_ptr": "*i32" if c["varlen"] else None, "seg_ptr": "*i32" if c["varlen"] else None}
+    constexprs = dict(K=K, V=V, BK=BK, BV=BV, BT=lo.BT, L=lo.L or 0, CHAINED=chained,
+                      SLOT=BK * BV + (BK if c["normalize"] else 0), HAS_H0=ptrs["h0_ptr"] is not None,
+                      STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
+                      IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
+                      LINE=128 // c["dtype"].itemsize, TMA=c["tma"])
+    sig, attrs = {}, {}
+    for i, p in enumerate(_fused_linear_attention_kernel.params):
+        if p.is_constexpr:
+            sig[p.name] = "constexpr"
+        elif p.name in ptrs:
+            if ptrs[p.name] is None:
+                sig[p.name] = "constexpr"
+                constexprs[p.name] = None
+            else:
+                sig[p.name] = ptrs[p.name]
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif p.name == "scale":
+            sig[p.name] = "fp32"
+        else:
+            sig[p.name] = "i32"
+            if p.name.startswith("stride"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, constexprs, attrs
+
+
+def _count(pattern: str, text: str) -> int:
+    return len(re.findall(pattern, text, re.M))
+
+
+def report(c: dict) -> dict:
+    lo: Launch = c["launch"]
+    sig, constexprs, attrs = _signature(c)
+    t0 = time.perf_counter()
+    k = triton.compile(ASTSource(_fused_linear_attention_kernel, sig, constexprs, attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=lo.num_warps,
+                                                                       num_stages=lo.num_stages))
+    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as d:
+        ptx = pathlib.Path(d, "k.ptx")
+        ptx.write_text(k.asm["ptx"])
+        log = subprocess.run([str(_BIN / "ptxas"), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx) + ".o"],
+                             capture_output=True, text=True).stderr
+        cubin = pathlib.Path(d, "k.cubin")
+        cubin.write_bytes(k.asm["cubin"])
+        sass = subprocess.run([str(_BIN / "cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    warnings = sorted(set(re.findall(r"warning\s*:?\s*\(?(C\d+)", log)) | set(re.findall(r"(C7\d\d\d)", log)))
+    return {
+        "registers": int(regs.group(1)) if regs else None,
+        "spill_stores": int(spills.group(1)) if spills else None,
+        "spill_loads": int(spills.group(2)) if spills else None,
+        "shared_bytes": k.metadata.shared,
+        "warnings": warnings,
+        "hgmma": _count(r"\bHGMMA\.", sass),
+        "hgmma_types": sorted(set(re.findall(r"HGMMA\.\w+\.(\w+\.\w+)", sass))),
+        "hmma": _count(r"\bHMMA\.", sass),
+        "ffma": _count(r"\bFFMA\b", sass),
+        "local_ld_st": _count(r"\b(LDL|STL)\b", sass),
+        "compile_s": round(seconds, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", help="case names (substrings) to compile")
+    ap.add_argument("--json", type=pathlib.Path, help="also write the table as JSON here")
+    args = ap.parse_args()
+    rows = {}
+    for name, c in cases().items():
+        if args.only and not any(s in name for s in args.only):
+            continue
+        r = rows[name] = report(c)
+        lo = c["launch"]
+        print(f"{name:34s} L={lo.L} BT{lo.BT} BV{lo.BV} w{lo.num_warps} s{lo.num_stages}: {r['registers']} regs, "
+              f"spill {r['spill_stores']}/{r['spill_loads']} B, smem {r['shared_bytes'] // 1024} KiB, "
+              f"HGMMA {r['hgmma']} {r['hgmma_types']}, HMMA {r['hmma']}, FFMA {r['ffma']}, LDL/STL "
+              f"{r['local_ld_st']} {' '.join(r['warnings'])} ({r['compile_s']} s)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

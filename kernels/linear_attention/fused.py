@@ -69,30 +69,6 @@ class Forward(NamedTuple):
 
 
 @triton.jit
-def _key_sum(kk, zs, ZW: tl.constexpr, PRECISION: tl.constexpr):
-    """``zs`` [BK, ZW] plus the column sums of ``kk`` [BT, BK] in its columns 0 and 1: a product with a ones matrix
-    on the tensor cores, reading k as the other products do (fp32 sums; fp32 tiles at the products' precision)."""
-    ones = tl.where(tl.arange(0, ZW) < 2, 1.0, 0.0)
-    ones = (tl.zeros([kk.shape[0], ZW], dtype=tl.float32) + ones[None, :]).to(kk.dtype)  # [BT, ZW]
-    return tl.dot(tl.trans(kk), ones, zs, input_precision=PRECISION)
-
-
-@triton.jit
-def _query_key_sum(qq, zs, ZW: tl.constexpr, PRECISION: tl.constexpr):
-    """``q_t · z`` for every row of ``qq`` [BT, BK], with ``z`` in columns 0 and 1 of ``zs`` [BK, ZW]: one product
-    on the tensor cores with z split into a high part in the operands' precision (bf16, fp16, or TF32's 10-bit
-    mantissa for fp32) and the rest, so the sum keeps z to about twice the operands' significant bits."""
-    col = tl.arange(0, ZW)[None, :]
-    if qq.dtype == tl.float32:
-        hi = (zs.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
-        zb = tl.where(col == 0, hi, zs - hi)
-    else:
-        hi = zs.to(qq.dtype)
-        zb = tl.where(col == 0, hi, (zs - hi.to(tl.float32)).to(qq.dtype))  # [BK, ZW]
-    return tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1)  # [BT]
-
-
-@triton.jit
 def _fused_linear_attention_kernel(
     # pointers
     q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr, den_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr,
@@ -109,7 +85,6 @@ def _fused_linear_attention_kernel(
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
-    ZW: tl.constexpr = 16  # the key sum's tile [BK, ZW]: the narrowest operand an MMA takes
     if CHAINED:
         # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
         ticket = tl.atomic_add(ticket_ptr, 1)
@@ -163,14 +138,15 @@ def _fused_linear_attention_kernel(
     offs_state = (n * H + h).to(tl.int64) * K * V + offs_k[:, None] * V + offs_v[None, :]
     m_state = mk[:, None] & mv[None, :]
     offs_z = (n * H + h).to(tl.int64) * K + offs_k  # [BK] into [N, 1, H, K]
-    z_cols = tl.arange(0, ZW)[None, :] < 2  # [1, ZW]: the columns of zs that hold z
-    zs = tl.zeros([BK, ZW], dtype=tl.float32)
+    # The running key sum z [BK] in fp32, summed on the CUDA cores: a [BK, 16] tensor-core product in its place
+    # gave wrong normalisers on sm_90 (PERF.md, "the normaliser on the H200").
+    zs = tl.zeros([BK], dtype=tl.float32)
     if HAS_Z0:
-        zs = tl.where(z_cols, tl.load(z0_ptr + offs_z, mask=mk, other=0.0).to(tl.float32)[:, None], 0.0)
+        zs = tl.load(z0_ptr + offs_z, mask=mk, other=0.0).to(tl.float32)
     if CHAINED:
         # Phase A: the segment's own Σ kᵀv and Σ k (the last segment of a chain publishes nothing and skips it).
         local = tl.zeros([BK, BV], dtype=tl.float32)
-        zs_local = tl.zeros([BK, ZW], dtype=tl.float32)
+        zs_local = tl.zeros([BK], dtype=tl.float32)
         for s in range(0, tl.where(last, 0, L), BT):
             rows = (t0 + s + offs_t).to(tl.int64)
             if PREFETCH > 0:
@@ -189,7 +165,7 @@ def _fused_linear_attention_kernel(
                 vv = vv.to(tl.float32)
             local = tl.dot(tl.trans(kk), vv, local, input_precision=PRECISION)
             if NORMALIZE:
-                zs_local = _key_sum(kk, zs_local, ZW, PRECISION)
+                zs_local += tl.sum(kk.to(tl.float32), 0)
 
         # The prefix: the predecessor's published inclusive state (and key sum), or the initial ones. A wait that
         # outlasts MAX_SPIN polls poisons the state with NaN: a broken chain shows as NaN, never a hung GPU.
@@ -205,7 +181,7 @@ def _fused_linear_attention_kernel(
             prev = ring_base + ((j - 1) % _SLOTS) * SLOT
             state = tl.load(prev + offs_ring, cache_modifier=".cg") * poison
             if NORMALIZE:
-                zs = tl.where(z_cols, tl.load(prev + BK * BV + offs_k, cache_modifier=".cg")[:, None] * poison, 0.0)
+                zs = tl.load(prev + BK * BV + offs_k, cache_modifier=".cg") * poison
         else:
             if HAS_H0:
                 state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
@@ -215,7 +191,7 @@ def _fused_linear_attention_kernel(
             mine = ring_base + (j % _SLOTS) * SLOT
             tl.store(mine + offs_ring, state + local)
             if NORMALIZE:
-                tl.store(mine + BK * BV + offs_k, tl.sum(tl.where(z_cols, zs + zs_local, 0.0), 1) / 2)
+                tl.store(mine + BK * BV + offs_k, zs + zs_local)
             tl.debug_barrier()
             tl.atomic_xchg(flag_ptr + chain * _SLOTS + j % _SLOTS, j + 1, sem="release", scope="gpu")
     else:
@@ -254,11 +230,11 @@ def _fused_linear_attention_kernel(
         out = tl.dot(qq, state.to(qq.dtype), input_precision=PRECISION)  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out, input_precision=PRECISION)
         if NORMALIZE:
-            den = (tl.sum(scores, 1) + _query_key_sum(qq, zs, ZW, PRECISION)) * scale + _EPS  # [BT]
+            den = (tl.sum(scores, 1) + tl.sum(qq.to(tl.float32) * zs[None, :], 1)) * scale + _EPS  # [BT]
             out = out * (scale / den)[:, None]
             if STORE_DEN:
                 tl.store(den_ptr + (b.to(tl.int64) * T + rows) * H + h, den, mask=mt & (iv == 0))
-            zs = _key_sum(kk, zs, ZW, PRECISION)
+            zs += tl.sum(kk.to(tl.float32), 0)
         else:
             out = out * scale
         if TMA:
@@ -270,8 +246,7 @@ def _fused_linear_attention_kernel(
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
     if NORMALIZE:
-        z = tl.sum(tl.where(z_cols, zs, 0.0), 1) / 2  # [BK]
-        tl.store(zt_ptr + offs_z, z.to(zt_ptr.dtype.element_ty), mask=mk & last & (iv == 0))
+        tl.store(zt_ptr + offs_z, zs.to(zt_ptr.dtype.element_ty), mask=mk & last & (iv == 0))
 
 
 def _segments(lengths: list[int], L: int | None, device) -> tuple[torch.Tensor, int]:

@@ -56,11 +56,17 @@ def _collect(args) -> int:
         collected = workflow.collect_zip(root, pathlib.Path(args.source))
     else:
         collected = workflow.collect(root, pathlib.Path(args.source), args.lessons)
+    counts: dict[str, int] = {}
     for student, subs in collected.items():
         for lesson, sub in subs.items():
-            state = "ok" if sub.notebook is not None else "0"
-            notes = f" ({'; '.join(sub.notes)})" if sub.notes else ""
-            print(f"{student:>20} {lesson:<28} {state}{notes}")
+            if sub.status == "not collected":
+                continue
+            word = sub.status.split(" ", 1)[0]
+            counts[word] = counts.get(word, 0) + 1
+            notes = f"; {'; '.join(sub.notes)}" if sub.notes and sub.notes != ["not submitted"] else ""
+            print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
+    print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
+          + f"; earlier versions are kept under {workflow.backup_dir(root)}")
     return 0
 
 

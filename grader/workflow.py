@@ -100,38 +100,111 @@ def _notes_path(root: pathlib.Path) -> pathlib.Path:
     return root / "reports" / "notes.json"
 
 
+STAMP = "%Y-%m-%d %H:%M:%S UTC"  # timestamp.txt, as nbgrader writes and parses it
+
+
+def _stamp(t: float) -> str:
+    return time.strftime(STAMP, time.gmtime(t))
+
+
+def _read_stamp(d: pathlib.Path) -> float | None:
+    """The hand-in time recorded in ``d/timestamp.txt`` (epoch seconds), or None."""
+    import calendar
+
+    try:
+        text = (d / "timestamp.txt").read_text().strip()
+        return float(calendar.timegm(time.strptime(text, STAMP)))
+    except (OSError, ValueError):
+        return None
+
+
+def backup_dir(root: pathlib.Path) -> pathlib.Path:
+    """Where collect keeps every notebook it replaces: ``backups/<student>/<lesson>/<hand-in time>.ipynb``."""
+    return root / "backups"
+
+
+def _keep_backup(root: pathlib.Path, student: str, lesson: str, d: pathlib.Path) -> pathlib.Path:
+    when = _read_stamp(d)
+    label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when)) if when is not None else "undated"
+    dest = backup_dir(root) / student / lesson
+    dest.mkdir(parents=True, exist_ok=True)
+    os.chmod(backup_dir(root), 0o700)
+    n, path = 0, dest / f"{label}.ipynb"
+    while path.exists():
+        n += 1
+        path = dest / f"{label}-{n}.ipynb"
+    path.write_bytes((d / f"{lesson}.ipynb").read_bytes())
+    if (d / "timestamp.txt").exists():
+        path.with_suffix(".timestamp.txt").write_bytes((d / "timestamp.txt").read_bytes())
+    return path
+
+
+def _same(path: pathlib.Path, nb: dict) -> bool:
+    try:
+        return json.loads(path.read_text()) == json.loads(json.dumps(nb))
+    except (OSError, ValueError):
+        return False
+
+
 def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None) -> dict:
     """``folder/<student>/*.ipynb`` -> ``root/submitted/<student>/<lesson>/<lesson>.ipynb``, read defensively.
 
-    ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). A student
-    who did not submit one of them, or submitted it unreadable, gets an empty submission folder, graded as an
-    explicit 0; the reason is kept in ``reports/notes.json``.
+    ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). Collect
+    never deletes and never replaces a collected notebook except with a newer version of it (by the hand-in time:
+    the file's date, or the archive entry's): what it replaces is kept under ``backups/``. Each submission's
+    ``status`` says what happened: ``new``, ``replaced`` (the older one backed up), ``unchanged`` (the same
+    notebook again), ``kept`` (an older or unreadable version, or nothing, in this batch: the collected one
+    stays), ``missing`` (nothing collected: graded as an explicit 0, the reason kept in ``reports/notes.json``).
+    A student or lesson not in this batch is left as it is.
     """
     sources = sources_of(root)
     collected = collect_folder(folder, sources)
     if lessons is None:
         lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
-    notes = {}
+    _notes_path(root).parent.mkdir(parents=True, exist_ok=True)
+    notes = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
     for student, subs in collected.items():
         for lesson, sub in subs.items():
             if lesson not in lessons:
+                sub.status = "not collected"
                 continue
             d = root / "submitted" / student / lesson
             d.mkdir(parents=True, exist_ok=True)
             target = d / f"{lesson}.ipynb"
-            if target.exists():
-                target.unlink()
-            if sub.notebook is not None:
-                target.write_text(json.dumps(sub.notebook, indent=1))
-                (d / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
-            notes.setdefault(student, {})[lesson] = sub.notes
-    _notes_path(root).parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
-    old.update(notes)
-    _notes_path(root).write_text(json.dumps(old, indent=1))
+            had = target.exists()
+            when = sub.timestamp if sub.timestamp is not None else time.time()
+            mine = notes.setdefault(student, {})
+            if sub.notebook is None:
+                if had:
+                    why = "; ".join(sub.notes) or "not submitted"
+                    sub.status = f"kept (the one collected {_stamp(_read_stamp(d) or 0)}; this batch: {why})"
+                else:
+                    sub.status = "missing"
+                    if not mine.get(lesson) or sub.notes != ["not submitted"]:
+                        mine[lesson] = sub.notes
+                continue
+            if had and _same(target, sub.notebook):
+                sub.status = "unchanged"
+                continue
+            before = _read_stamp(d) if had else None
+            if had and before is not None and when <= before:
+                sub.status = f"kept (the one collected is newer: {_stamp(before)}; this one {_stamp(when)})"
+                continue
+            if had:
+                kept = _keep_backup(root, student, lesson, d)
+                sub.status = f"replaced (the older one kept as {kept.relative_to(root)})"
+            else:
+                sub.status = "new"
+            tmp = d / f".{lesson}.ipynb.part"
+            tmp.write_text(json.dumps(sub.notebook, indent=1))
+            os.replace(tmp, target)
+            (d / "timestamp.txt").write_text(_stamp(when))
+            mine[lesson] = sub.notes
+    _notes_path(root).write_text(json.dumps(notes, indent=1))
     for d in (root / "submitted", root / "reports"):
-        os.chmod(d, 0o700)
+        if d.exists():
+            os.chmod(d, 0o700)
     return collected
 
 
@@ -141,6 +214,7 @@ def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2
     Names follow ``c.FileNameCollectorPlugin.named_regexp`` of the course configuration, as nbgrader's
     ``zip_collect`` does; members with absolute or parent paths, and archives over ``max_bytes``, are refused.
     """
+    import calendar
     import re
     import tempfile
 
@@ -162,6 +236,8 @@ def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2
             d = pathlib.Path(tmp) / m["student_id"]
             d.mkdir(exist_ok=True)
             (d / m["file_id"]).write_bytes(z.read(info))
+            stamp = calendar.timegm((*info.date_time, 0, 0, 0))  # the entry's date, read as UTC
+            os.utime(d / m["file_id"], (stamp, stamp))
         return collect(root, pathlib.Path(tmp))
 
 

@@ -54,3 +54,91 @@ def test_zip_collect(tmp_path, fixture_source):
     assert (root / "submitted" / "alice" / "90_grader_fixture" / "90_grader_fixture.ipynb").exists()
     assert not (root / "submitted" / "bob" / "90_grader_fixture" / "90_grader_fixture.ipynb").exists()
     assert "malformed JSON" in got["bob"]["90_grader_fixture"].notes[0]
+
+
+_EMPTY = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _v(nb: dict, n: int) -> dict:
+    out = json.loads(json.dumps(nb))
+    out["cells"][0]["source"] = f"# version {n}"
+    return out
+
+
+def _version(path) -> int:
+    return int(json.loads(path.read_text())["cells"][0]["source"].split()[-1])
+
+
+def _course(tmp_path, fixture_source):
+    root = tmp_path / "course"
+    for lesson in ("90_grader_fixture", "00_setup"):
+        (root / "source" / lesson).mkdir(parents=True)
+        src = fixture_source if lesson == "90_grader_fixture" else _EMPTY
+        (root / "source" / lesson / f"{lesson}.ipynb").write_text(json.dumps(src))
+    return root
+
+
+def _batch(folder, files: dict, when: float):
+    import os
+
+    for rel, nb in files.items():
+        p = folder / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(nb if isinstance(nb, str) else json.dumps(nb))
+        os.utime(p, (when, when))
+    return folder
+
+
+def test_collect_never_loses_work(tmp_path, fixture_source):
+    """A later batch holding fewer notebooks, an older copy, an unreadable copy or the same notebook again
+    changes nothing collected; a newer version replaces it and the older one is kept as a backup."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    first = _v(fixture_source, 1)
+    _batch(tmp_path / "b1", {f"dave/{fx}.ipynb": first, "dave/00_setup.ipynb": _EMPTY,
+                             f"erin/{fx}.ipynb": first}, 1_700_000_000)
+    got = workflow.collect(root, tmp_path / "b1")
+    assert got["dave"][fx].status == "new" and got["erin"][fx].status == "new"
+    kept = root / "submitted" / "dave" / fx / f"{fx}.ipynb"
+    stamp = (kept.parent / "timestamp.txt").read_text()
+    assert stamp == "2023-11-14 22:13:20 UTC"  # the file's date, not the collection time
+
+    # batch 2: dave hands in only 00_setup; erin an older copy of the fixture, then an unreadable one
+    _batch(tmp_path / "b2", {"dave/00_setup.ipynb": _EMPTY,
+                             f"erin/{fx}.ipynb": _v(fixture_source, 0)}, 1_600_000_000)
+    got = workflow.collect(root, tmp_path / "b2")
+    assert got["dave"]["00_setup"].status == "unchanged"
+    assert got["erin"][fx].status.startswith("kept (the one collected is newer")
+    assert _version(kept) == 1 and (kept.parent / "timestamp.txt").exists()
+    _batch(tmp_path / "b3", {f"erin/{fx}.ipynb": "{ oops"}, 1_800_000_000)
+    got = workflow.collect(root, tmp_path / "b3", lessons=[fx])
+    assert got["erin"][fx].status.startswith("kept (the one collected") and "malformed JSON" in got["erin"][fx].status
+    assert (root / "submitted" / "erin" / fx / f"{fx}.ipynb").exists()
+    subs = {(s.student, s.lesson): s for s in workflow.submissions(root)}
+    assert subs[("dave", fx)].notebook is not None and subs[("erin", fx)].notebook is not None
+
+    # batch 4: a newer version replaces dave's fixture; the older one is kept under backups/
+    _batch(tmp_path / "b4", {f"dave/{fx}.ipynb": _v(fixture_source, 2)}, 1_700_000_100)
+    got = workflow.collect(root, tmp_path / "b4")
+    assert got["dave"][fx].status.startswith("replaced")
+    assert _version(kept) == 2
+    backups = list((root / "backups" / "dave" / fx).glob("*.ipynb"))
+    assert len(backups) == 1 and _version(backups[0]) == 1
+    assert (root / "submitted" / "dave" / "00_setup" / "00_setup.ipynb").exists()
+
+
+def test_collect_refuses_links(tmp_path, fixture_source):
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    secret = tmp_path / "secret.ipynb"
+    secret.write_text(json.dumps(fixture_source))
+    (tmp_path / "in" / "mallory").mkdir(parents=True)
+    (tmp_path / "in" / "mallory" / f"{fx}.ipynb").symlink_to(secret)
+    (tmp_path / "in" / "linked").symlink_to(tmp_path / "in" / "mallory")
+    from grader import workflow
+
+    got = workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert set(got) == {"mallory"} and got["mallory"][fx].notebook is None
+    assert any("refused" in n for n in got["mallory"][fx].notes)

@@ -81,7 +81,8 @@ course-check: $(STAMP)
 	$(BIN)/python -m kernels.course --check $(L)
 
 # The grader (grader/README.md), one step per target over the nbgrader course folder grader/:
-# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip ZIP=1; EXPORT=grades.csv.
+# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip [ROSTER=roster.csv];
+# EXPORT=grades.csv.
 .PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
 grade-demo: $(STAMP)
 	$(BIN)/python -m grader demo
@@ -90,7 +91,7 @@ grade-build: $(STAMP)
 	$(BIN)/python -m grader build $(L)
 
 grade-collect: $(STAMP)
-	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip)
+	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP)
 	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))

@@ -60,7 +60,7 @@ run_stage() {  # stage name, time limit in seconds
              tests/kernels/test_linear_attention_lookback.py::test_gpu_dispatch_by_occupancy > results/gpu/pytest-la.log 2>&1
            echo "pytest exit $?"; tail -30 results/gpu/pytest-la.log ;;
     bench-la-general) timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} \
-                        --only chunk_linear_attn "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
+                        --only chunk_linear_attn "norm on tensor cores" "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
                         || echo "bench-la-general failed ($?)" ;;
     # every fused family against float64, a process per case (one CUDA fault costs one case), a few under memcheck
     la-check) timeout "$limit" python3 scripts/gpu_la_check.py --budget $(( limit - 35 )) --jobs "${LA_CHECK_JOBS:-12}" \

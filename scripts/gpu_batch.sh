@@ -86,7 +86,7 @@ run_stage() {  # stage name, time limit in seconds
     course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
     # every zoo entry's visible and hidden check on the GPU (kernels/checks/zoo), the speed-graded ones alone at the end
-    zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-8}" --out results/gpu/zoo.json \
+    zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" --out results/gpu/zoo.json \
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
     *) echo "unknown stage $name" ;;

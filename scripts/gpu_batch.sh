@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-sweep bench-<topic>
+#   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
 #           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
@@ -69,6 +69,10 @@ run_stage() {  # stage name, time limit in seconds
               echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla" results/gpu/pytest-backward.log | tail -30
               timeout $(( limit * 2 / 3 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
                 --budget $(( limit * 2 / 3 - 60 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)" ;;
+    # every fused family against float64, a process per case (one CUDA fault costs one case), a few under memcheck
+    la-check) timeout "$limit" python3 scripts/gpu_la_check.py --budget $(( limit - 35 )) --jobs "${LA_CHECK_JOBS:-12}" \
+                --sanitize "${LA_SANITIZE:-3}" > results/gpu/la-check.log 2>&1; echo "la-check exit $?"
+              grep -vE ": pass \(" results/gpu/la-check.log | tail -40 ;;
     la-sweep) timeout "$limit" python3 scripts/gpu_la_sweep.py --budget $(( limit - 40 )) || echo "la-sweep failed ($?)" ;;
     bench) for topic in memory matmul recurrent; do
              timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"

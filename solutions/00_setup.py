@@ -88,8 +88,11 @@ print("vector sizes for this mode:", sizes("vector_add"))
 #
 # 1. **Pointers.** A tensor argument arrives in the kernel as a pointer to its first element. `x_ptr + offs`
 #    is a *block of pointers*, one per lane, and `tl.load` reads all of them at once.
-# 2. **`BLOCK_SIZE` is a compile-time constant** (`tl.constexpr`) and must be a power of two: `tl.arange(0, B)`
-#    needs a shape the compiler knows. `n` is an ordinary runtime integer, anything at all.
+# 2. **`BLOCK_SIZE` is a compile-time constant** (`tl.constexpr`): the kernel is compiled for its value, and a
+#    launch with another value compiles another kernel. That is what lets `tl.arange(0, BLOCK_SIZE)` have a shape
+#    the compiler knows. Being a **power of two** is a second, separate rule: `tl.arange` (and so every block
+#    shape) must have a power-of-two length. A constexpr may be any value (a flag, 48, a dtype); a block size
+#    must be both. `n` is an ordinary runtime integer, anything at all.
 # 3. **The mask.** `n` is rarely a multiple of `BLOCK_SIZE`, so the last program's block runs past the end. Its
 #    lanes with `offs >= n` must neither load nor store: without the mask the kernel reads garbage and, worse,
 #    *writes* past the end of `out` into whatever lives there. Every kernel in this course masks its edges.

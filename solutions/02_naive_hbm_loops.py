@@ -63,6 +63,24 @@ from kernels.testing import randn
 # `q, k` are `[B, T, H, K]`, `v` and `o` are `[B, T, H, V]` (batch, time, head, feature), and every (batch,
 # head) pair is an independent recurrence.
 #
+# **What "dropping the softmax" leaves out.** The softmax does two things: it makes every weight positive, and
+# it divides by their sum, so `o_t` is a weighted *average* of the values. Linear attention as first proposed
+# (Katharopoulos et al., 2020) keeps both, with a feature map `φ` in place of `exp(q·k)`:
+#
+# ```
+# o_t = φ(q_t)ᵀ S_t / (φ(q_t) · z_t),    S_t = S_{t−1} + φ(k_t) v_tᵀ,    z_t = z_{t−1} + φ(k_t)
+# ```
+#
+# The normaliser is a second state, a `K`-vector `z_t`, carried beside `S_t` and updated the same way. It needs
+# **positive features** (`φ(x) = elu(x) + 1`, or `exp`): with raw `q` and `k` the similarities have both signs,
+# the denominator can pass through zero, and the output blows up. This course writes the unnormalised form, the
+# one the kernels' cost is about; the package's `chunk_linear_attn(..., normalize=True)` carries `z` in the same
+# loop at the cost of one more `K`-vector. Models that work in practice also **forget**: RetNet multiplies the
+# state by a fixed decay `γ < 1` per step, `S_t = γ S_{t−1} + k_t v_tᵀ`; GLA uses a data-dependent gate per key
+# feature, `S_t = diag(α_t) S_{t−1} + k_t v_tᵀ`; Mamba-2 a data-dependent scalar per step and head. For the
+# kernel that is one multiply of the state per step, and one more input to load (the gates); the state stays the
+# same size, so everything this lesson says about where it lives holds unchanged.
+#
 # ## The bytes it needs, and the bytes a naive loop moves
 #
 # The inputs and outputs must cross HBM once: `(2K + 2V) · itemsize` bytes per step and head. At the workbook's

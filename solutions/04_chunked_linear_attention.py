@@ -109,6 +109,18 @@ ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
 #
 # Every `O[c]` needs only `S_{[c]}`, and the intra-chunk term `A V` needs nothing from other chunks at all: it
 # can run for all chunks in parallel. That split is the shape of the three exercises.
+#
+# **The normaliser and decay in chunks.** Lesson 02 named what working models add; each changes this kernel in
+# one place. The normaliser (positive features, `z_t = Σ_{s≤t} φ(k_s)`) is the same algebra with the values
+# replaced by ones: `Q_c z_{[c]} + (Q_c K_cᵀ ⊙ M) 1` per chunk and `z_{[c+1]} = z_{[c]} + K_cᵀ 1`, a `K`-vector
+# carried beside `S`, and one division per output row before the store (the package's fused kernel does exactly
+# this with `normalize=True`). A decay (RetNet's `γ`, Mamba-2's per-step scalar, GLA's per-feature gate)
+# multiplies in the cumulative products of the gates: the causal mask `M` becomes `M_ij = Π_{j<l≤i} α_l`, the
+# state's contribution to token `i` is scaled by `Π_{cC≤l≤i} α_l`, and the carried state by the product over the
+# whole chunk. With a scalar gate that is a `[C, C]` matrix of ratios computed once per chunk; with GLA's
+# per-feature gates the factors go into `Q_c` and `K_c` before the matmuls, and gated kernels keep the cumulative
+# gates in log space so that long products neither underflow nor overflow. The bytes grow by the gates alone; the structure of the
+# fused kernel you write below does not change.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Exercise 1 · the chunked form in torch

@@ -328,13 +328,18 @@ check("02_naive_hbm_loops.bytes", naive_bytes, fused_bytes, hidden=True)
 # lessons hide in those numbers. First, the naive kernel's 4 GiB of state traffic never reaches HBM: the state
 # buffer is 1 MiB and lives in L2, so what the naive kernel pays is the *latency* of 2048 dependent L2 round
 # trips, not bandwidth. Second, the fused kernel is far from the floor too: each program still walks its
-# 2048 steps one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next step's
-# loads. More programs or a smarter loop will not fix that; a different algorithm will. Processing whole
-# chunks of time at once with matrix multiplies, so that the sequential chain is T / 64 steps long instead of
-# T, is the chunked algorithm of lesson 04.
+# 2048 steps one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next
+# step's loads. A smarter loop can hide part of it: the loads of `q`, `k`, `v` for step `t + 1` do not depend on
+# the state, so they can be issued *before* step `t`'s arithmetic, and their latency overlaps it. The package's
+# `prefetch_recurrent` (`kernels/recurrent/prefetch.py`) is the fused kernel pipelined that way by hand; on a
+# GPU the ladder below times it beside the others, and the project's H200 measurement is in
+# `results/gpu/learner.json`. What no loop can remove is the chain itself: each step's state depends on the
+# last, so the kernel still takes 2048 dependent steps. Processing whole chunks of time at once with matrix
+# multiplies, so that the sequential chain is T / 64 steps long instead of T, is the chunked algorithm of
+# lesson 04.
 
 # %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
-from kernels.recurrent import fused_recurrent, naive_recurrent, reference_recurrent
+from kernels.recurrent import fused_recurrent, naive_recurrent, prefetch_recurrent, reference_recurrent
 from kernels.testing import rel_error
 
 shape = sizes("recurrent")
@@ -364,7 +369,8 @@ print(f"{'version':>14} {'ms':>10} {'x floor':>9} {'rel. error':>11}")
 versions = [("your naive", yours_naive), ("your fused", yours_fused)]
 if ON_GPU:  # in the interpreter each run takes seconds: time the package's kernels on a GPU only
     versions += [("package naive", lambda: naive_recurrent(q, k, v)[0]),
-                 ("package fused", lambda: fused_recurrent(q, k, v)[0])]
+                 ("package fused", lambda: fused_recurrent(q, k, v)[0]),
+                 ("pkg prefetch", lambda: prefetch_recurrent(q, k, v)[0])]
 for name, fn in versions:
     try:
         err = rel_error(fn(), ref)

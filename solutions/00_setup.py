@@ -324,3 +324,16 @@ for name, fn in [("yours", lambda: vector_add(x, y)), ("torch x + y", lambda: x 
 # - Vector add is bound by memory: its floor is bytes moved divided by the copy bandwidth.
 #
 # Next, lesson 01 measures that bandwidth properly, at every level of the memory hierarchy.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=00` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("00_setup", globals())

@@ -421,3 +421,16 @@ with tempfile.TemporaryDirectory() as tmp:
 #
 # Next, lesson 02 applies all this to a real algorithm: linear attention written as a recurrence, first
 # moving its state through HBM at every step, then keeping it on chip.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=01` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("01_memory_hierarchy", globals())

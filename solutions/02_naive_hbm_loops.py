@@ -415,3 +415,16 @@ else:
 #   `V` over programs fills the GPU.
 # - What remains is the sequential chain of `T` steps. Lesson 03 builds the tools to break it (tiles and
 #   `tl.dot`); lesson 04 uses them to process whole chunks of time at once.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=02` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("02_naive_hbm_loops", globals())

@@ -135,7 +135,7 @@ print(f"naive, first {rows} rows of {shape}: relative error",
       assert_close("naive", a[:rows].double() @ b.double(), naive_matmul(a[:rows], b), 5e-3))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · the tiled kernel (with grouped ordering)
+# ## Exercise 1 · the tiled kernel (with grouped ordering) (4 + 4 points)
 #
 # Write `tiled_matmul_kernel`. The grader launches it on a **one-dimensional** grid of
 # `⌈M/BLOCK_M⌉ · ⌈N/BLOCK_N⌉` programs, so the kernel first turns its program id into a tile `(pid_m, pid_n)`.
@@ -295,7 +295,7 @@ except Exception as e:  # the exercise is not done yet
     print(f"tiled_matmul_kernel does not run yet ({type(e).__name__}); finish exercise 1 first")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · count the reuse
+# ## Exercise 2 · count the reuse (2 points)
 #
 # Write `tile_traffic(M, N, K, block_m, block_n, elem_bytes)`: the bytes a tiled matmul moves through HBM if
 # **nothing is cached**, counting only elements inside the matrices (masked lanes move nothing). Each program loads
@@ -331,7 +331,7 @@ except NotImplementedError:
 check("03_tiled_sram.tile_traffic", tile_traffic)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · choose the tiles
+# ## Exercise 3 · choose the tiles (3 points; on a GPU they include the speed)
 #
 # Bigger tiles mean more reuse, but a tile has to fit on the chip:
 #
@@ -474,3 +474,16 @@ plt.show()
 #
 # Next, lesson 04 applies the same idea to linear attention: chunks of the sequence become tiles, and the
 # recurrent state of lesson 02 is carried between them on-chip.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=03` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("03_tiled_sram", globals())

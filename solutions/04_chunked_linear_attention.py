@@ -123,7 +123,7 @@ ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
 # fused kernel you write below does not change.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · the chunked form in torch
+# ## Exercise 1 · the chunked form in torch (3 + 2 points)
 #
 # Write `chunked_attention_torch(q, k, v, scale, chunk_size=64)` in plain torch: causal, unnormalised, no initial
 # state. Layout as in fla and the package: `q, k` are `[B, T, H, K]`, `v` is `[B, T, H, V]`; return `o`
@@ -172,7 +172,7 @@ check("04_chunked_linear_attention.chunked_torch", chunked_attention_torch, hidd
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · the intra-chunk kernel
+# ## Exercise 2 · the intra-chunk kernel (3 + 2 points)
 #
 # The intra-chunk term `scale · (Q_c K_cᵀ ⊙ M) V_c` needs nothing from other chunks, so each chunk is its own
 # program. Write `intra_chunk_kernel`; the grader launches it on the grid
@@ -271,7 +271,7 @@ check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel, hidden=True
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · the fused chunked forward
+# ## Exercise 3 · the fused chunked forward (4 + 3 points)
 #
 # Now the whole thing in one kernel. One program owns one head of one sequence and one block of `BV` value
 # columns, and walks its chunks **in order**, carrying the state `S` `[BK, BV]` in fp32 registers from one chunk
@@ -499,3 +499,16 @@ except ImportError:
 #   tensor-core-sized matmuls.
 #
 # Lesson 05 takes your fused kernel out of Python: compiled ahead of time to PTX, read, and launched from Rust.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=04` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("04_chunked_linear_attention", globals())

@@ -371,7 +371,7 @@ for p in manifest["params"][:6]:
 print(f"... {len(manifest['params'])} parameters in all")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · predict the launch configuration
+# ## Exercise 1 · predict the launch configuration (2 points)
 #
 # The compiled kernel's metadata (`compiled.metadata` in Triton; the manifest copies it) holds `num_warps`,
 # `warp_size` and `shared` (dynamic shared memory in bytes). Together with what you know about your kernel, that
@@ -409,7 +409,7 @@ print("manifest: ", exported)
 check("05_ptx_export_rust.predict_launch", predict_launch)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · the manifest-driven launch
+# ## Exercise 2 · the manifest-driven launch (4 + 2 points)
 #
 # Write `build_launch(manifest, sizes, tensors, scalars, alloc)`: everything `cuLaunchKernel` needs, from the
 # manifest alone, without calling the package (its launcher in `kernels.export.launch` does this for you, which is
@@ -745,3 +745,31 @@ else:
 #
 # That closes the workbook's arc: from counting bytes through the memory hierarchy, to tiles in SRAM, to a fused
 # chunked kernel near the HBM floor, to that kernel running without Python.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "what_next", "locked": true, "schema_version": 3, "solution": false}
+# ## What next
+#
+# - **Check your score** (below, or `make score` for every lesson) and go back to any exercise short of its
+#   points; on a GPU, the speed points of lessons 01–04 are graded too.
+# - **Add what working models add.** Lessons 02 and 04 named the normaliser and the decays and gates of RetNet,
+#   GLA and Mamba-2: add a per-step scalar decay `γ` to your lesson-04 kernel (the mask and the state carry change,
+#   the bytes do not) and test it against a float64 recurrence, as every kernel here is tested.
+# - **Write the backward pass.** Training needs the gradients of `q`, `k`, `v`: the same chunked structure run
+#   in reverse over the chunks, with the state's gradient carried from the end of the sequence.
+# - **Read a production kernel.** `flash-linear-attention` (`fla/ops/`) has one folder per operator with a naive
+#   oracle, a chunked and a fused-recurrent kernel: you now know what each of them is doing and why.
+# - **Profile on a GPU.** `ncu` (Nsight Compute) shows a kernel's achieved bandwidth, occupancy and stall reasons:
+#   compare what it says about your kernels with the floors you computed by hand.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=05` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("05_ptx_export_rust", globals())

@@ -23,6 +23,9 @@ help:
 	@echo "make test-browser run the lessons' widgets in JupyterLab in headless Chromium"
 	@echo "make course       regenerate course/ from solutions/"
 	@echo "make grade-demo   build, collect, grade and report a demo class"
+	@echo "make student-dist the students' hand-out (dist/student: kernels without the answers, the notebooks)"
+	@echo "make grade-build | grade-collect SUBMISSIONS=dir|lms.zip [ROSTER=csv] | grade-autograde [L=..]"
+	@echo "     grade-feedback | grade-export [EXPORT=grades.csv] | grade-lint: a class's steps (grader/GUIDE.md)"
 	@echo "make bench T=...  validate then time one topic's ladder"
 	@echo "make score [L=NN] run every check (hidden ones too) on your notebooks in my-work/ and print your points"
 
@@ -98,7 +101,7 @@ grade-collect: $(STAMP)
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP)
-	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))
+	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L)) $(if $(SPEED),--speed-policy $(SPEED))
 
 grade-feedback: $(STAMP)
 	$(BIN)/python -m grader feedback
@@ -108,6 +111,10 @@ grade-export: $(STAMP)
 
 grade-lint: $(STAMP)
 	$(BIN)/python -m grader lint
+
+.PHONY: student-dist
+student-dist: $(STAMP)
+	$(BIN)/python -m grader.dist $(if $(OUT_DIR),--out $(OUT_DIR))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

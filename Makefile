@@ -14,7 +14,7 @@ LAB_ROOT = $(if $(filter 0,$(USER_ID)),--allow-root)
 TORCH ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help
+.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help score
 
 help:
 	@echo "make lab          set up .venv and start JupyterLab on your own copy of course/ (my-work/)"
@@ -27,6 +27,7 @@ help:
 	@echo "make grade-build | grade-collect SUBMISSIONS=dir|lms.zip [ROSTER=csv] | grade-autograde [L=..]"
 	@echo "     grade-feedback | grade-export [EXPORT=grades.csv] | grade-lint: a class's steps (grader/GUIDE.md)"
 	@echo "make bench T=...  validate then time one topic's ladder"
+	@echo "make score [L=NN] run every check (hidden ones too) on your notebooks in my-work/ and print your points"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -74,6 +75,9 @@ test-browser: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench $(T)
+
+score: $(STAMP)
+	$(BIN)/python -m kernels.score $(L) --work $(WORK)
 
 # L=NN builds one lesson; course-check changes nothing and fails if course/ differs from what solutions/ builds.
 .PHONY: course-check

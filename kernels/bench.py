@@ -32,7 +32,8 @@ import torch
 from .device import DEVICE, MODE, ON_GPU, describe
 from .testing import rel_error
 
-__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "parse_where", "run", "main"]
+__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "graph_launch_us", "parse_where", "run",
+           "main"]
 
 _L2_BYTES = 60 * 2**20
 
@@ -103,6 +104,31 @@ def matmul_rate(dtype=torch.bfloat16) -> float:
     b = torch.randn(n, n, device=DEVICE).to(dt)
     ms = time_ms(lambda: a @ b)
     return 2 * n**3 / (ms * 1e-3)
+
+
+def graph_launch_us(fn: Callable[[], object], launches: int = 200) -> dict:
+    """Microseconds per launch of ``launches`` calls of ``fn``, issued one by one and replayed as one CUDA graph
+    (GPU only). Issued one by one, each call pays its Python and driver launch cost, hidden only while the GPU is
+    still busy with earlier work; the graph is recorded once and replayed with one call."""
+    if not ON_GPU:
+        raise RuntimeError("graph_launch_us needs a GPU: CUDA graphs record launches on a CUDA stream")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (and compile) outside the capture, as capture requires
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+
+    def eager():
+        for _ in range(launches):
+            fn()
+
+    eager_ms, graph_ms = time_ms(eager, warmup=5, rep=50), time_ms(graph.replay, warmup=5, rep=50)
+    return {"launches": launches, "eager_us": eager_ms * 1e3 / launches, "graph_us": graph_ms * 1e3 / launches}
 
 
 def _tensor_bytes(x) -> int:

@@ -89,7 +89,7 @@ class BackwardSweeps(View):
             top_y = max(norms) or 1.0
             ax.annotate("", xy=(held + 0.5 * arrow, top_y * 0.9), xytext=(held - 0.5 * arrow, top_y * 0.9),
                         arrowprops=dict(arrowstyle="->", color="#333333", lw=1.2))
-        bottom.set_xlabel("chunk c (the last holds %d tokens)" % (T - (n - 1) * chunk))
+        bottom.set_xlabel(f"chunk c (the last holds {T - (n - 1) * chunk} tokens)")
         code = np.zeros((T, T))  # 0 future, 1 other pairs, 2 via the carried state, 3 masked intra-chunk
         rows, cols = np.indices((T, T))
         code[cols <= rows] = 1

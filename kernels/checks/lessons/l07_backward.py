@@ -196,8 +196,10 @@ def _cases(hidden: bool, dq: bool):
         ]
     return [
         Case("B=1 T=1 H=1 K=16 V=16 BT=16 fp32", dict(B=1, T=1, H=1, K=16, V=16, BT=16), precision="ieee"),
-        Case("B=2 T=70 H=3 K=33 V=40 BT=32 fp32, q/k/v/do views of one buffer",
-             dict(B=2, T=70, H=3, K=33, V=40, BT=32, strided=True), precision="ieee"),
+        Case("B=2 T=70 H=3 K=33 V=40 BT=32 fp32, q/k/v/do views of one buffer" + (", BK=16" if dq else ""),
+             dict(B=2, T=70, H=3, K=33, V=40, BT=32, strided=True, **({"BK": 16} if dq else {})), precision="ieee",
+             purpose="has " + ("three K blocks, the last with one column, and " if dq else "") + "K, V past a "
+                     "power of two"),
         Case("B=1 T=64 H=2 K=16 V=16 BT=32 fp16, a whole number of chunks", dict(B=1, T=64, H=2, K=16, V=16, BT=32),
              torch.float16, purpose="is a whole number of chunks"),
         Case("B=2 T=33 H=2 K=24 V=40 BT=16 fp32, q and v strided views, k [B, H, T, K] storage",

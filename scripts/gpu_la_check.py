@@ -63,18 +63,19 @@ class Case:
     states: bool = False  # initial state (and key sum) in
     L: int | None = None
     seed: int = 0
+    mma: bool = False  # the normaliser's sums on the tensor cores (Launch.norm_mma)
 
     @property
     def name(self) -> str:
         launch = "" if self.L is None else (" whole" if self.L == 0 else f" L{self.L}")
         return (f"{'norm' if self.norm else 'raw'} {self.dtype} K{self.K}V{self.V} {self.shape}"
-                f"{' states' if self.states else ''}{launch}")
+                f"{' states' if self.states else ''}{launch}{' mma' if self.mma else ''}")
 
 
 def cases() -> dict[str, Case]:
     """The grid: every (normalize, dtype, (K, V)) family at few and many chains, initial states in half the cases
     (at both shapes across the pairs); packed sequences through both launches; chained segments forced short
-    (256 and 512 tokens)."""
+    (256 and 512 tokens); each normalising case also with the normaliser's sums on the tensor cores."""
     out: list[Case] = []
     i = 0
     for dtype in DTYPES:
@@ -91,12 +92,16 @@ def cases() -> dict[str, Case]:
                            ("fp16", 64, 256, 512), ("fp32-high", 128, 128, 256)):
         out.append(Case(True, dtype, K, V, "small", states=True, L=L, seed=i))
         i += 1
+    # every normalising case again with the normaliser's sums on the tensor cores (not yet the dispatch's default)
+    out += [dataclasses.replace(c, mma=True) for c in list(out)
+            if c.norm and (c.shape != "packed" or c.dtype == "bf16")]
     return {c.name: c for c in out}
 
 
 #: Small cases run again under compute-sanitizer (``--sanitize N`` takes the first N): both launches, states,
 #: packed sequences, the widest heads.
-SANITIZE = ["norm bf16 K128V128 small states L256", "raw fp32-high K256V256 large states",
+SANITIZE = ["norm bf16 K128V128 small states L256", "norm bf16 K128V128 small states L256 mma",
+            "raw fp32-high K256V256 large states",
             "norm fp16 K64V256 small states L512", "norm bf16 K128V128 packed states L1024",
             "norm bf16 K256V256 small states"]
 SANITIZE_SHAPES = {"small": (1, 2, 1000 + 7), "large": (2, 3, 300 + 1)}
@@ -166,8 +171,9 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
     t0 = time.perf_counter()
     with _matmul_precision(mode):
         if case.L is None:
-            result["launch"] = dataclasses.asdict(dispatch.launch_for(q, v, lens))
-            o, final = chunk_linear_attn(q, k, v, scale, init, True, case.norm, cu)
+            with dispatch.normaliser_on_tensor_cores(case.mma):
+                result["launch"] = dataclasses.asdict(dispatch.launch_for(q, v, lens))
+                o, final = chunk_linear_attn(q, k, v, scale, init, True, case.norm, cu)
             ht, zt = final if case.norm else (final, None)
         else:
             precision = dispatch.launch_for(q, v, lens).precision
@@ -178,6 +184,7 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
                 launch = dataclasses.replace(dispatch.CHAINED[key], L=case.L)
             else:
                 launch = dispatch.ONE_PASS[key]
+            launch = dataclasses.replace(launch, norm_mma=case.mma)
             result["launch"] = dataclasses.asdict(launch)
             f = fused_forward(q, k, v, scale, h0, z0, True, case.norm, cu, launch=launch)
             o, ht, zt = f.o, f.final_state, f.z_state

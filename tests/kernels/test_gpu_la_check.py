@@ -3,6 +3,7 @@ pass at interpreter sizes, a wrong output is reported as FAIL, and a child that 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -30,6 +31,9 @@ def test_grid_covers_every_family():
     assert {c.L for c in cases.values() if c.shape == "small" and c.L} >= {256, 512}
     assert sum(c.states for c in cases.values()) >= len(cases) // 2
     assert set(la_check.SANITIZE) <= set(cases)
+    norm = [c for c in cases.values() if c.norm and not c.mma and c.shape != "packed"]
+    assert all(dataclasses.replace(c, mma=True).name in cases for c in norm)
+    assert not any(c.mma and not c.norm for c in cases.values())
 
 
 def _first(**want):
@@ -38,8 +42,9 @@ def _first(**want):
 
 @pytest.mark.parametrize("want", [dict(norm=True, dtype="fp16", K=64, V=256, shape="large"),
                                   dict(norm=True, dtype="bf16", shape="small", L=256),
-                                  dict(norm=False, dtype="fp32-high", shape="small", states=True)],
-                         ids=["norm-fp16-K64V256", "norm-bf16-chained", "raw-fp32-states"])
+                                  dict(norm=False, dtype="fp32-high", shape="small", states=True),
+                                  dict(norm=True, dtype="bf16", shape="packed", L=1024, mma=True)],
+                         ids=["norm-fp16-K64V256", "norm-bf16-chained", "raw-fp32-states", "norm-bf16-packed-mma"])
 def test_tiny_cases_pass(want):
     r = la_check.run_case(_first(**want), tiny=True)
     assert r["status"] == "pass", r["problems"]

@@ -1,10 +1,12 @@
-"""``python -m grader <command>``: build, collect, autograde, feedback, export, report, lint, demo.
+"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint, demo.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
-another): ``build`` the student notebooks from ``solutions/``; ``collect`` a folder of submissions
-(``<dir>/<student>/*.ipynb``) or an LMS zip; ``autograde`` them in the sandbox (on the GPU when there is one,
-in the interpreter otherwise; the report says which); ``feedback`` (HTML per student); ``export`` (CSV);
-``report`` (the summary table again). ``lint`` checks that every graded cell of every lesson is gradable.
+another; ``grader/GUIDE.md`` walks through a term): ``build`` the student notebooks from ``solutions/``;
+``collect`` a folder of submissions (``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard,
+Gradescope; ``--roster``), never losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the
+sandbox (on the GPU when there is one, in the interpreter otherwise, under ``--speed-policy``) with the term's
+seed; ``feedback`` (HTML per student); ``export`` (the class CSV); ``report`` (the term's table).
+``remove-student`` takes a student out; ``lint`` checks that every graded cell of every lesson is gradable.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+# The learner's own copy of course/, made once and never overwritten (git ignores it).
+WORK ?= my-work
+# Jupyter refuses to run as root without --allow-root; containers and cloud GPU images often run as root.
+USER_ID ?= $(shell id -u)
+LAB_ROOT = $(if $(filter 0,$(USER_ID)),--allow-root)
 # torch: a CPU build where there is no NVIDIA driver (never pull several GB of CUDA wheels onto a CPU machine).
 TORCH ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -12,7 +17,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 .PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help
 
 help:
-	@echo "make lab          set up .venv and start JupyterLab on course/"
+	@echo "make lab          set up .venv and start JupyterLab on your own copy of course/ (my-work/)"
 	@echo "make test         set up .venv and run the whole CPU test suite (what CI runs)"
 	@echo "make test-gpu     run the GPU-marked tests (on a CUDA machine)"
 	@echo "make test-browser run the lessons' widgets in JupyterLab in headless Chromium"
@@ -39,13 +44,14 @@ $(STAMP): pyproject.toml
 
 lab: $(STAMP)
 	@$(BIN)/python -m kernels
+	@$(BIN)/python -m kernels.course.workcopy $(WORK)
 	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
 	  echo "CUDA found: kernels run on the GPU"; \
 	else \
 	  echo "No CUDA: TRITON_INTERPRET=1 is set for the notebook kernel, kernels run in Triton's interpreter on the CPU"; \
 	  export TRITON_INTERPRET=1; \
 	fi; \
-	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=course $(LAB_ARGS)
+	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=$(WORK) $(LAB_ROOT) $(LAB_ARGS)
 
 test: $(STAMP)
 	@$(BIN)/python -m kernels
@@ -75,7 +81,8 @@ course-check: $(STAMP)
 	$(BIN)/python -m kernels.course --check $(L)
 
 # The grader (grader/README.md), one step per target over the nbgrader course folder grader/:
-# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip ZIP=1; EXPORT=grades.csv.
+# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip [ROSTER=roster.csv];
+# EXPORT=grades.csv.
 .PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
 grade-demo: $(STAMP)
 	$(BIN)/python -m grader demo
@@ -84,7 +91,7 @@ grade-build: $(STAMP)
 	$(BIN)/python -m grader build $(L)
 
 grade-collect: $(STAMP)
-	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip)
+	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP)
 	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))

@@ -52,10 +52,18 @@ def _collect(args) -> int:
     from . import workflow
 
     root = _course(args)
-    if args.zip:
-        collected = workflow.collect_zip(root, pathlib.Path(args.source))
+    source = pathlib.Path(args.source)
+    roster = pathlib.Path(args.roster) if args.roster else None
+    if not source.exists():
+        print(f"collect: {source} does not exist", file=sys.stderr)
+        return 2
+    if args.zip or args.lms or source.is_file():
+        collected, skipped = workflow.collect_lms(root, source, roster=roster, lessons=args.lessons)
     else:
-        collected = workflow.collect(root, pathlib.Path(args.source), args.lessons)
+        skipped = []
+        collected = workflow.collect(root, source, args.lessons, roster=roster, skipped=skipped)
+    for s in skipped:
+        print(f"skipped {s.name}: {s.reason}")
     counts: dict[str, int] = {}
     for student, subs in collected.items():
         for lesson, sub in subs.items():
@@ -67,6 +75,16 @@ def _collect(args) -> int:
             print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
     print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
           + f"; earlier versions are kept under {workflow.backup_dir(root)}")
+    return 0
+
+
+def _remove_student(args) -> int:
+    from . import workflow
+
+    root = _course(args)
+    for student in args.students:
+        done = workflow.remove_student(root, student)
+        print(f"{student}: " + ("; ".join(done) if done else "not in this course (nothing to do)"))
     return 0
 
 
@@ -159,9 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_build)
     p = sub.add_parser("collect", help="copy submissions into submitted/, defensively")
     p.add_argument("source", help="a folder <student>/*.ipynb, or with --zip an LMS download")
-    p.add_argument("--zip", action="store_true", help="source is a zip of <student>_<lesson>.ipynb files")
+    p.add_argument("--zip", action="store_true", help="source is an LMS download (a .zip always is)")
+    p.add_argument("--lms", action="store_true",
+                   help="source is an unpacked LMS download (Canvas, Moodle, Blackboard, Gradescope, nbgrader names)")
+    p.add_argument("--roster", help="CSV from the LMS mapping its ids to students (kept for later collects); "
+                   "files of students not on it are refused")
     p.add_argument("--lessons", nargs="*", help="lessons to collect (default: those anyone submitted)")
     p.set_defaults(fn=_collect)
+    p = sub.add_parser("remove-student", help="take a student out: gradebook entry removed, folders moved to "
+                       "backups/removed/")
+    p.add_argument("students", nargs="+")
+    p.set_defaults(fn=_remove_student)
     p = sub.add_parser("autograde", help="grade collected submissions in the sandbox and record them")
     p.add_argument("--lessons", nargs="*")
     p.add_argument("--students", nargs="*")
@@ -207,6 +233,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except SetupError as e:
+    except (SetupError, ValueError, FileNotFoundError) as e:
         print(f"grader: {e}", file=sys.stderr)
         return 2

@@ -104,6 +104,9 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
     for p in files:
         if p.stem in lessons and p.stem not in out:
             nb, notes = read_notebook(p)
+            wrong = _other_lesson(nb, p.stem, lessons) if nb is not None else ""
+            if wrong:
+                nb, notes = None, notes + [wrong]
             out[p.stem] = Submission(student, p.stem, nb, notes, str(p), _mtime(p))
         else:
             unmatched.append(p)
@@ -134,6 +137,19 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
         if sub is not None:
             sub.notes.append(f"refused {name}: a link or not a plain file")
     return out
+
+
+def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> str:
+    """Why a notebook named after ``lesson`` is not that lesson's notebook ("" if it may be)."""
+    ids, want = grade_ids(nb), grade_ids(lessons[lesson])
+    if not ids or not want:
+        return ""
+    unknown = ids - want
+    if len(ids & want) >= 0.5 * min(len(want), len(ids)) or len(unknown) < len(ids) / 2:
+        return ""
+    best = max((x for x in lessons if x != lesson), key=lambda x: len(ids & grade_ids(lessons[x])), default=None)
+    which = f"; it is {best}'s" if best and len(ids & grade_ids(lessons[best])) > len(ids) / 2 else ""
+    return f"not the {lesson} notebook: {len(unknown)} of its {len(ids)} graded or locked cells are unknown{which}"
 
 
 def _mtime(p: pathlib.Path) -> float | None:

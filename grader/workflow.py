@@ -17,12 +17,11 @@ import pathlib
 import subprocess
 import sys
 import time
-import zipfile
 
 from .collect import Submission, collect_folder, read_notebook
 
-__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_zip", "autograde", "feedback", "export",
-           "gradebook_scores", "record", "recorded", "submission_digest"]
+__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
+           "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
@@ -139,6 +138,12 @@ def _keep_backup(root: pathlib.Path, student: str, lesson: str, d: pathlib.Path)
     return path
 
 
+def _skip(name: str, reason: str):
+    from .lms import Skipped
+
+    return Skipped(name, reason)
+
+
 def _same(path: pathlib.Path, nb: dict) -> bool:
     try:
         return json.loads(path.read_text()) == json.loads(json.dumps(nb))
@@ -146,7 +151,8 @@ def _same(path: pathlib.Path, nb: dict) -> bool:
         return False
 
 
-def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None) -> dict:
+def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None, *,
+            roster: pathlib.Path | None = None, skipped: list | None = None) -> dict:
     """``folder/<student>/*.ipynb`` -> ``root/submitted/<student>/<lesson>/<lesson>.ipynb``, read defensively.
 
     ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). Collect
@@ -155,10 +161,28 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     ``status`` says what happened: ``new``, ``replaced`` (the older one backed up), ``unchanged`` (the same
     notebook again), ``kept`` (an older or unreadable version, or nothing, in this batch: the collected one
     stays), ``missing`` (nothing collected: graded as an explicit 0, the reason kept in ``reports/notes.json``).
-    A student or lesson not in this batch is left as it is.
+    A student or lesson not in this batch is left as it is. With a roster (given, or kept from an earlier
+    collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason.
     """
     sources = sources_of(root)
     collected = collect_folder(folder, sources)
+    known = load_roster(root, roster)
+    if known is not None:
+        for name in list(collected):
+            sid = known.find(name)
+            if sid is None:
+                del collected[name]
+                if skipped is not None:
+                    skipped.append(_skip(f"{name}/", f"{name} is not on the roster {roster_path(root).name}"))
+            elif sid != name:
+                if sid in collected:
+                    del collected[name]
+                    if skipped is not None:
+                        skipped.append(_skip(f"{name}/", f"refused: another folder is also student {sid}"))
+                    continue
+                collected[sid] = collected.pop(name)
+                for sub in collected[sid].values():
+                    sub.student = sid
     if lessons is None:
         lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
@@ -208,37 +232,96 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     return collected
 
 
-def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2 << 30) -> dict:
-    """An LMS download (a zip of ``<student>_<lesson>.ipynb`` files) -> a folder per student -> :func:`collect`.
+def roster_path(root: pathlib.Path) -> pathlib.Path:
+    """The course's roster (``collect --roster`` keeps a copy here; later collects and exports use it)."""
+    return root / "roster.csv"
 
-    Names follow ``c.FileNameCollectorPlugin.named_regexp`` of the course configuration, as nbgrader's
-    ``zip_collect`` does; members with absolute or parent paths, and archives over ``max_bytes``, are refused.
-    """
-    import calendar
-    import re
-    import tempfile
 
+def load_roster(root: pathlib.Path, given: pathlib.Path | None = None):
+    """The roster given now (kept in the course folder for later) or the one kept before, or None."""
+    from .lms import read_roster
+
+    if given is not None:
+        roster = read_roster(given)
+        roster_path(root).parent.mkdir(parents=True, exist_ok=True)
+        if pathlib.Path(given).resolve() != roster_path(root).resolve():
+            if roster_path(root).exists():
+                backup = backup_dir(root) / "roster" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.csv"
+                backup.parent.mkdir(parents=True, exist_ok=True)
+                backup.write_bytes(roster_path(root).read_bytes())
+            roster_path(root).write_bytes(pathlib.Path(given).read_bytes())
+        return roster
+    return read_roster(roster_path(root)) if roster_path(root).exists() else None
+
+
+def _named_regexp() -> str:
     from traitlets.config.loader import PyFileConfigLoader
 
-    pattern = re.compile(PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
-                         .FileNameCollectorPlugin.named_regexp)
-    with tempfile.TemporaryDirectory(prefix="grader-zip-") as tmp, zipfile.ZipFile(archive) as z:
-        total = sum(i.file_size for i in z.infolist())
-        if total > max_bytes:
-            raise ValueError(f"{archive} expands to {total / 2**30:.1f} GiB, over the limit")
-        for info in z.infolist():
-            name = pathlib.PurePosixPath(info.filename)
-            if info.is_dir() or name.is_absolute() or ".." in name.parts:
-                continue
-            m = pattern.match(name.name)
-            if not m:
-                continue
-            d = pathlib.Path(tmp) / m["student_id"]
-            d.mkdir(exist_ok=True)
-            (d / m["file_id"]).write_bytes(z.read(info))
-            stamp = calendar.timegm((*info.date_time, 0, 0, 0))  # the entry's date, read as UTC
-            os.utime(d / m["file_id"], (stamp, stamp))
-        return collect(root, pathlib.Path(tmp))
+    return PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config().FileNameCollectorPlugin.named_regexp
+
+
+def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Path | None = None,
+                lessons: list[str] | None = None, max_bytes: int = 2 << 30) -> tuple[dict, list]:
+    """An LMS download (a zip, or the folder it unpacks to) -> :func:`collect`; see :mod:`grader.lms`.
+
+    Returns (what :func:`collect` returns, the skipped files as :class:`grader.lms.Skipped`). Resubmissions:
+    the newest of a student's files for one lesson, by the archive's dates; it goes through :func:`collect`,
+    so it replaces a collected notebook only if it is newer than that one.
+    """
+    import tempfile
+
+    from . import lms
+
+    names = sorted(sources_of(root))
+    found, skipped = lms.entries(source, names, roster=load_roster(root, roster), named_regexp=_named_regexp(),
+                                 max_bytes=max_bytes)
+    chosen, older = lms.select(found)
+    with tempfile.TemporaryDirectory(prefix="grader-lms-") as tmp:
+        lms.unpack(chosen, pathlib.Path(tmp))
+        collected = collect(root, pathlib.Path(tmp), lessons) if chosen else {}
+    for subs in collected.values():
+        for sub in subs.values():
+            picked = next((e for e in chosen if (e.student, e.lesson) == (sub.student, sub.lesson)), None)
+            if picked is not None:
+                sub.path = picked.name
+    return collected, skipped + older
+
+
+def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2 << 30) -> dict:
+    """An LMS download -> :func:`collect` (:func:`collect_lms` without the list of skipped files)."""
+    return collect_lms(root, archive, max_bytes=max_bytes)[0]
+
+
+def remove_student(root: pathlib.Path, student: str) -> list[str]:
+    """Take a student out of the course: out of the gradebook, and their folders moved (never deleted) to
+    ``backups/removed/<student>-<time>/``. Returns what was done, one line each."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    done = []
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = backup_dir(root) / "removed" / f"{student}-{stamp}"
+    for part in ("submitted", "autograded", "feedback", "reports/results"):
+        d = root / part / student
+        if d.is_dir() and not d.is_symlink():
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(d, dest / part)
+            done.append(f"moved {d.relative_to(root)} to {(dest / part).relative_to(root)}")
+    if _notes_path(root).exists():
+        notes = json.loads(_notes_path(root).read_text())
+        if student in notes:
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / "notes.json").write_text(json.dumps(notes.pop(student), indent=1))
+            _notes_path(root).write_text(json.dumps(notes, indent=1))
+    if (root / "gradebook.db").exists():
+        with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+            try:
+                gb.remove_student(student)
+                done.append("removed from the gradebook (its scores are gone from exports)")
+            except MissingEntry:
+                pass
+    if (backup_dir(root)).exists():
+        os.chmod(backup_dir(root), 0o700)
+    return done
 
 
 def submissions(root: pathlib.Path, lessons: list[str] | None = None,

@@ -54,12 +54,14 @@ class Problem:
 
 @dataclass
 class Version:
-    """One rung of the ladder: ``fn(**inputs) -> output``; ``skip(problem)`` returns a reason or None."""
+    """One rung of the ladder: ``fn(**inputs) -> output``; ``skip(problem)`` returns a reason or None;
+    ``extras(inputs)``, on a GPU, measures more of one call (a dict added to the version's row)."""
 
     name: str
     fn: Callable[..., torch.Tensor]
     skip: Callable[[Problem], str | None] = lambda p: None
     output: Callable[[object], torch.Tensor] = lambda r: r
+    extras: Callable[[dict], dict] | None = None
 
 
 def _sync():
@@ -210,7 +212,7 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     for p in problems:
         if budget is not None and time.perf_counter() - t0 > budget:
             result["stopped"] = f"budget of {budget:.0f} s spent; {len(problems) - len(rows)} problems not started"
-            print(result["stopped"], file=sys.stderr)
+            print(result["stopped"], flush=True)
             break
         if p.dtype not in rates:
             rates[p.dtype] = matmul_rate(p.dtype)
@@ -238,6 +240,8 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 del got
                 if ON_GPU:
                     entry.update(_memory(v, inputs))
+                    if v.extras is not None:
+                        entry.update(v.extras(inputs))
                 ms = time_ms(_rotating(v, p, inputs))
                 entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
                              gbps=p.bytes / (ms * 1e-3) / 1e9)
@@ -245,12 +249,12 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 entry = {"status": "skipped", "reason": "out of memory"}
             except Exception as e:  # one failing version must not cost the rest of the run
                 entry = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:500]}
-                print(f"{p.label} / {v.name}: {entry['reason']}", file=sys.stderr)
+                print(f"{p.label} / {v.name}: {entry['reason']}", flush=True)
             row["versions"][v.name] = entry
             _sync()
             shown = f"{entry['ms']:.3f} ms" if entry.get("status") == "ok" else entry.get("reason", "")
             print(f"[{time.perf_counter() - t0:.0f}s] {p.label} / {v.name}: {entry.get('status')} {shown}",
-                  file=sys.stderr, flush=True)
+                  flush=True)
         rows.append(row)
         del inputs, ref
         if ON_GPU:
@@ -291,14 +295,14 @@ def format_table(result: dict) -> str:
 
 
 def _plot(result: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     rows = result["rows"]
     labels = [r["problem"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
     for n in names:
         ys = [r["versions"].get(n, {}).get("ms", float("nan")) for r in rows]
@@ -310,7 +314,6 @@ def _plot(result: dict, path: pathlib.Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,12 +145,15 @@ check("02_naive_hbm_loops.naive", naive_kernel, hidden=True)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stepper_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Step through the recurrence
 #
-# The widget replays the recurrence on a small problem: the row of `k` and `v` consumed at step `t`, the state
-# `S_t` they build, and the bytes moved so far per memory level for the two strategies, state in HBM and state
-# on chip. The stars are the HBM bytes traced from **your** naive kernel (program 0), so you can see that it
-# really does move the state every step. Drag `t`: the naive bars grow by a whole state per step, the on-chip
-# bars only by one row of `q`, `k`, `v` and `o`. The caption turns the bytes of the full GPU-sized problem into
-# a time floor at the measured bandwidth.
+# The widget replays the recurrence on a small problem, steps `t = 1 … T` from `S_0 = 0`: the row of `k` and `v`
+# consumed at step `t`, the state `S_t` they build, and the bytes asked of global memory so far by the two
+# strategies, split into the inputs and outputs (which cross HBM) and the state. The stars are the bytes traced
+# from **your** naive kernel (program 0), zeroing store included, so you can see that it really does move the state
+# every step. Drag `t`: the naive bars grow by a whole state per step, the on-chip bars only by one row of `q`, `k`,
+# `v` and `o`. Where does the naive kernel's state traffic go? Its buffer is 16 KiB per head, 1 MiB for the whole
+# GPU-sized problem: it stays in L2, and the hatched part of the bars never reaches HBM (the benchmark below shows
+# what that costs instead). The caption turns the full GPU-sized problem into bytes, the same total as
+# `naive_bytes` in exercise 3, and its HBM part into a time floor at the measured bandwidth.
 
 # %% nbgrader={"grade": false, "grade_id": "stepper", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
 from kernels.viz import recurrence_stepper

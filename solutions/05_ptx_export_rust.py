@@ -277,20 +277,17 @@ print(f"with the strides, K and V declared multiples of 16: {loads(aligned_ptx)}
 # compiling once for every size.
 
 # %% nbgrader={"grade": false, "grade_id": "widget", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
-import json
-import pathlib
-
-import kernels
 from kernels.viz import ptx_explorer, sample_ptx
 
-exports = pathlib.Path(kernels.__file__).resolve().parent.parent / "artifacts" / "05_ptx_export_rust"
-found = sorted(p for p in exports.glob("*.json") if p.stem != "aligned")
-if found:
-    m = json.loads(found[0].read_text())
-    print(f"exploring the export of {m['kernel']} ({m['images']['ptx']})")
-    view = ptx_explorer((exports / m["images"]["ptx"]).read_text(), names=[p["name"] for p in m["params"]])
+# the export made by the cell above in this notebook, never an older file left in artifacts/
+just_exported = globals().get("manifest")
+if just_exported is not None:
+    print(f"exploring the export just made: {just_exported['kernel']} ({just_exported['images']['ptx']})")
+    view = ptx_explorer((OUT / just_exported["images"]["ptx"]).read_text(),
+                        names=[p["name"] for p in just_exported["params"]])
 else:
-    print("nothing exported yet: exploring the PTX of the package's sample matmul")
+    print("nothing exported in this notebook yet (run the export cell above): exploring the PTX of the package's "
+          "sample matmul")
     view = ptx_explorer(sample_ptx(90))
 view
 

@@ -14,7 +14,7 @@ LAB_ROOT = $(if $(filter 0,$(USER_ID)),--allow-root)
 TORCH ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help
+.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help score
 
 help:
 	@echo "make lab          set up .venv and start JupyterLab on your own copy of course/ (my-work/)"
@@ -23,7 +23,11 @@ help:
 	@echo "make test-browser run the lessons' widgets in JupyterLab in headless Chromium"
 	@echo "make course       regenerate course/ from solutions/"
 	@echo "make grade-demo   build, collect, grade and report a demo class"
+	@echo "make student-dist the students' hand-out (dist/student: kernels without the answers, the notebooks)"
+	@echo "make grade-build | grade-collect SUBMISSIONS=dir|lms.zip [ROSTER=csv] | grade-autograde [L=..]"
+	@echo "     grade-feedback | grade-export [EXPORT=grades.csv] | grade-lint: a class's steps (grader/GUIDE.md)"
 	@echo "make bench T=...  validate then time one topic's ladder"
+	@echo "make score [L=NN] run every check (hidden ones too) on your notebooks in my-work/ and print your points"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -72,6 +76,9 @@ test-browser: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench $(T)
 
+score: $(STAMP)
+	$(BIN)/python -m kernels.score $(L) --work $(WORK)
+
 # L=NN builds one lesson; course-check changes nothing and fails if course/ differs from what solutions/ builds.
 .PHONY: course-check
 course: $(STAMP)
@@ -94,7 +101,7 @@ grade-collect: $(STAMP)
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP)
-	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))
+	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L)) $(if $(SPEED),--speed-policy $(SPEED))
 
 grade-feedback: $(STAMP)
 	$(BIN)/python -m grader feedback
@@ -104,6 +111,10 @@ grade-export: $(STAMP)
 
 grade-lint: $(STAMP)
 	$(BIN)/python -m grader lint
+
+.PHONY: student-dist
+student-dist: $(STAMP)
+	$(BIN)/python -m grader.dist $(if $(OUT_DIR),--out $(OUT_DIR))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -78,6 +78,18 @@ def _collect(args) -> int:
     return 0
 
 
+def _due(args) -> int:
+    from .late import parse_date, set_due
+
+    root = _course(args)
+    when = parse_date(args.date) if args.date else None
+    if args.student and when is None:
+        print("due --student needs a DATE", file=sys.stderr)
+        return 2
+    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", args.lesson, when, args.student))
+    return 0
+
+
 def _remove_student(args) -> int:
     from . import workflow
 
@@ -96,7 +108,7 @@ def _autograde(args) -> int:
     import kernels  # noqa: F401
     from kernels.device import MODE, describe
 
-    from . import workflow
+    from . import policy, workflow
     from .grade import Settings
     from .run import report, table
 
@@ -106,8 +118,8 @@ def _autograde(args) -> int:
         settings.problem_timeout = args.timeout
     t0 = time.time()
     results, failures, _ = workflow.autograde(root, lessons=args.lessons, students=args.students,
-                                              slots=args.slots, settings=settings)
-    print(table(results, mode=f"{MODE}; {describe()}"))
+                                              slots=args.slots, settings=settings, speed_policy=args.speed_policy)
+    print(table(results, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
     report(results, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
                                                         "seconds": time.time() - t0, "nbgrader_failures": failures})
     from .leaderboard import from_results_dir, write
@@ -184,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
                    "files of students not on it are refused")
     p.add_argument("--lessons", nargs="*", help="lessons to collect (default: those anyone submitted)")
     p.set_defaults(fn=_collect)
+    p = sub.add_parser("due", help="set a lesson's due date (or one student's extension) in the gradebook")
+    p.add_argument("lesson")
+    p.add_argument("date", nargs="?", help="2026-12-01 23:59 (UTC unless a zone is given); omit to clear it")
+    p.add_argument("--student", help="give this student until DATE (nbgrader's extension)")
+    p.set_defaults(fn=_due)
     p = sub.add_parser("remove-student", help="take a student out: gradebook entry removed, folders moved to "
                        "backups/removed/")
     p.add_argument("students", nargs="+")
@@ -194,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
     p.add_argument("--seed", type=int, help="master seed (default: fresh)")
     p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
+    p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
+                   help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
+                   "leave them out of the totals, or award them")
     g = p.add_argument_group("on a Dask cluster (grader/README.md)")
     g.add_argument("--scheduler", metavar="ADDRESS", help="grade on the Dask scheduler at ADDRESS (tcp://host:8786)")
     g.add_argument("--cluster", choices=["local-gpus", "slurm", "local"],

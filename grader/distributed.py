@@ -290,15 +290,15 @@ def _workers(client, timeout: float) -> dict:
 
 def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settings=None, seed: int | None = None,
               problem_timeout: float | None = None, redo: bool = False, progress: bool = True, timeout: float = 60.0,
-              on_result: Callable | None = None) -> Outcome:
+              on_result: Callable | None = None, speed_policy: str = "zero") -> Outcome:
     """Grade the collected submissions of course folder ``root`` on the cluster of ``client``; record them here.
 
     ``settings``: the grading run's (default: the defaults of the workers' mode, with ``seed`` and
     ``problem_timeout`` when given). ``on_result(done, total, result)`` is called in this process after each
-    result (the live leaderboard)."""
+    result (the live leaderboard). ``speed_policy``: as on one machine (:mod:`grader.policy`)."""
     from kernels.checks import engine
 
-    from . import workflow
+    from . import policy, workflow
     from .grade import Settings
     from .run import Progress, _missing
 
@@ -349,6 +349,7 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
         """Record a result as it arrives (nbgrader's step is serial here; it overlaps the cluster's grading)."""
         nonlocal done
         done += 1
+        policy.apply([r], speed_policy)
         results[(s.student, s.lesson)] = r
         placement[(s.student, s.lesson)] = addr
         failures.extend(workflow.record(root, [s], [r], book))
@@ -417,7 +418,7 @@ def _reason(e: BaseException) -> str:
 def main(args, root: pathlib.Path) -> int:
     """``python -m grader autograde --scheduler/--cluster ...``: connect first (nothing is written if that fails),
     grade, record, print the table, the infrastructure failures and the leaderboard's place."""
-    from . import leaderboard
+    from . import leaderboard, policy
     from .run import report, table
 
     if not (root / "submitted").is_dir():
@@ -431,10 +432,10 @@ def main(args, root: pathlib.Path) -> int:
     try:
         out = autograde(root, cluster.client, lessons=args.lessons, students=args.students, seed=args.seed,
                         problem_timeout=args.timeout, redo=args.redo, timeout=wait,
-                        on_result=board.add)
+                        on_result=board.add, speed_policy=getattr(args, "speed_policy", "zero"))
     finally:
         cluster.close()
-    mode = f"{out.mode}; {' / '.join(out.where)}"
+    mode = f"{out.mode}; {' / '.join(out.where)}; {policy.describe(getattr(args, 'speed_policy', 'zero'), out.mode)}"
     if out.results:
         print(table(out.results, mode=mode))
     summary = {"mode": out.mode, "where": out.where, "seconds": time.time() - t0, "nbgrader_failures": out.failures,

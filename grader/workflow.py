@@ -353,8 +353,11 @@ def _quiet():
 
 
 def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2, settings=None,
-              progress: bool = True):
-    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde."""
+              progress: bool = True, speed_policy: str = "zero"):
+    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde.
+
+    ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`)."""
+    from . import policy
     from .grade import Grader, Settings
     from .run import grade_class
 
@@ -364,6 +367,7 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     settings.hide = [*settings.hide, str(root.resolve())]
     grader = Grader(settings)
     results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
+    policy.apply(results, speed_policy)
     failures = record(root, subs, results)
     return results, failures, grader.sandbox.uid_base
 
@@ -449,7 +453,36 @@ def feedback(root: pathlib.Path) -> list[tuple[str, str, str]]:
             if not res.get("success"):
                 why = "\n".join(x for x in (res.get("error"), res.get("log"), log.getvalue()) if x)
                 failures.append((student_dir.name, ldir.name, why[-2000:] or "no reason given"))
+    _feedback_without_notebook(root)
     return failures
+
+
+def _feedback_without_notebook(root: pathlib.Path) -> list[pathlib.Path]:
+    """A feedback page for each submission with no gradable notebook (unreadable, another lesson's, missing),
+    which nbgrader has nothing to render for: the lesson, 0 points, and why, in words the student can act on."""
+    import html
+
+    from .notebook import split
+
+    sources = sources_of(root)
+    written = []
+    for sub in submissions(root):
+        if sub.notebook is not None or sub.lesson not in sources:
+            continue
+        points = sum(g.points for g in split(sources[sub.lesson])[1])
+        reasons = sub.notes or ["not submitted"]
+        page = root / "feedback" / sub.student / sub.lesson / f"{sub.lesson}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+        page.write_text(
+            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(sub.lesson)}: feedback</title>"
+            f"</head><body><h1>{html.escape(sub.lesson)}: 0 of {points:g} points</h1>"
+            f"<p>Student: {html.escape(sub.student)}. Nothing in this submission could be graded:</p><ul>{items}</ul>"
+            f"<p>Hand in <code>{html.escape(sub.lesson)}.ipynb</code>, the notebook of this lesson saved from "
+            "JupyterLab, before the due date; ask your instructor if it was handed in and this page says "
+            "otherwise.</p></body></html>\n")
+        written.append(page)
+    return written
 
 
 def export(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:

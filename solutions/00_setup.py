@@ -88,8 +88,11 @@ print("vector sizes for this mode:", sizes("vector_add"))
 #
 # 1. **Pointers.** A tensor argument arrives in the kernel as a pointer to its first element. `x_ptr + offs`
 #    is a *block of pointers*, one per lane, and `tl.load` reads all of them at once.
-# 2. **`BLOCK_SIZE` is a compile-time constant** (`tl.constexpr`) and must be a power of two: `tl.arange(0, B)`
-#    needs a shape the compiler knows. `n` is an ordinary runtime integer, anything at all.
+# 2. **`BLOCK_SIZE` is a compile-time constant** (`tl.constexpr`): the kernel is compiled for its value, and a
+#    launch with another value compiles another kernel. That is what lets `tl.arange(0, BLOCK_SIZE)` have a shape
+#    the compiler knows. Being a **power of two** is a second, separate rule: `tl.arange` (and so every block
+#    shape) must have a power-of-two length. A constexpr may be any value (a flag, 48, a dtype); a block size
+#    must be both. `n` is an ordinary runtime integer, anything at all.
 # 3. **The mask.** `n` is rarely a multiple of `BLOCK_SIZE`, so the last program's block runs past the end. Its
 #    lanes with `offs >= n` must neither load nor store: without the mask the kernel reads garbage and, worse,
 #    *writes* past the end of `out` into whatever lives there. Every kernel in this course masks its edges.
@@ -321,3 +324,16 @@ for name, fn in [("yours", lambda: vector_add(x, y)), ("torch x + y", lambda: x 
 # - Vector add is bound by memory: its floor is bytes moved divided by the copy bandwidth.
 #
 # Next, lesson 01 measures that bandwidth properly, at every level of the memory hierarchy.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=00` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("00_setup", globals())

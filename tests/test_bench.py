@@ -97,3 +97,18 @@ def test_backward_set(tmp_path):
     entry = saved["rows"][0]["versions"]["chunk_linear_attn fwd+bwd"]
     assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
     assert saved["rows"][0]["versions"]["wrong"]["status"] == "WRONG"
+
+
+def test_warm_up_in_child_processes(tmp_path):
+    """``--warm 2`` first calls every version on every row in child processes (one per group of rows sharing
+    kernels), then checks and times as usual; the run records each group's exit status."""
+    import json
+
+    from kernels import bench
+
+    assert bench.main(["linear_attention", "--set", "targets", "--where", "normalize=False", "--warm", "2",
+                       "--only", "chunk_linear_attn", "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "linear_attention-targets-interpreter.json").read_text())
+    (group,) = saved["warm"]["groups"]
+    assert group["returncode"] == 0 and group["rows"] == [r["problem"] for r in saved["rows"]]
+    assert saved["complete"] and saved["rows"][0]["versions"]["chunk_linear_attn"]["status"] == "ok"

@@ -157,6 +157,13 @@ def sets() -> dict:
             "backward": (bench_backward.problems, bench_backward.versions)}
 
 
+def warm_key(p) -> tuple:
+    """Rows whose first calls compile and autotune the same kernels (fla-core tunes per head sizes and dtypes,
+    and again when states or packed sequences join the call), warmed in one process in the run's order."""
+    g = p.params.get
+    return g("dtype"), g("K"), g("V"), g("varlen"), g("state")
+
+
 def report(result: dict) -> str:
     """A second table: each version's relative error against float64 and, on a GPU, the memory it holds beyond
     its inputs and outputs during a call (MiB, and as a fraction of the inputs' size)."""

@@ -5,13 +5,14 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
 import nbformat
 import pytest
 
-from kernels.course import COURSE, ROOT, solution_notebook
+from kernels.course import COURSE, ROOT, lesson_ids, solution_notebook
 from kernels.course.run import execute
 from kernels.course.workcopy import WORK, sync
 
@@ -112,3 +113,103 @@ def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _heading_points(lesson):
+    """{exercise heading: (points it states, points of the graded cells under it)}."""
+    import re
+
+    out, current = {}, None
+    for cell in solution_notebook(lesson).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+            if line.startswith("## Exercise"):
+                stated = re.search(r"\(([^)]*points[^)]*)\)\s*$", line)
+                nums = [int(n) for n in re.findall(r"\d+", stated.group(1))] if stated else []
+                current = line
+                out[current] = [sum(nums), 0]
+        if cell.cell_type == "code" and meta.get("grade") and current:
+            out[current][1] += int(meta.get("points", 0))
+    return out
+
+
+LESSONS_00_05 = [name for name in lesson_ids() if name[:2] in {"00", "01", "02", "03", "04", "05"}]
+
+
+@pytest.mark.parametrize("lesson", LESSONS_00_05)
+def test_every_exercise_heading_states_its_points(lesson):
+    for heading, (stated, graded) in _heading_points(lesson).items():
+        assert stated == graded, f"{lesson}: {heading!r} states {stated} points, its graded cells give {graded}"
+
+
+@pytest.mark.parametrize("lesson", LESSONS_00_05)
+def test_every_lesson_ends_with_its_score(lesson):
+    last = solution_notebook(lesson).cells[-1]
+    assert last.cell_type == "code" and f'score_here("{lesson}", globals())' in last.source
+
+
+def _notebook_function(source, name):
+    """A function defined as a notebook cell defines it (in ``__main__``), where the checks expect answers."""
+    import linecache
+
+    filename = f"<cell {name} {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), ns)  # noqa: S102
+    return ns[name]
+
+
+_sector_bytes = _notebook_function("""
+def sector_bytes(n, stride, itemsize):
+    if n <= 0:
+        return 0
+    step = stride * itemsize
+    return 32 * n if step >= 32 else 32 * ((n - 1) * step // 32 + 1)
+""", "sector_bytes")
+
+
+def test_the_score_counts_points_per_exercise_and_reuses_checks_already_run(capsys):
+    from kernels.checks import check
+    from kernels.score import score_here
+
+    check("01_memory_hierarchy.sector_bytes", _sector_bytes)  # the notebook's own check cell, already run
+    calls = []
+
+    def counting(exercise, *objects, hidden=False):
+        calls.append((exercise, hidden))
+        return check(exercise, *objects, hidden=hidden)
+
+    score = score_here("01_memory_hierarchy", {"check": counting, "sector_bytes": _sector_bytes})
+    table = capsys.readouterr().out
+    by_cell = {ln.cell: ln for ln in score.lines}
+    assert by_cell["check_sectors"].passed and by_cell["check_sectors_hidden"].passed
+    assert not by_cell["check_copy"].passed and "not defined yet" in by_cell["check_copy"].why
+    assert ("01_memory_hierarchy.sector_bytes", False) not in calls, "a check already run was run again"
+    assert ("01_memory_hierarchy.sector_bytes", True) in calls
+    assert score.earned == 2 and "sector_bytes" in table and "total" in table
+    if not score.on_gpu:
+        assert score.possible_here == 9 and score.total == 11 and "needs a GPU" in table
+
+
+def test_the_score_names_what_failed(capsys):
+    from kernels.score import score_here
+
+    # the bytes asked for, not the sectors delivered
+    wrong = _notebook_function("def sector_bytes(n, stride, itemsize):\n    return n * itemsize\n", "sector_bytes")
+    score = score_here("01_memory_hierarchy", {"sector_bytes": wrong}, show=False)
+    line = next(ln for ln in score.lines if ln.cell == "check_sectors")
+    assert not line.passed and "sector_bytes" in line.why
+
+
+@pytest.mark.slow
+def test_make_score_runs_the_saved_notebook(tmp_path):
+    from kernels.score import main
+
+    work = tmp_path / "my-work"
+    work.mkdir()
+    nbformat.write(solution_notebook("00_setup"), work / "00_setup.ipynb")
+    out = subprocess.run([sys.executable, "-m", "kernels.score", "00", "--work", str(work)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "total" in out.stdout and "8 / 8" in out.stdout, out.stdout
+    assert main(["99"]) == 2

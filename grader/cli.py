@@ -118,10 +118,21 @@ def _autograde(args) -> int:
         settings.problem_timeout = args.timeout
     t0 = time.time()
     results, failures, _ = workflow.autograde(root, lessons=args.lessons, students=args.students,
-                                              slots=args.slots, settings=settings, speed_policy=args.speed_policy)
+                                              slots=args.slots, settings=settings, speed_policy=args.speed_policy,
+                                              new_seed=args.new_seed)
+    run = workflow.last_run
     print(table(results, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
+    print(run["seed_line"])
     report(results, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
-                                                        "seconds": time.time() - t0, "nbgrader_failures": failures})
+                                                        "seconds": time.time() - t0, "nbgrader_failures": failures,
+                                                        "seed": run["seed"], "speed_policy": args.speed_policy,
+                                                        "changes": run["changes"]})
+    for line in run["changes"]:
+        print(f"  changed: {line}")
+    for r in results:
+        for n in r.notes:
+            if n.startswith("flagged"):
+                print(f"  {r.student}/{r.lesson}: {n}")
     from .leaderboard import from_results_dir, write
 
     write(from_results_dir(root), root / "reports")  # the speed-graded exercises' ranking (grader/README.md)
@@ -148,23 +159,28 @@ def _feedback(args) -> int:
 def _export(args) -> int:
     from . import workflow
 
-    path = workflow.export(_course(args), pathlib.Path(args.to))
+    if args.nbgrader:
+        path = workflow.export(_course(args), pathlib.Path(args.to))
+    else:
+        path = workflow.export_class(_course(args), pathlib.Path(args.to))
     print(f"grades written to {path}")
     return 0
 
 
 def _report(args) -> int:
+    from .classbook import load_results
     from .run import table
 
-    path = _course(args) / "reports" / "summary.json"
-    data = json.loads(path.read_text())
-
-    class R:
-        def __init__(self, d):
-            self.__dict__.update(d)
-            self.cells = [type("C", (), {"passed": c["score"] >= c["points"]})() for c in d["cells"]]
-
-    print(table([R(d) for d in data["results"]], mode=data.get("mode", "")))
+    root = _course(args)
+    results = load_results(root)
+    if not results:
+        print(f"nothing graded yet in {root}", file=sys.stderr)
+        return 1
+    last = root / "reports" / "summary.json"
+    data = json.loads(last.read_text()) if last.exists() else {}
+    rows = sorted(results.values(), key=lambda r: (r.student, r.lesson))
+    print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
+                f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
     return 0
 
 
@@ -209,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lessons", nargs="*")
     p.add_argument("--students", nargs="*")
     p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
-    p.add_argument("--seed", type=int, help="master seed (default: fresh)")
+    p.add_argument("--seed", type=int, help="master seed (default: the term's, drawn at the first autograde and "
+                   "recorded in reports/seed.json)")
+    p.add_argument("--new-seed", action="store_true", help="draw a new term seed (every notebook gets new inputs)")
     p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
     p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
                    help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
@@ -231,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_feedback)
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", default="grades.csv")
+    p.add_argument("--nbgrader", action="store_true",
+                   help="nbgrader's own CSV (a row per student and lesson) instead of the class CSV")
     p.set_defaults(fn=_export)
-    p = sub.add_parser("report", help="print the last autograde's summary table")
+    p = sub.add_parser("report", help="print the term's table: every submission's latest result")
     p.set_defaults(fn=_report)
     p = sub.add_parser("lint", help="check that every graded cell of the lessons can be graded")
     p.add_argument("lessons", nargs="*")

@@ -28,6 +28,7 @@ process and the instructor's workers.
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import pathlib
@@ -268,6 +269,9 @@ class Outcome:
     # (student, lesson) -> seconds from submitting the tasks to the worker finishing it (the worker's clock: the
     # grading's makespan on one host, apart from the recording here)
     finished: dict = dataclasses.field(default_factory=dict)
+    seed: int | None = None
+    seed_line: str = ""
+    changes: list = dataclasses.field(default_factory=list)  # what this regrade changed (reports/history.jsonl)
 
 
 def _workers(client, timeout: float) -> dict:
@@ -290,15 +294,14 @@ def _workers(client, timeout: float) -> dict:
 
 def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settings=None, seed: int | None = None,
               problem_timeout: float | None = None, redo: bool = False, progress: bool = True, timeout: float = 60.0,
-              on_result: Callable | None = None, speed_policy: str = "zero") -> Outcome:
+              on_result: Callable | None = None, speed_policy: str = "zero", new_seed: bool = False) -> Outcome:
     """Grade the collected submissions of course folder ``root`` on the cluster of ``client``; record them here.
 
     ``settings``: the grading run's (default: the defaults of the workers' mode, with ``seed`` and
     ``problem_timeout`` when given). ``on_result(done, total, result)`` is called in this process after each
-    result (the live leaderboard). ``speed_policy``: as on one machine (:mod:`grader.policy`)."""
-    from kernels.checks import engine
-
-    from . import policy, workflow
+    result (the live leaderboard). ``speed_policy``, the term's seed (``new_seed``) and the log of what a regrade
+    changed: as on one machine (:func:`grader.workflow.autograde`)."""
+    from . import classbook, policy, workflow
     from .grade import Settings
     from .run import Progress, _missing
 
@@ -317,8 +320,9 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
                              "`--resources GPU=1` (one worker per GPU); nothing was graded")
     sources, releases = workflow.sources_of(root), workflow.releases_of(root)
     subs = [s for s in workflow.submissions(root, lessons, students) if s.lesson in sources]
-    skipped = [] if redo else [s for s in subs if workflow.recorded(root, s)]
-    todo = [s for s in subs if s not in skipped]
+    earlier = set() if redo else {(s.student, s.lesson) for s in subs if workflow.recorded(root, s)}
+    skipped = [s for s in subs if (s.student, s.lesson) in earlier]
+    todo = [s for s in subs if (s.student, s.lesson) not in earlier]
     if settings is None:  # the defaults of the workers' mode, not of this (the instructor's) machine
         settings = Settings(problem_timeout=60.0 if mode == "gpu" else 180.0,
                             submission_budget=300.0 if mode == "gpu" else 900.0)
@@ -326,8 +330,9 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
     if problem_timeout:
         settings.problem_timeout = problem_timeout
     settings.hide = [*settings.hide, str(root.resolve())]
-    if settings.seed is None:
-        settings.seed = engine.draw_seed()
+    settings.seed, seed_line = classbook.term_seed(root, settings.seed, new=new_seed)
+    before = classbook.load_results(root) if todo else {}
+    changes: list[str] = []
     retries = _allowed_failures(client)
     run = uuid.uuid4().hex[:12]
     needed = sorted({s.lesson for s in todo})
@@ -350,6 +355,12 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
         nonlocal done
         done += 1
         policy.apply([r], speed_policy)
+        line = classbook.changes(before.get((s.student, s.lesson)), r)
+        if line:
+            changes.append(line)
+            with (root / "reports" / "history.jsonl").open("a") as f:
+                f.write(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                                    "seed": settings.seed, "change": line}) + "\n")
         results[(s.student, s.lesson)] = r
         placement[(s.student, s.lesson)] = addr
         failures.extend(workflow.record(root, [s], [r], book))
@@ -393,7 +404,7 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
     ordered = [results[(s.student, s.lesson)] for s in todo if (s.student, s.lesson) in results]
     where = sorted({d["where"] for d in info.values()})
     return Outcome(ordered, failures, infra, [(s.student, s.lesson) for s in skipped], info, mode, where,
-                   retries, time.time() - t0, placement, finished)
+                   retries, time.time() - t0, placement, finished, settings.seed, seed_line, changes)
 
 
 def _allowed_failures(client) -> int | None:
@@ -432,17 +443,22 @@ def main(args, root: pathlib.Path) -> int:
     try:
         out = autograde(root, cluster.client, lessons=args.lessons, students=args.students, seed=args.seed,
                         problem_timeout=args.timeout, redo=args.redo, timeout=wait,
-                        on_result=board.add, speed_policy=getattr(args, "speed_policy", "zero"))
+                        on_result=board.add, speed_policy=getattr(args, "speed_policy", "zero"),
+                        new_seed=getattr(args, "new_seed", False))
     finally:
         cluster.close()
     mode = f"{out.mode}; {' / '.join(out.where)}; {policy.describe(getattr(args, 'speed_policy', 'zero'), out.mode)}"
     if out.results:
         print(table(out.results, mode=mode))
+    print(out.seed_line)
+    for line in out.changes:
+        print(f"  changed: {line}")
     summary = {"mode": out.mode, "where": out.where, "seconds": time.time() - t0, "nbgrader_failures": out.failures,
                "executor": f"dask: {cluster.what}", "workers": out.workers, "worker_loss_retries": out.retries,
                "infrastructure_failures": [{"student": s, "lesson": lsn, "reason": why}
                                            for s, lsn, why in out.infrastructure],
-               "already_recorded": [f"{s}/{lsn}" for s, lsn in out.skipped]}
+               "already_recorded": [f"{s}/{lsn}" for s, lsn in out.skipped], "seed": out.seed,
+               "speed_policy": getattr(args, "speed_policy", "zero"), "changes": out.changes}
     (root / "reports").mkdir(parents=True, exist_ok=True)
     report(out.results, root / "reports" / "summary.json", summary)
     board.finish(leaderboard.from_results_dir(root))

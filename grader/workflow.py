@@ -352,22 +352,32 @@ def _quiet():
         yield buf
 
 
+#: what the last :func:`autograde` in this process did: its seed (and where it came from), what it changed
+last_run: dict = {}
+
+
 def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2, settings=None,
-              progress: bool = True, speed_policy: str = "zero"):
+              progress: bool = True, speed_policy: str = "zero", new_seed: bool = False):
     """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde.
 
-    ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`)."""
-    from . import policy
+    ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`). The
+    master seed is the term's (``reports/seed.json``; ``settings.seed`` or ``new_seed`` replace it), so that a
+    regrade is reproducible; what a regrade changed is in :data:`last_run` and ``reports/history.jsonl``."""
+    from . import classbook, policy
     from .grade import Grader, Settings
     from .run import grade_class
 
     sources, releases = sources_of(root), releases_of(root)
     subs = [s for s in submissions(root, lessons, students) if s.lesson in sources]
     settings = settings or Settings()
+    settings.seed, seed_line = classbook.term_seed(root, settings.seed, new=new_seed)
     settings.hide = [*settings.hide, str(root.resolve())]
     grader = Grader(settings)
     results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
     policy.apply(results, speed_policy)
+    last_run.clear()
+    last_run.update(seed=settings.seed, seed_line=seed_line, speed_policy=speed_policy,
+                    changes=classbook.record_changes(root, results, settings.seed))
     failures = record(root, subs, results)
     return results, failures, grader.sandbox.uid_base
 
@@ -483,6 +493,13 @@ def _feedback_without_notebook(root: pathlib.Path) -> list[pathlib.Path]:
             "otherwise.</p></body></html>\n")
         written.append(page)
     return written
+
+
+def export_class(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
+    """The class CSV (:func:`grader.classbook.write_csv`): a row per student, per-cell columns, roster names."""
+    from .classbook import write_csv
+
+    return write_csv(root, path)
 
 
 def export(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:

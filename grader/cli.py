@@ -1,10 +1,12 @@
-"""``python -m grader <command>``: build, collect, autograde, feedback, export, report, lint, demo.
+"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint, demo.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
-another): ``build`` the student notebooks from ``solutions/``; ``collect`` a folder of submissions
-(``<dir>/<student>/*.ipynb``) or an LMS zip; ``autograde`` them in the sandbox (on the GPU when there is one,
-in the interpreter otherwise; the report says which); ``feedback`` (HTML per student); ``export`` (CSV);
-``report`` (the summary table again). ``lint`` checks that every graded cell of every lesson is gradable.
+another; ``grader/GUIDE.md`` walks through a term): ``build`` the student notebooks from ``solutions/``;
+``collect`` a folder of submissions (``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard,
+Gradescope; ``--roster``), never losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the
+sandbox (on the GPU when there is one, in the interpreter otherwise, under ``--speed-policy``) with the term's
+seed; ``feedback`` (HTML per student); ``export`` (the class CSV); ``report`` (the term's table).
+``remove-student`` takes a student out; ``lint`` checks that every graded cell of every lesson is gradable.
 """
 
 from __future__ import annotations
@@ -141,9 +143,25 @@ def _autograde(args) -> int:
             if not c.passed:
                 print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
     for f in failures:
-        print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
+        print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
+              f"{_failure_log(root, f)})", file=sys.stderr)
     print(f"graded {len(results)} notebook(s) in {time.time() - t0:.0f} s ({MODE})")
     return 1 if failures else 0
+
+
+def _one_line(log: str) -> str:
+    """The line of an nbgrader log that says what went wrong (not "see the above traceback")."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if "see the above traceback" not in ln.lower() and not ln.startswith(("File ", "^"))]
+    errors = [ln for ln in useful if "Error" in ln or "error" in ln] or useful
+    return (errors[-1] if errors else "no reason given")[:300]
+
+
+def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
+    path = root / "reports" / "nbgrader-failures" / f"{failure[0]}-{failure[1]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(failure[2])
+    return path
 
 
 def _feedback(args) -> int:

@@ -2,7 +2,7 @@
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
-#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward
+#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward dask multi
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
@@ -99,6 +99,18 @@ run_stage() {  # stage name, time limit in seconds
     zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" --out results/gpu/zoo.json \
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
+    # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
+    # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
+    dask|multi) (
+        if compgen -G ".dask-wheels/*.whl" > /dev/null; then
+          python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/dask .dask-wheels/*.whl \
+            2>&1 | grep -v "already exists. Specify --upgrade" || true
+          chmod -R a+rX /tmp/dask
+          export PYTHONPATH=$PYTHONPATH:/tmp/dask
+        fi
+        script=scripts/gpu_dask.py; [ "$name" = multi ] && script=scripts/gpu_multi.py
+        timeout "$limit" python3 "$script" > "results/gpu/$name.log" 2>&1; echo "$name exit $?"
+        grep -vE "^grading \[" "results/gpu/$name.log" | tail -25 ) ;;
     *) echo "unknown stage $name" ;;
   esac
 }

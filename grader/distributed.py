@@ -107,6 +107,7 @@ def _grade_task(run: str, student: str, lesson: str, notebook: dict):
     worker's clock when it finished)."""
     from distributed import get_worker
 
+    from . import run as _run  # noqa: F401  (on Python 3.11 its import makes threads parse one at a time)
     from .grade import CellResult, NotebookResult
     from .notebook import split
 

@@ -103,6 +103,10 @@ def _remove_student(args) -> int:
 
 
 def _autograde(args) -> int:
+    if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
+        from .distributed import main
+
+        return main(args, _course(args))
     import kernels  # noqa: F401
     from kernels.device import MODE, describe
 
@@ -131,6 +135,9 @@ def _autograde(args) -> int:
         for n in r.notes:
             if n.startswith("flagged"):
                 print(f"  {r.student}/{r.lesson}: {n}")
+    from .leaderboard import from_results_dir, write
+
+    write(from_results_dir(root), root / "reports")  # the speed-graded exercises' ranking (grader/README.md)
     for r in results:
         for c in r.cells:
             if not c.passed:
@@ -243,6 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
                    help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
                    "leave them out of the totals, or award them")
+    g = p.add_argument_group("on a Dask cluster (grader/README.md)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="grade on the Dask scheduler at ADDRESS (tcp://host:8786)")
+    g.add_argument("--cluster", choices=["local-gpus", "slurm", "local"],
+                   help="grade on a cluster made here: one worker per GPU of this host (dask-cuda), Slurm jobs "
+                        "(dask-jobqueue, --cluster-config), or --workers local worker processes")
+    g.add_argument("--cluster-config", metavar="FILE", help="--cluster slurm: SLURMCluster options (YAML)")
+    g.add_argument("--workers", type=int, help="workers (local: processes, default 2; local-gpus: the first N "
+                                              "GPUs; slurm: jobs, default the config's)")
+    g.add_argument("--slots-per-worker", type=int, help="submissions a worker grades at once (default 3 on a GPU, "
+                                                        "1 in the interpreter)")
+    g.add_argument("--redo", action="store_true", help="grade again what an earlier run recorded")
+    g.add_argument("--connect-timeout", type=float, default=20.0, help="seconds to reach the scheduler (20)")
     p.set_defaults(fn=_autograde)
     p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")
     p.set_defaults(fn=_feedback)

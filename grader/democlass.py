@@ -194,6 +194,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             print(f"FAIL: gradebook has {b} for {k[0]}/{k[1]}, the grader gave {v:g}")
         if term:
             checks += _term_grades(root, term, results)
+            checks += _term_regrade(root, out, settings, slots)
             summary["term"] = {"checks_failed": checks, "due": _utc(term["due"]).isoformat()}
         for c in checks:
             print(f"FAIL: {c}")
@@ -274,6 +275,33 @@ def _term_grades(root: pathlib.Path, term: dict, results) -> list[str]:
     late = by.get(("lucy", demo.TERM_LESSON))
     print(f"due date {_utc(term['due']):%Y-%m-%d %H:%M} UTC for {demo.TERM_LESSON}; lucy handed in 2 h late: "
           f"{late.score if late else '?'} points less {term['late_percent']:g}% in the gradebook")
+    return bad
+
+
+def _term_regrade(root: pathlib.Path, out: pathlib.Path, settings, slots: int) -> list[str]:
+    """Grade one unchanged notebook again: the term's seed makes it reproducible, so nothing may change; the
+    class CSV has the roster's names and the late penalty."""
+    import csv
+
+    from . import workflow
+
+    bad = []
+    seed = workflow.last_run.get("seed")
+    workflow.autograde(root, lessons=[demo.TERM_LESSON], students=["alice"], slots=1, settings=settings,
+                       progress=False)
+    again = workflow.last_run
+    print(f"regrade of alice/{demo.TERM_LESSON} with the term's seed {again['seed']}: "
+          + ("; ".join(again["changes"]) or "nothing changed"))
+    if again["seed"] != seed or again["changes"]:
+        bad.append(f"a regrade with the term's seed changed something: {again['changes']} (seed {seed} -> "
+                   f"{again['seed']})")
+    path = workflow.export_class(root, out / "class.csv")
+    rows = {r["student"]: r for r in csv.DictReader(path.open())}
+    lucy = rows.get("lucy", {})
+    if lucy.get("name") != "Jones Lucy" or lucy.get(f"{demo.TERM_LESSON} late penalty") in (None, "0"):
+        bad.append(f"class CSV: lucy's row lacks her roster name or late penalty: {lucy}")
+    print(f"class CSV {path.name}: {len(rows)} students, lucy {lucy.get(demo.TERM_LESSON)} "
+          f"(late penalty {lucy.get(f'{demo.TERM_LESSON} late penalty')})")
     return bad
 
 

@@ -137,3 +137,19 @@ def test_graph_launch_replays_the_launches():
     assert got["launches"] == 10 and got["eager_us"] > 0 and got["graph_us"] > 0
     # 3 warm-up calls, then at least one eager timing and one replay of 10 launches each
     assert acc.min().item() >= 3 + 10 + 10
+
+
+def test_normaliser_cost_pairs_rows():
+    """The report sets each normalising row beside the same row without the normaliser, per version."""
+    from kernels.linear_attention.bench import _normaliser_cost
+
+    def row(norm, T, times):
+        return {"problem": f"{norm} T{T}", "normalize": norm, "B": 4, "T": T, "H": 16, "K": 128, "V": 128,
+                "dtype": "bfloat16", "precision": None, "varlen": False, "state": False,
+                "versions": {n: {"status": "ok", "ms": ms} for n, ms in times.items()}}
+
+    ours, mma = "chunk_linear_attn", "norm on tensor cores"  # the second is timed on normalising rows only
+    rows = [row(True, 16, {ours: 0.8, mma: 0.4}), row(False, 16, {ours: 0.35}), row(True, 64, {ours: 3.0})]
+    lines = _normaliser_cost(rows)
+    assert lines[1:] == [f"  True T16: {ours} 2.29x, {mma} 1.14x"]  # no raw row at T64: left out
+    assert _normaliser_cost(rows[2:]) == []

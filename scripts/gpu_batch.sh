@@ -2,7 +2,7 @@
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
-#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward dask multi
+#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe dask multi
 #           learner
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
@@ -88,6 +88,8 @@ run_stage() {  # stage name, time limit in seconds
     tune) timeout "$limit" python3 scripts/tune_linear_attention.py --budget $(( limit - 10 )) || echo "tune failed ($?)" ;;
     tune-sweep) timeout "$limit" python3 scripts/tune_linear_attention.py --sweep-only --budget $(( limit - 10 )) \
                 || echo "tune failed ($?)" ;;
+    backward-probe) timeout "$limit" python3 scripts/gpu_backward_probe.py --budget $(( limit - 40 )) \
+                      || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;

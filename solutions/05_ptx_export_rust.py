@@ -555,18 +555,17 @@ def load_function(manifest, shared, image="ptx"):
     """Load the exported image into torch's context and return its entry point (once per export)."""
     from cuda.bindings import driver as cu
 
-    ok = _ok
     torch.cuda.init()
-    ok(cu.cuInit(0), "cuInit")
-    context = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")),
+    _ok(cu.cuInit(0), "cuInit")
+    context = _ok(cu.cuDevicePrimaryCtxRetain(_ok(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")),
                  "cuDevicePrimaryCtxRetain")  # the context torch's runtime uses
-    ok(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    _ok(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
     data = (OUT / manifest["images"][image]).read_bytes() + (b"\0" if image == "ptx" else b"")
-    module = ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
-    function = ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")
+    module = _ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
+    function = _ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")
     if shared > 48 * 1024:
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        ok(cu.cuFuncSetAttribute(function, attr, shared), "cuFuncSetAttribute")
+        _ok(cu.cuFuncSetAttribute(function, attr, shared), "cuFuncSetAttribute")
     return function
 
 

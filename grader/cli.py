@@ -1,10 +1,12 @@
-"""``python -m grader <command>``: build, collect, autograde, feedback, export, report, lint, demo.
+"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint, demo.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
-another): ``build`` the student notebooks from ``solutions/``; ``collect`` a folder of submissions
-(``<dir>/<student>/*.ipynb``) or an LMS zip; ``autograde`` them in the sandbox (on the GPU when there is one,
-in the interpreter otherwise; the report says which); ``feedback`` (HTML per student); ``export`` (CSV);
-``report`` (the summary table again). ``lint`` checks that every graded cell of every lesson is gradable.
+another; ``grader/GUIDE.md`` walks through a term): ``build`` the student notebooks from ``solutions/``;
+``collect`` a folder of submissions (``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard,
+Gradescope; ``--roster``), never losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the
+sandbox (on the GPU when there is one, in the interpreter otherwise, under ``--speed-policy``) with the term's
+seed; ``feedback`` (HTML per student); ``export`` (the class CSV); ``report`` (the term's table).
+``remove-student`` takes a student out; ``lint`` checks that every graded cell of every lesson is gradable.
 """
 
 from __future__ import annotations
@@ -78,6 +80,18 @@ def _collect(args) -> int:
     return 0
 
 
+def _due(args) -> int:
+    from .late import parse_date, set_due
+
+    root = _course(args)
+    when = parse_date(args.date) if args.date else None
+    if args.student and when is None:
+        print("due --student needs a DATE", file=sys.stderr)
+        return 2
+    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", args.lesson, when, args.student))
+    return 0
+
+
 def _remove_student(args) -> int:
     from . import workflow
 
@@ -89,10 +103,14 @@ def _remove_student(args) -> int:
 
 
 def _autograde(args) -> int:
+    if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
+        from .distributed import main
+
+        return main(args, _course(args))
     import kernels  # noqa: F401
     from kernels.device import MODE, describe
 
-    from . import workflow
+    from . import policy, workflow
     from .grade import Settings
     from .run import report, table
 
@@ -102,18 +120,48 @@ def _autograde(args) -> int:
         settings.problem_timeout = args.timeout
     t0 = time.time()
     results, failures, _ = workflow.autograde(root, lessons=args.lessons, students=args.students,
-                                              slots=args.slots, settings=settings)
-    print(table(results, mode=f"{MODE}; {describe()}"))
+                                              slots=args.slots, settings=settings, speed_policy=args.speed_policy,
+                                              new_seed=args.new_seed)
+    run = workflow.last_run
+    print(table(results, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
+    print(run["seed_line"])
     report(results, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
-                                                        "seconds": time.time() - t0, "nbgrader_failures": failures})
+                                                        "seconds": time.time() - t0, "nbgrader_failures": failures,
+                                                        "seed": run["seed"], "speed_policy": args.speed_policy,
+                                                        "changes": run["changes"]})
+    for line in run["changes"]:
+        print(f"  changed: {line}")
+    for r in results:
+        for n in r.notes:
+            if n.startswith("flagged"):
+                print(f"  {r.student}/{r.lesson}: {n}")
+    from .leaderboard import from_results_dir, write
+
+    write(from_results_dir(root), root / "reports")  # the speed-graded exercises' ranking (grader/README.md)
     for r in results:
         for c in r.cells:
             if not c.passed:
                 print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
     for f in failures:
-        print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
+        print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
+              f"{_failure_log(root, f)})", file=sys.stderr)
     print(f"graded {len(results)} notebook(s) in {time.time() - t0:.0f} s ({MODE})")
     return 1 if failures else 0
+
+
+def _one_line(log: str) -> str:
+    """The line of an nbgrader log that says what went wrong (not "see the above traceback")."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if "see the above traceback" not in ln.lower() and not ln.startswith(("File ", "^"))]
+    errors = [ln for ln in useful if "Error" in ln or "error" in ln] or useful
+    return (errors[-1] if errors else "no reason given")[:300]
+
+
+def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
+    path = root / "reports" / "nbgrader-failures" / f"{failure[0]}-{failure[1]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(failure[2])
+    return path
 
 
 def _feedback(args) -> int:
@@ -129,23 +177,28 @@ def _feedback(args) -> int:
 def _export(args) -> int:
     from . import workflow
 
-    path = workflow.export(_course(args), pathlib.Path(args.to))
+    if args.nbgrader:
+        path = workflow.export(_course(args), pathlib.Path(args.to))
+    else:
+        path = workflow.export_class(_course(args), pathlib.Path(args.to))
     print(f"grades written to {path}")
     return 0
 
 
 def _report(args) -> int:
+    from .classbook import load_results
     from .run import table
 
-    path = _course(args) / "reports" / "summary.json"
-    data = json.loads(path.read_text())
-
-    class R:
-        def __init__(self, d):
-            self.__dict__.update(d)
-            self.cells = [type("C", (), {"passed": c["score"] >= c["points"]})() for c in d["cells"]]
-
-    print(table([R(d) for d in data["results"]], mode=data.get("mode", "")))
+    root = _course(args)
+    results = load_results(root)
+    if not results:
+        print(f"nothing graded yet in {root}", file=sys.stderr)
+        return 1
+    last = root / "reports" / "summary.json"
+    data = json.loads(last.read_text()) if last.exists() else {}
+    rows = sorted(results.values(), key=lambda r: (r.student, r.lesson))
+    print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
+                f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
     return 0
 
 
@@ -177,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
                    "files of students not on it are refused")
     p.add_argument("--lessons", nargs="*", help="lessons to collect (default: those anyone submitted)")
     p.set_defaults(fn=_collect)
+    p = sub.add_parser("due", help="set a lesson's due date (or one student's extension) in the gradebook")
+    p.add_argument("lesson")
+    p.add_argument("date", nargs="?", help="2026-12-01 23:59 (UTC unless a zone is given); omit to clear it")
+    p.add_argument("--student", help="give this student until DATE (nbgrader's extension)")
+    p.set_defaults(fn=_due)
     p = sub.add_parser("remove-student", help="take a student out: gradebook entry removed, folders moved to "
                        "backups/removed/")
     p.add_argument("students", nargs="+")
@@ -185,15 +243,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lessons", nargs="*")
     p.add_argument("--students", nargs="*")
     p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
-    p.add_argument("--seed", type=int, help="master seed (default: fresh)")
+    p.add_argument("--seed", type=int, help="master seed (default: the term's, drawn at the first autograde and "
+                   "recorded in reports/seed.json)")
+    p.add_argument("--new-seed", action="store_true", help="draw a new term seed (every notebook gets new inputs)")
     p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
+    p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
+                   help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
+                   "leave them out of the totals, or award them")
+    g = p.add_argument_group("on a Dask cluster (grader/README.md)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="grade on the Dask scheduler at ADDRESS (tcp://host:8786)")
+    g.add_argument("--cluster", choices=["local-gpus", "slurm", "local"],
+                   help="grade on a cluster made here: one worker per GPU of this host (dask-cuda), Slurm jobs "
+                        "(dask-jobqueue, --cluster-config), or --workers local worker processes")
+    g.add_argument("--cluster-config", metavar="FILE", help="--cluster slurm: SLURMCluster options (YAML)")
+    g.add_argument("--workers", type=int, help="workers (local: processes, default 2; local-gpus: the first N "
+                                              "GPUs; slurm: jobs, default the config's)")
+    g.add_argument("--slots-per-worker", type=int, help="submissions a worker grades at once (default 3 on a GPU, "
+                                                        "1 in the interpreter)")
+    g.add_argument("--redo", action="store_true", help="grade again what an earlier run recorded")
+    g.add_argument("--connect-timeout", type=float, default=20.0, help="seconds to reach the scheduler (20)")
     p.set_defaults(fn=_autograde)
     p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")
     p.set_defaults(fn=_feedback)
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", default="grades.csv")
+    p.add_argument("--nbgrader", action="store_true",
+                   help="nbgrader's own CSV (a row per student and lesson) instead of the class CSV")
     p.set_defaults(fn=_export)
-    p = sub.add_parser("report", help="print the last autograde's summary table")
+    p = sub.add_parser("report", help="print the term's table: every submission's latest result")
     p.set_defaults(fn=_report)
     p = sub.add_parser("lint", help="check that every graded cell of the lessons can be graded")
     p.add_argument("lessons", nargs="*")

@@ -15,7 +15,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids"]
+__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids", "flag_solutions"]
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -107,6 +107,9 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
             wrong = _other_lesson(nb, p.stem, lessons) if nb is not None else ""
             if wrong:
                 nb, notes = None, notes + [wrong]
+            flag = flag_solutions(nb, lessons[p.stem]) if nb is not None else ""
+            if flag:
+                notes = notes + [flag]
             out[p.stem] = Submission(student, p.stem, nb, notes, str(p), _mtime(p))
         else:
             unmatched.append(p)
@@ -121,6 +124,8 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
             if lesson not in out and share > overlap:
                 best, overlap = lesson, share
         if best is not None and overlap >= 0.5:
+            flag = flag_solutions(nb, lessons[best])
+            notes = notes + [flag] if flag else notes
             out[best] = Submission(student, best, nb, notes + [f"found {best} under the name {p.name}"], str(p),
                                    _mtime(p))
         else:
@@ -137,6 +142,31 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
         if sub is not None:
             sub.notes.append(f"refused {name}: a link or not a plain file")
     return out
+
+
+_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION", re.M | re.S)
+
+
+def _squeeze(code: str) -> str:
+    return "\n".join(ln.strip() for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("#"))
+
+
+def flag_solutions(nb: dict, source: dict) -> str:
+    """Why ``nb`` looks like the instructor's notebook ("" if it does not): it carries the source's solution
+    markers, or at least half of the source's solution blocks verbatim (comments and indentation aside)."""
+    text = "\n".join(_text(c.get("source", "")) or "" for c in nb.get("cells", []))
+    if "### BEGIN SOLUTION" in text or "### BEGIN HIDDEN TESTS" in text:
+        return "flagged: this is the instructor's source notebook (it carries the solution markers)"
+    blocks = [b for b in (_squeeze(m.group(1)) for c in source.get("cells", [])
+                          for m in _BLOCK.finditer(_text(c.get("source", "")) or "")) if len(b) >= 40]
+    if not blocks:
+        return ""
+    mine = _squeeze(text)
+    same = sum(1 for b in blocks if b in mine)
+    if same * 2 >= len(blocks):
+        return (f"flagged: carries the instructor's solution code ({same} of {len(blocks)} solution blocks "
+                "verbatim)")
+    return ""
 
 
 def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> str:

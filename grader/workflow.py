@@ -21,7 +21,7 @@ import time
 from .collect import Submission, collect_folder, read_notebook
 
 __all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
-           "autograde", "feedback", "export", "gradebook_scores"]
+           "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
@@ -352,36 +352,88 @@ def _quiet():
         yield buf
 
 
+#: what the last :func:`autograde` in this process did: its seed (and where it came from), what it changed
+last_run: dict = {}
+
+
 def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2, settings=None,
-              progress: bool = True):
-    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde."""
-    from . import nbexec
+              progress: bool = True, speed_policy: str = "zero", new_seed: bool = False):
+    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde.
+
+    ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`). The
+    master seed is the term's (``reports/seed.json``; ``settings.seed`` or ``new_seed`` replace it), so that a
+    regrade is reproducible; what a regrade changed is in :data:`last_run` and ``reports/history.jsonl``."""
+    from . import classbook, policy
     from .grade import Grader, Settings
     from .run import grade_class
 
     sources, releases = sources_of(root), releases_of(root)
     subs = [s for s in submissions(root, lessons, students) if s.lesson in sources]
     settings = settings or Settings()
+    settings.seed, seed_line = classbook.term_seed(root, settings.seed, new=new_seed)
     settings.hide = [*settings.hide, str(root.resolve())]
     grader = Grader(settings)
     results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
+    policy.apply(results, speed_policy)
+    last_run.clear()
+    last_run.update(seed=settings.seed, seed_line=seed_line, speed_policy=speed_policy,
+                    changes=classbook.record_changes(root, results, settings.seed))
+    failures = record(root, subs, results)
+    return results, failures, grader.sandbox.uid_base
+
+
+def submission_digest(sub: Submission) -> str:
+    """The sha256 of the collected notebook file (``"none"`` when nothing was submitted): which version a result
+    grades, so a re-run can tell a graded submission from one collected again since."""
+    import hashlib
+
+    if sub.notebook is None or not sub.path or not pathlib.Path(sub.path).exists():
+        return "none"
+    return hashlib.sha256(pathlib.Path(sub.path).read_bytes()).hexdigest()
+
+
+def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) -> list[tuple[str, str, str]]:
+    """This process alone writes the records: each result (in ``subs``' order) to ``reports/results``, then
+    ``nbgrader autograde`` (which takes the verdicts from :data:`nbexec.PREGRADED`) or an explicit 0 for a
+    notebook that was not submitted. ``a``: an :func:`api` to reuse. Returns nbgrader's failures as
+    (student, lesson, log)."""
+    from . import nbexec
+
     out = nbexec.results_dir(root)
-    for r in results:
+    paths = {}
+    for sub, r in zip(subs, results):
         nbexec.PREGRADED[(r.student, r.lesson, r.lesson)] = r
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(r.as_dict(), indent=1, default=str))
+        paths[(r.student, r.lesson)] = p
+        p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub)), indent=1, default=str))
     failures = []
-    a = api(root)
+    a = a or api(root)
     for sub, r in zip(subs, results):
+        ok = True
         if sub.notebook is None:
             _record_zero(root, r, "; ".join(sub.notes) or "not submitted")
-            continue
-        with _quiet() as log:
-            res = a.autograde(r.lesson, r.student, force=True, create=True)
-        if not res.get("success"):
-            failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))
-    return results, failures, grader.sandbox.uid_base
+        else:
+            with _quiet() as log:
+                res = a.autograde(r.lesson, r.student, force=True, create=True)
+            if not res.get("success"):
+                ok = False
+                failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))
+        p = paths[(r.student, r.lesson)]
+        p.write_text(json.dumps(dict(json.loads(p.read_text()), recorded=ok), indent=1))
+    return failures
+
+
+def recorded(root: pathlib.Path, sub: Submission) -> bool:
+    """Whether this version of the submission was graded and recorded in the gradebook by an earlier run."""
+    from . import nbexec
+
+    p = nbexec.results_dir(root) / sub.student / f"{sub.lesson}.json"
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(d.get("recorded")) and d.get("submission_sha256") == submission_digest(sub)
 
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:
@@ -411,7 +463,43 @@ def feedback(root: pathlib.Path) -> list[tuple[str, str, str]]:
             if not res.get("success"):
                 why = "\n".join(x for x in (res.get("error"), res.get("log"), log.getvalue()) if x)
                 failures.append((student_dir.name, ldir.name, why[-2000:] or "no reason given"))
+    _feedback_without_notebook(root)
     return failures
+
+
+def _feedback_without_notebook(root: pathlib.Path) -> list[pathlib.Path]:
+    """A feedback page for each submission with no gradable notebook (unreadable, another lesson's, missing),
+    which nbgrader has nothing to render for: the lesson, 0 points, and why, in words the student can act on."""
+    import html
+
+    from .notebook import split
+
+    sources = sources_of(root)
+    written = []
+    for sub in submissions(root):
+        if sub.notebook is not None or sub.lesson not in sources:
+            continue
+        points = sum(g.points for g in split(sources[sub.lesson])[1])
+        reasons = sub.notes or ["not submitted"]
+        page = root / "feedback" / sub.student / sub.lesson / f"{sub.lesson}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+        page.write_text(
+            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(sub.lesson)}: feedback</title>"
+            f"</head><body><h1>{html.escape(sub.lesson)}: 0 of {points:g} points</h1>"
+            f"<p>Student: {html.escape(sub.student)}. Nothing in this submission could be graded:</p><ul>{items}</ul>"
+            f"<p>Hand in <code>{html.escape(sub.lesson)}.ipynb</code>, the notebook of this lesson saved from "
+            "JupyterLab, before the due date; ask your instructor if it was handed in and this page says "
+            "otherwise.</p></body></html>\n")
+        written.append(page)
+    return written
+
+
+def export_class(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
+    """The class CSV (:func:`grader.classbook.write_csv`): a row per student, per-cell columns, roster names."""
+    from .classbook import write_csv
+
+    return write_csv(root, path)
 
 
 def export(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:

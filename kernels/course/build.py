@@ -48,6 +48,7 @@ LESSONS = (
     "04_chunked_linear_attention",
     "05_ptx_export_rust",
     "06_profile_compile_autotune",
+    "07_backward",
 )
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -148,12 +148,20 @@ def _public(q, k, v, scale, initial_state=None, output_final_state=False, cu_seq
 
 
 def sets() -> dict:
-    """Problem sets beside this ladder: ``general`` (every path fla serves) and ``targets`` (its rows that the
-    performance targets name); each is ``(problems, versions)``."""
-    from . import bench_general
+    """Problem sets beside this ladder: ``general`` (every path fla serves), ``targets`` (its rows that the
+    performance targets name) and ``backward`` (forward + backward); each is ``(problems, versions)``."""
+    from . import bench_backward, bench_general
 
     return {"ladder": (problems, versions), "general": (bench_general.problems, bench_general.versions),
-            "targets": (bench_general.targets, bench_general.versions)}
+            "targets": (bench_general.targets, bench_general.versions),
+            "backward": (bench_backward.problems, bench_backward.versions)}
+
+
+def warm_key(p) -> tuple:
+    """Rows whose first calls compile and autotune the same kernels (fla-core tunes per head sizes and dtypes,
+    and again when states or packed sequences join the call), warmed in one process in the run's order."""
+    g = p.params.get
+    return g("dtype"), g("K"), g("V"), g("varlen"), g("state")
 
 
 def report(result: dict) -> str:
@@ -172,10 +180,41 @@ def report(result: dict) -> str:
             mem = ""
             if "scratch_bytes" in e:
                 mem = f" +{e['scratch_bytes'] / 2**20:.0f}M ({e['scratch_bytes'] / e['input_bytes']:.3f})"
+            if "held_bytes" in e:
+                mem += f" held {e['held_bytes'] / 2**20:.0f}M ({e['held_fraction']:.3f})"
             cells.append(err + mem)
         lines.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     title = ("relative error vs float64 (+ intermediates in device memory during one call: MiB, and the fraction "
-             "of the inputs' size)")
-    return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines])
+             "of the inputs' size; held: kept by autograd from forward to backward, as a fraction of q, k, v)")
+    return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines] + _normaliser_cost(rows))
+
+
+def _normaliser_cost(rows: list[dict]) -> list[str]:
+    """What normalize=True costs: each normalising row's time over the same row's without it (target ≤ 1.15x),
+    for every version timed on both (a normalising-only version over the default's raw time)."""
+    def ms(r, name):
+        e = r["versions"].get(name, {})
+        return e.get("ms") if e.get("status") == "ok" else None
+
+    def same(r):
+        return tuple(str(r.get(k)) for k in _SAME)
+
+    raw = {same(r): r for r in rows if r.get("normalize") is False}
+    out = []
+    for r in rows:
+        twin = raw.get(same(r)) if r.get("normalize") else None
+        if twin is None:
+            continue
+        cells = []
+        for name in r["versions"]:
+            base = ms(twin, name) or ms(twin, "chunk_linear_attn")
+            if ms(r, name) and base:
+                cells.append(f"{name} {ms(r, name) / base:.2f}x")
+        if cells:
+            out.append(f"  {r['problem']}: " + ", ".join(cells))
+    return ["normalize=True over normalize=False, same row (target ≤ 1.15x):", *out] if out else []
+
+
+_SAME = ("B", "T", "H", "K", "V", "dtype", "precision", "varlen", "state")

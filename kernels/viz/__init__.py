@@ -13,6 +13,7 @@ from .ir import ir_explorer
 from .memory import coalescing_view, working_set_view
 from .ptx import parse_ptx, ptx_explorer, sample_ptx
 from .recurrence import recurrence_stepper
+from .sweeps import backward_sweeps
 from .tiles import access_explorer, matmul_tile_explorer, tile_explorer
 from .tracer import Access, Launch, OutOfBounds, Trace, trace
 from .view import View
@@ -25,6 +26,7 @@ __all__ = [
     "recurrence_stepper",
     "tile_explorer", "matmul_tile_explorer",
     "chunk_flow", "chunk_state_explorer",
+    "backward_sweeps",
     "ptx_explorer", "parse_ptx", "sample_ptx",
     "ir_explorer", "autotune_scatter", "model_rows",
 ]

@@ -50,6 +50,7 @@ CASES = {
     "matmul_lesson": (lambda: viz.matmul_tile_explorer(), [dict(pid=4), dict(BLOCK_K=32)]),
     "chunks": (lambda: viz.chunk_flow(), [dict(i=3), dict(chunk=32)]),
     "chunk_lesson": (lambda: viz.chunk_state_explorer(), [dict(i=2)]),
+    "backward_sweeps": (lambda: viz.backward_sweeps(), [dict(step=3), dict(show="dk/dv program"), dict(chunk=32)]),
     "ptx": (lambda: viz.ptx_explorer(ptx_text()), [dict(k=3), dict(category="global memory")]),
 }
 
@@ -182,9 +183,23 @@ def test_recurrence_traced_bytes_from_a_kernel():
         return s
 
     view = viz.recurrence_stepper(launch, T=12, K=8, V=8)
-    view.set(t=3)
-    # 4 steps: each loads S (256 B), k_t (32 B), v_t (32 B) and stores S (256 B)
-    assert "moved 1280 B in and 1024 B out of HBM through step 3" in view.caption
+    view.set(t=4)
+    # steps 1..4: each loads S (256 B), k_t (32 B), v_t (32 B) and stores S (256 B)
+    assert "loaded 1280 B and stored 1024 B through step 4" in view.caption
+
+
+def test_recurrence_totals_are_the_lessons_byte_counts():
+    from kernels.viz.recurrence import _NAIVE, _ONCHIP, global_bytes
+
+    B, T, H, K, V, e = 4, 2048, 16, 64, 64, 2
+    naive = B * H * sum(global_bytes(K, V, e, _NAIVE, T, T).values())
+    onchip = B * H * sum(global_bytes(K, V, e, _ONCHIP, T, T).values())
+    assert naive == B * T * H * (2 * K + 2 * V) * e + B * H * K * V * 4 * (2 * T + 1)  # naive_bytes
+    assert onchip == B * T * H * (2 * K + 2 * V) * e + B * H * K * V * 4  # fused_bytes with one V block
+    view = viz.recurrence_stepper()
+    assert "4.363 GB asked of global memory" in view.caption and "stays in L2" in view.caption
+    view.set(t=1)
+    assert "S_0 = 0" in view._art["ax"][2].get_title()
 
 
 def test_chunk_view_checks_the_kernel_against_the_recurrence():
@@ -216,3 +231,13 @@ def test_save_button_writes_the_current_picture(tmp_path, monkeypatch):
     save.click()
     written = tmp_path / "artifacts" / "coalescing_view.png"
     assert written.read_bytes() == view.png()
+
+
+def test_backward_sweeps_gradients_match_autograd():
+    """The chunked gradients the view draws are autograd's, and each program's chunk is named in the caption."""
+    view = viz.backward_sweeps(T=50, chunk=16)
+    view.set(step=1)
+    assert "dq program uses S entering chunk 1" in view.caption and "for chunk 2" in view.caption
+    for part in ("dq", "dk", "dv"):
+        err = float(view.caption.split(f"{part} ")[-1].split(",")[0].rstrip("."))
+        assert err < 1e-12, view.caption

@@ -31,7 +31,7 @@ __all__ = ["Entry", "LESSONS", "OBJECTS", "entries", "build", "grade_entry", "gr
 
 #: The lessons with a zoo, by lesson id (the module is ``kernels.checks.zoo.l<lesson id>``).
 LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
-           "05_ptx_export_rust", "06_profile_compile_autotune")
+           "05_ptx_export_rust", "06_profile_compile_autotune", "07_backward")
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them.
 OBJECTS = {
@@ -58,6 +58,10 @@ OBJECTS = {
     "06_profile_compile_autotune.fixed": ("fixed_matmul_kernel",),
     "06_profile_compile_autotune.fixed_speed": ("fixed_matmul_kernel",),
     "06_profile_compile_autotune.autotune_space": ("SPACE",),
+    "07_backward.backward_torch": ("chunked_backward_torch",),
+    "07_backward.dq": ("dq_kernel",),
+    "07_backward.dkdv": ("dkdv_kernel",),
+    "07_backward.autograd": ("linear_attention",),
 }
 
 _PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"

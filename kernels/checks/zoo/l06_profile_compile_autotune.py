@@ -51,6 +51,30 @@ def _kernel(name, exercise="fixed", **changes):
     return Entry(f"{LESSON}.{exercise}", name, KERNEL.format(**{**_GOOD, **kw}), **changes)
 
 
+_INCREMENTS = '''@triton.jit
+def _tile_mask(rows, cols, R, C):
+    return (rows[:, None] < R) & (cols[None, :] < C)
+
+
+@triton.jit
+def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=_tile_mask(rows, ks, M, K - k * BLOCK_K), other=0.0)
+        b = tl.load(b_ptrs, mask=_tile_mask(ks, cols, K - k * BLOCK_K, N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=_tile_mask(rows, cols, M, N))
+'''
+
 _SPACE_GOOD = '''SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
@@ -126,6 +150,8 @@ ENTRIES = [
     _kernel("fixed-sizes-only", decorator='(do_not_specialize=["M", "N", "K"])', wrong=False,
             why="keeps one binary for all sizes but lets the strides specialise"),
     _kernel("fixed-speed", exercise="fixed_speed", wrong=False, why="the fix, timed on a GPU"),
+    Entry(f"{LESSON}.fixed", "pointer-increments", _INCREMENTS, wrong=False,
+          why="pointers advanced by BLOCK_K each step, a @triton.jit mask helper, a tile-count loop"),
 
     _value("autotune_space", "too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, "
            "num_stages=3)]", fault="at least 4", why="one configuration is not a search"),

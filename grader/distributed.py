@@ -4,10 +4,11 @@
 ``LocalCUDACluster``: one worker per GPU of this host), ``--cluster slurm --cluster-config FILE``
 (dask-jobqueue's ``SLURMCluster``) or ``--cluster local --workers N`` (worker processes on this host, each
 pinned to one GPU when there are GPUs). Each collected (submission, lesson) is one Dask task; on GPU workers it
-needs the worker resource ``GPU`` (one per worker), under the interpreter it takes one of the worker's threads
-(a worker's ``nthreads`` are its slots). Inside a task the same sandbox grades as on one machine: a worker
-process builds one :class:`grader.grade.Grader` per run (its own sandbox uid range, the run's master seed, so a
-seed gives the same cases wherever a submission lands) and hands its slots to its threads.
+needs a share of the worker resource ``GPU`` (one per worker: a worker's ``nthreads`` are its slots on its GPU,
+and a task takes ``1/nthreads`` of it), under the interpreter one of the worker's threads. Inside a task the
+same sandbox grades as on one machine: a worker process builds one :class:`grader.grade.Grader` per run (its own
+sandbox uid range, the run's master seed, so a seed gives the same cases wherever a submission lands) and hands
+its slots to its threads.
 
 The results come back to this process, which alone writes ``reports/``, ``gradebook.db``, feedback and CSV
 (:func:`grader.workflow.record`): the workers never touch the course folder. Faults:
@@ -106,6 +107,7 @@ def _grade_task(run: str, student: str, lesson: str, notebook: dict):
     worker's clock when it finished)."""
     from distributed import get_worker
 
+    from . import run as _run  # noqa: F401  (on Python 3.11 its import makes threads parse one at a time)
     from .grade import CellResult, NotebookResult
     from .notebook import split
 
@@ -202,7 +204,7 @@ def connect(scheduler: str | None = None, cluster: str | None = None, *, config:
     if cluster == "local-gpus":
         try:
             from dask_cuda import LocalCUDACluster
-        except ImportError as e:
+        except Exception as e:  # not installed, or its CUDA bindings do not load here
             raise SetupError(f"--cluster local-gpus needs dask-cuda, which is not installed here ({e}): "
                              "pip install -e '.[gpus]' (or dask-cuda), or use --cluster local --workers N, one "
                              "worker per GPU as well; nothing was graded") from None
@@ -286,9 +288,10 @@ def _workers(client, timeout: float) -> dict:
     except Exception as e:
         raise SetupError(f"a Dask worker cannot import the grader ({type(e).__name__}: {e}); install the "
                          "workbook (pip install -e .) in the workers' Python environment; nothing was graded") from None
-    resources = {a: w.get("resources", {}) for a, w in client.scheduler_info()["workers"].items()}
+    workers = client.scheduler_info()["workers"]
     for addr, d in info.items():
-        d["resources"] = resources.get(addr, {})
+        d["resources"] = (workers.get(addr) or {}).get("resources", {})
+        d["nthreads"] = (workers.get(addr) or {}).get("nthreads", 1)
     return info
 
 
@@ -370,7 +373,12 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
             bar.step(f"{s.student}/{s.lesson} {r.score:g}/{r.max_score:g}")
 
     futures = {}
-    resources = {"GPU": 1} if mode == "gpu" else None
+    resources = None
+    if mode == "gpu":
+        # a GPU worker's threads are its slots on its GPU (the sandbox keeps timing exclusive among them): a task
+        # needs 1/slots of the worker's GPU resource, a hair less so that rounding never leaves a slot idle
+        slots = min(d["nthreads"] for d in info.values() if d["resources"].get("GPU"))
+        resources = {"GPU": 1.0 / max(1, slots) - 1e-9}
     submitted = time.time()
     try:
         for s in todo:

@@ -2,7 +2,7 @@
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
-#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward dask multi
+#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe dask multi
 #           lesson06
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
@@ -65,13 +65,14 @@ run_stage() {  # stage name, time limit in seconds
     bench-la-general) FLA_CACHE_RESULTS=0 timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} --warm "${LA_WARM:-10}" \
                         --only chunk_linear_attn "norm on tensor cores" "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
                         || echo "bench-la-general failed ($?)" ;;
-    # the backward pass: its GPU tests (gradients against float64 and fla's), then forward + backward timed beside
-    # fla's at B=4 H=16 D=128 bf16, T=4k..64k (kernels/linear_attention/bench_backward.py)
-    backward) timeout $(( limit / 3 )) python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=10 \
-                tests/kernels/test_linear_attention_backward.py > results/gpu/pytest-backward.log 2>&1
-              echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla" results/gpu/pytest-backward.log | tail -30
-              timeout $(( limit * 2 / 3 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
-                --budget $(( limit * 2 / 3 - 60 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)" ;;
+    # the backward pass: its GPU tests and lesson 07's (gradients against float64 and fla's, the lesson's speed
+    # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py)
+    backward) timeout $(( limit * 2 / 5 )) python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=10 \
+                tests/kernels/test_linear_attention_backward.py tests/checks/lessons/test_l07_backward.py \
+                > results/gpu/pytest-backward.log 2>&1
+              echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla|backward_speed" results/gpu/pytest-backward.log | tail -30
+              timeout $(( limit * 3 / 5 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
+                --budget $(( limit * 3 / 5 - 70 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)" ;;
     # every fused family against float64, a process per case (one CUDA fault costs one case), a few under memcheck
     la-check) timeout "$limit" python3 scripts/gpu_la_check.py --budget $(( limit - 35 )) --jobs "${LA_CHECK_JOBS:-12}" \
                 --sanitize "${LA_SANITIZE:-3}" > results/gpu/la-check.log 2>&1; echo "la-check exit $?"
@@ -87,6 +88,8 @@ run_stage() {  # stage name, time limit in seconds
     tune) timeout "$limit" python3 scripts/tune_linear_attention.py --budget $(( limit - 10 )) || echo "tune failed ($?)" ;;
     tune-sweep) timeout "$limit" python3 scripts/tune_linear_attention.py --sweep-only --budget $(( limit - 10 )) \
                 || echo "tune failed ($?)" ;;
+    backward-probe) timeout "$limit" python3 scripts/gpu_backward_probe.py --budget $(( limit - 40 )) \
+                      || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;

@@ -143,6 +143,7 @@ def cluster(tmp_path_factory):
     c.close()
 
 
+@pytest.mark.slow  # a real cluster grading real notebooks: 15-25 s each on 2 cores
 def test_cluster_grades_like_the_default_executor(default_run, cluster, course):
     from grader import distributed, workflow
 
@@ -191,6 +192,7 @@ def _killer(cluster, client, student: str, times: int, killed: list):
     return t
 
 
+@pytest.mark.slow  # a real cluster grading real notebooks: 15-25 s each on 2 cores
 def test_worker_killed_mid_task_is_retried(default_run, cluster, course):
     """SIGKILL the worker grading a submission: the scheduler reruns it on another worker, nothing is lost."""
     from grader import distributed, workflow
@@ -211,6 +213,7 @@ def test_worker_killed_mid_task_is_retried(default_run, cluster, course):
     assert workflow.gradebook_scores(course) == book
 
 
+@pytest.mark.slow  # a real cluster grading real notebooks: 15-25 s each on 2 cores
 def test_worker_lost_twice_is_an_infrastructure_failure(default_run, cluster, course):
     """Lost again on its retry: named as an infrastructure failure, not recorded (no 0); a re-run grades only it."""
     from grader import distributed, workflow

@@ -65,7 +65,8 @@ def _grads(fn, c, normalize, z0=None):
     leaves = [x.detach().clone().requires_grad_() for x in (c["q"], c["k"], c["v"])]
     h0 = c["initial_state"].clone().requires_grad_()
     z = None if z0 is None else z0.clone().requires_grad_()
-    o, ht = fn(*leaves, c["scale"], (h0, z) if normalize else h0, True, normalize, c["cu_seqlens"])
+    o, ht = fn(*leaves, scale=c["scale"], initial_state=(h0, z) if normalize else h0, output_final_state=True,
+               normalize=normalize, cu_seqlens=c["cu_seqlens"])
     loss = (o.double() * c["do"].double()).sum()
     if normalize:
         ht, zt = ht

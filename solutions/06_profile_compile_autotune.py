@@ -212,7 +212,7 @@ check("06_profile_compile_autotune.predict_shared", predict_shared, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · Find the planted bug (1 + 1 points)
+# ## Exercise 2 · Find the planted bug (2 points)
 #
 # On the H200, `planted_matmul` takes several times longer than `fixed_matmul` at 4096³ (the profile below
 # measures it). Their bodies are the same line for line. Compare the two compiles (the explorer, or the cells
@@ -237,13 +237,8 @@ print(f"planted: {bad.summary()}")
 SLOW_INSTRUCTION = "ld.global.b16"
 ### END SOLUTION
 
-# %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("06_profile_compile_autotune.slow_instruction", SLOW_INSTRUCTION)
-
-# %% nbgrader={"grade": true, "grade_id": "ex2-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
-### BEGIN HIDDEN TESTS
-check("06_profile_compile_autotune.slow_instruction", SLOW_INSTRUCTION, hidden=True)
-### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Exercise 3 · Fix it (2 + 1 points, and 2 for speed on a GPU)

@@ -178,7 +178,7 @@ SLOW_INSTRUCTION = Exercise(
     description="the planted kernel's one-element global loads, named from its PTX or SASS (compiled for sm_90)",
     run=_value_only,
     rule=lambda values, hidden: instruction_problems(values[0]),
-    points=(1, 1),
+    points=(2, 0),
 )
 
 
@@ -375,6 +375,7 @@ AUTOTUNE_SPACE = Exercise(
                 "fresh inputs, is within 10% of the lesson's configuration",
     run=_value_only,
     rule=lambda values, hidden: space_problems(values[0], measure=hidden),
+    hidden=[Case("on a GPU: autotuned, the winner timed again on fresh inputs against the lesson's configuration")],
     points=(1, 2),
 )
 

@@ -51,6 +51,7 @@ OBJECTS = {
     "04_chunked_linear_attention.chunked_torch": ("chunked_attention_torch",),
     "04_chunked_linear_attention.intra_chunk": ("intra_chunk_kernel",),
     "04_chunked_linear_attention.chunked_fwd": ("chunked_attention_kernel",),
+    "04_chunked_linear_attention.chunked_speed": ("CHUNK", "chunked_attention_kernel"),
     "05_ptx_export_rust.predict_launch": ("predict_launch",),
     "05_ptx_export_rust.build_launch": ("build_launch",),
     "06_profile_compile_autotune.predict_shared": ("predict_shared",),

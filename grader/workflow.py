@@ -165,6 +165,10 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason.
     """
     sources = sources_of(root)
+    if not sources:
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
+    if not pathlib.Path(folder).is_dir():
+        raise ValueError(f"{folder} is not a folder of submissions (<student>/<lesson>.ipynb)")
     collected = collect_folder(folder, sources)
     known = load_roster(root, roster)
     if known is not None:
@@ -273,6 +277,8 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
     from . import lms
 
     names = sorted(sources_of(root))
+    if not names:
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
     found, skipped = lms.entries(source, names, roster=load_roster(root, roster), named_regexp=_named_regexp(),
                                  max_bytes=max_bytes)
     chosen, older = lms.select(found)

@@ -3,6 +3,7 @@
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
 #           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe dask multi
+#           learner lesson06
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
@@ -94,6 +95,9 @@ run_stage() {  # stage name, time limit in seconds
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
     notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;
     course) timeout "$limit" python3 scripts/gpu_course.py || echo "course failed ($?)" ;;
+    # lessons 00-05's quoted numbers: the capstone speed check (chunks of 16 and 64), the prefetching recurrence,
+    # a CUDA graph's launch cost, the changed notebook cells (results/gpu/learner.json)
+    learner) timeout "$limit" python3 scripts/gpu_learner.py --budget $(( limit - 40 )) || echo "learner failed ($?)" ;;
     course-student) timeout "$limit" python3 scripts/gpu_course.py --copy student || echo "course-student failed ($?)" ;;
     course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
@@ -101,6 +105,8 @@ run_stage() {  # stage name, time limit in seconds
     zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" --out results/gpu/zoo.json \
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
+    # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json
+    lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py || echo "lesson06 failed ($?)" ;;
     # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
     # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
     dask|multi) (

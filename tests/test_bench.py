@@ -114,6 +114,31 @@ def test_warm_up_in_child_processes(tmp_path):
     assert saved["complete"] and saved["rows"][0]["versions"]["chunk_linear_attn"]["status"] == "ok"
 
 
+def test_graph_launch_needs_a_gpu():
+    from kernels.bench import graph_launch_us
+    from kernels.device import ON_GPU
+
+    if ON_GPU:
+        pytest.skip("measured on the GPU (test_graph_launch_replays_the_launches)")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        graph_launch_us(lambda: None)
+
+
+@pytest.mark.gpu
+def test_graph_launch_replays_the_launches():
+    """Eager calls and graph replays both run the launches: every one adds to the accumulator."""
+    import torch
+
+    from kernels.bench import graph_launch_us
+
+    acc = torch.zeros(1024, device="cuda")
+    got = graph_launch_us(lambda: acc.add_(1.0), launches=10)
+    torch.cuda.synchronize()
+    assert got["launches"] == 10 and got["eager_us"] > 0 and got["graph_us"] > 0
+    # 3 warm-up calls, then at least one eager timing and one replay of 10 launches each
+    assert acc.min().item() >= 3 + 10 + 10
+
+
 def test_normaliser_cost_pairs_rows():
     """The report sets each normalising row beside the same row without the normaliser, per version."""
     from kernels.linear_attention.bench import _normaliser_cost

@@ -194,7 +194,7 @@ def autotune(kernel, configs: list[dict], run_tuned, fresh_args, key: tuple[str,
 
     ``run_tuned(tuned, args)`` launches the autotuned kernel (no meta-parameters: the tuner supplies them);
     ``fresh_args()`` draws new inputs. Returns every config's time as the tuner measured it, the winner, the
-    tuning time, and the winner's median re-measured by :func:`time_ms` on fresh inputs.
+    tuning time, the winner's median re-measured by :func:`time_ms` on fresh inputs, and the tuned kernel.
     """
     _need_gpu("autotune")
     import time
@@ -217,4 +217,4 @@ def autotune(kernel, configs: list[dict], run_tuned, fresh_args, key: tuple[str,
     again = fresh_args()
     remeasured = time_ms(lambda: run_tuned(tuned, again), rep=rep)
     return {"rows": rows, "winner": winner, "tuning_s": tuning_s, "winner_ms": remeasured,
-            "winner_tuned_ms": next((r["ms"] for r in rows if r["config"] == winner), None)}
+            "winner_tuned_ms": next((r["ms"] for r in rows if r["config"] == winner), None), "tuned": tuned}

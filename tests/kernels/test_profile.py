@@ -88,6 +88,18 @@ def test_stages_registers_and_diff(compiled):
     assert "registers/thread" in c.summary()
 
 
+def test_without_detail_only_the_slow_readings_are_missing(compiled):
+    quick = compiler.compile_kernel(planted._fixed_matmul_kernel, _args(), num_warps=8, num_stages=4,
+                                    detail=False, **CONFIG)
+    assert quick.registers is None and "sass" not in quick.stages and quick.notes
+    assert quick.shared == 4 * compiled["fixed"].shared // 3
+    again = compiler.compile_kernel(planted._fixed_matmul_kernel, _args(), num_warps=8, num_stages=4, **CONFIG)
+    assert again.registers and again.stages["sass"]  # a detailed request is not served the quick one
+    served = compiler.compile_kernel(planted._fixed_matmul_kernel, _args(), num_warps=8, num_stages=3,
+                                     detail=False, **CONFIG)
+    assert served.registers == compiled["fixed"].registers  # a quick request may be served a detailed one
+
+
 def test_compile_errors_name_the_problem():
     with pytest.raises(compiler.CompileError, match="constexpr BLOCK_K needs a value"):
         compiler.compile_kernel(planted._fixed_matmul_kernel, _args(), BLOCK_M=64, BLOCK_N=64)

@@ -313,6 +313,23 @@ def run_all(names: list[str], *, out: pathlib.Path, tiny: bool = False, jobs: in
     return result
 
 
+def families(result: dict) -> str:
+    """One line per family (normalize, dtype, K, V, where the normaliser's sums run): how its cases ended."""
+    rows: dict[tuple, dict[str, int]] = {}
+    for r in result["cases"].values():
+        c = r.get("case")
+        if not c:
+            continue
+        fam = ("norm" if c["norm"] else "raw", c["dtype"], f"K{c['K']}V{c['V']}",
+               "tensor cores" if c.get("mma") else "CUDA cores" if c["norm"] else "")
+        counts = rows.setdefault(fam, {})
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    lines = ["family (normaliser's sums on): cases by status"]
+    for fam, counts in sorted(rows.items()):
+        lines.append(f"  {' '.join(x for x in fam if x)}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", help="run this one case here and print its result (what each child runs)")
@@ -334,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     r = run_all(names, out=args.out, tiny=args.tiny, jobs=args.jobs, budget=args.budget,
                 sanitize=SANITIZE[:args.sanitize], timeout=args.timeout)
+    print(families(r))
     print(f"la-check: {r['summary']}; not started: {len(r['not_started'])}; {args.out}")
     return 0 if set(r["summary"]) <= {"pass", "SKIPPED"} and r["complete"] else 1
 

@@ -91,4 +91,5 @@ def test_children_fail_alone_and_memcheck_decides(tmp_path, monkeypatch):
     assert fault["status"] == "SANITIZER" and fault["numeric_status"] == "pass"
     assert "Invalid __global__ read" in fault["problems"][0]
     assert r["summary"] == {"pass": 2, "CRASH": 1, "SANITIZER": 1} and saved["complete"]
+    assert "  norm bf16 K64V64 CUDA cores: 1 pass" in la_check.families(saved).splitlines()
     assert torch.get_float32_matmul_precision() == "highest"  # nothing leaked into this process

@@ -373,6 +373,7 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
             bar.step(f"{s.student}/{s.lesson} {r.score:g}/{r.max_score:g}")
 
     futures = {}
+    watch = None
     resources = None
     if mode == "gpu":
         # a GPU worker's threads are its slots on its GPU (the sandbox keeps timing exclusive among them): a task
@@ -390,6 +391,7 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
             if s.notebook is None:
                 r = _missing(s, sources[s.lesson])
                 landed(s, r, "")
+        watch = _Orphans(client, list(futures), timeout)
         for f in _distributed().as_completed(list(futures)):
             s = futures[f]
             try:
@@ -404,6 +406,8 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
             r.notes = list(s.notes) + r.notes
             landed(s, r, addr)
     finally:
+        if watch:
+            watch.stop.set()
         if todo:
             try:
                 client.unregister_worker_plugin(name)
@@ -413,6 +417,31 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
     where = sorted({d["where"] for d in info.values()})
     return Outcome(ordered, failures, infra, [(s.student, s.lesson) for s in skipped], info, mode, where,
                    retries, time.time() - t0, placement, finished, settings.seed, seed_line, changes)
+
+
+class _Orphans:
+    """Cancels what is left when the cluster has had no worker for ``timeout`` seconds (all of them lost, a job
+    queue that will not give any back): those tasks become infrastructure failures instead of a wait forever."""
+
+    def __init__(self, client, futures: list, timeout: float):
+        self.client, self.futures, self.timeout = client, futures, timeout
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name="orphans").start()
+
+    def _run(self) -> None:
+        since = None
+        while not self.stop.wait(2.0):
+            try:
+                n = len(self.client.scheduler_info()["workers"])
+            except Exception:  # the scheduler itself is gone: the futures fail on their own
+                return
+            if n:
+                since = None
+                continue
+            since = since or time.time()
+            if time.time() - since > self.timeout:
+                self.client.cancel([f for f in self.futures if not f.done()])
+                return
 
 
 def _allowed_failures(client) -> int | None:
@@ -428,7 +457,8 @@ def _reason(e: BaseException) -> str:
         return ("the worker grading it was lost again after one retry on another worker (KilledWorker); the "
                 "submission is kept: run autograde again to grade it")
     if name in ("CancelledError", "FutureCancelledError"):
-        return "the task was cancelled (the scheduler went away?); run autograde again to grade it"
+        return ("not graded: the cluster had no worker left (or the scheduler went away); run autograde again to "
+                "grade it")
     return f"{name}: {str(e)[:500]}; run autograde again to grade it"
 
 

@@ -199,7 +199,9 @@ def connect(scheduler: str | None = None, cluster: str | None = None, *, config:
         return Cluster(client, f"scheduler {scheduler}")
     if cluster not in CLUSTERS:
         raise SetupError(f"unknown cluster {cluster!r}: one of {', '.join(CLUSTERS)}")
-    # one retry for a task whose worker was lost; workers whose memory only the sandbox watches
+    if cluster == "slurm" and not config:
+        raise SetupError("--cluster slurm needs --cluster-config FILE (SLURMCluster options; see grader/README.md)")
+    # one retry for a task whose worker was lost; nannies whose workers may start the sandbox's processes
     dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.worker.daemon": False})
     if cluster == "local-gpus":
         try:
@@ -212,8 +214,6 @@ def connect(scheduler: str | None = None, cluster: str | None = None, *, config:
                              memory_limit=0, dashboard_address=None)
         what = f"LocalCUDACluster, {len(c.workers)} GPU worker(s)"
     elif cluster == "slurm":
-        if not config:
-            raise SetupError("--cluster slurm needs --cluster-config FILE (SLURMCluster options; see grader/README.md)")
         opts, jobs = slurm_options(pathlib.Path(config))
         try:
             from dask_jobqueue import SLURMCluster

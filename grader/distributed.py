@@ -82,7 +82,25 @@ class _RunPlugin(_PluginBase):
     def teardown(self, worker=None):
         _RUNS.pop(self.run, None)
         with _LOCK:
-            _GRADERS.pop(self.run, None)
+            got = _GRADERS.pop(self.run, None)
+        if got is not None:
+            _release(*got)
+
+
+def _release(grader, free) -> None:
+    """A run's end on this worker: no process of its sandbox uids left, its uid range and folder given back (a
+    worker that serves many runs must not run out of uid ranges)."""
+    import shutil
+
+    from .sandbox import sweep
+
+    cfg = grader.sandbox
+    for uid in range(cfg.uid_base, cfg.uid_base + 3 * max(1, free.maxsize or free.qsize())):
+        sweep(uid)
+    if cfg._lock is not None:
+        os.close(cfg._lock)
+        cfg._lock = None
+    shutil.rmtree(cfg.root, ignore_errors=True)
 
 
 def _worker_grader(run: str, slots: int):
@@ -95,7 +113,7 @@ def _worker_grader(run: str, slots: int):
             if run not in _RUNS:
                 raise SetupError(f"this worker never received grading run {run}'s lessons")
             grader = Grader(Settings(**_RUNS[run]["settings"]))
-            free: queue.Queue[int] = queue.Queue()
+            free: queue.Queue[int] = queue.Queue(maxsize=max(1, slots))
             for s in range(max(1, slots)):
                 free.put(s)
             got = _GRADERS[run] = (grader, free)

@@ -47,7 +47,7 @@ lab: $(STAMP)
 	fi; \
 	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=course $(LAB_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) sandbox-tool
 	@$(BIN)/python -m kernels
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not browser"
@@ -77,7 +77,14 @@ course-check: $(STAMP)
 # The grader (grader/README.md), one step per target over the nbgrader course folder grader/:
 # make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip ZIP=1; EXPORT=grades.csv.
 .PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
-grade-demo: $(STAMP)
+# The grader's sandbox is bubblewrap (Debian's bubblewrap), installed like chromium when missing.
+.PHONY: sandbox-tool
+sandbox-tool:
+	@command -v bwrap >/dev/null || { apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+	  || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }; } \
+	  || { echo "cannot install bubblewrap: run as root, or apt-get install bubblewrap"; exit 1; }
+
+grade-demo: $(STAMP) sandbox-tool
 	$(BIN)/python -m grader demo
 
 grade-build: $(STAMP)
@@ -86,7 +93,7 @@ grade-build: $(STAMP)
 grade-collect: $(STAMP)
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip)
 
-grade-autograde: $(STAMP)
+grade-autograde: $(STAMP) sandbox-tool
 	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))
 
 grade-feedback: $(STAMP)

@@ -94,8 +94,17 @@ class KernelSource:
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
 
+#: Cell magics that run their cell as ordinary code in the notebook's namespace (what they define is defined).
+_TRANSPARENT_MAGICS = ("capture", "time")
+
+
 def transform_cell(src: str) -> str:
-    """A cell's source as plain Python (IPython magics and shell escapes become calls)."""
+    """A cell's source as plain Python (IPython magics and shell escapes become calls). A ``%%capture`` or
+    ``%%time`` cell is its body: IPython runs it as usual, so the kernel it defines is the notebook's."""
+    lines = src.lstrip("\n").split("\n", 1)
+    head = lines[0].strip()
+    if head.startswith("%%") and head[2:].split(" ")[0] in _TRANSPARENT_MAGICS:
+        return transform_cell(lines[1] if len(lines) > 1 else "")
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:
@@ -283,6 +292,52 @@ def _free_names(fn: ast.FunctionDef) -> list[str]:
     return seen
 
 
+#: What a kernel body may not touch: under the interpreter it runs as Python, so these would let it behave
+#: differently from what the sm_90 compile checked (or run any Python), each refused with a message naming it.
+_DIVERGENT_ATTRS = {
+    "handle": "`.handle`, the interpreter's own tensor object (it exists only when the kernel runs as Python)",
+    "builtins": "`builtins` (Triton's or Python's), which reaches Python code from inside a kernel",
+    "knobs": "`triton.knobs`, Triton's run-time settings",
+    "interpreter": "Triton's interpreter module (an interpreter flag)",
+    "runtime": "`triton.runtime`, Triton's launcher internals",
+    "compiler": "Triton's compiler internals",
+    "backends": "Triton's backend internals",
+    "core": "`tl.core`, Triton's language internals (use the `tl.` functions)",
+    "semantic": "Triton's language internals",
+    "environ": "the process environment (an interpreter flag)",
+}
+_DIVERGENT_WORDS = ("interpret", "handle", "knobs", "builtins", "environ")
+
+
+def _divergence(name: str, fn: ast.FunctionDef) -> None:
+    """Refuse what lets a kernel tell the interpreter from the compiler, or run Python from inside a kernel."""
+    for node in ast.walk(fn):
+        if node is not fn and isinstance(node, (ast.Import, ast.ImportFrom)):
+            raise Rejected(f"{name} imports inside a kernel (`{ast.unparse(node)}`): a kernel may use only `tl`, "
+                           "`triton`, `math` and your own @triton.jit functions, imported at the top of the notebook")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and node is not fn:
+            raise Rejected(f"{name} defines a Python function or class inside the kernel; define @triton.jit "
+                           "helpers at the top level")
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise Rejected(f"{name} uses the Python internal `{node.id}`: a kernel that can run Python is not "
+                           "graded; write it with `tl` operations only")
+        if isinstance(node, ast.Attribute):
+            attr, bare = node.attr, node.attr.strip("_")
+            if attr.startswith("__") or bare in _DIVERGENT_ATTRS or "interpret" in attr.lower():
+                what = _DIVERGENT_ATTRS.get(bare, "Triton's interpreter (an interpreter flag)"
+                                            if "interpret" in attr.lower() else f"the Python internal `{attr}`")
+                raise Rejected(f"{name} uses {what}: a kernel that can tell the interpreter from the compiler, or "
+                               "run Python, is not graded; write it with `tl` operations only")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            for arg in node.args[1:2]:
+                if not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+                    raise Rejected(f"{name} calls {node.func.id} with a name built at run time")
+                low = arg.value.lower()
+                if arg.value.startswith("__") or any(w in low for w in _DIVERGENT_WORDS):
+                    raise Rejected(f"{name} reaches {arg.value!r} by name ({node.func.id}): a kernel that can tell "
+                                   "the interpreter from the compiler is not graded")
+
+
 def _build(entry: str, lookup: Callable[[str], Binding | None], what: str) -> KernelSource:
     b = lookup(entry)
     if b is None:
@@ -303,6 +358,7 @@ def _build(entry: str, lookup: Callable[[str], Binding | None], what: str) -> Ke
             continue
         fb = lookup(name)
         _literal_only(name, fb)
+        _divergence(name, fb.node)
         funcs[name] = fb
         order.append(name)
         for free in _free_names(fb.node):
@@ -363,8 +419,10 @@ def _literal_only(name: str, b: Binding) -> None:
             raise Rejected(f"{name}: a parameter's default must be a literal, got `{ast.unparse(d)}`") from None
     for a in itertools.chain(args.posonlyargs, args.args, args.kwonlyargs):
         ann = a.annotation
+        aliased = isinstance(ann, ast.Attribute) and isinstance(ann.value, ast.Name) and ann.attr in ("constexpr",
+                                                                                                     "tensor")
         if ann is not None and not (isinstance(ann, ast.Constant) and isinstance(ann.value, str)) \
-                and ast.unparse(ann) not in _ANNOTATIONS:
+                and ast.unparse(ann) not in _ANNOTATIONS and not aliased:  # `T.constexpr`: T must be triton's
             raise Rejected(f"{name}: parameter {a.arg} has the annotation `{ast.unparse(ann)}`; use "
                            "`tl.constexpr` or none")
     if fn.returns is not None:

@@ -640,6 +640,15 @@ class _Remote:
         self.callbacks: list = []
 
     def __call__(self, *args, **kwargs):
+        modes = torch.overrides._get_current_function_mode_stack()
+        with torch._C.DisableTorchFunction():  # the channel's own tensor handling is not the student's torch calls
+            value, ops = self._call(args, kwargs)
+        for mode in modes:
+            if hasattr(mode, "absorb"):
+                mode.absorb(int(ops.get("calls") or 0), ops.get("widest"))
+        return value
+
+    def _call(self, args, kwargs):
         s = self.session
         w = s.worker("notebook")
         self.callbacks = []
@@ -661,11 +670,7 @@ class _Remote:
                 err = m.get("error") or {}
                 raise _raised(err, bool(m.get("cuda")))
             if ev == "returned":
-                ops = m.get("ops") or {}
-                for mode in torch.overrides._get_current_function_mode_stack():
-                    if hasattr(mode, "absorb"):
-                        mode.absorb(int(ops.get("calls") or 0), ops.get("widest"))
-                return self._back(m.get("value"))
+                return self._back(m.get("value")), m.get("ops") or {}
 
     def _out(self, obj):
         if isinstance(obj, torch.Tensor):

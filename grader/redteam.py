@@ -26,6 +26,7 @@ class Attack:
     what: str
     cells: dict  # lesson -> {grade_id: source}, on top of the release
     expect: dict  # lesson -> {"interpreter": score, "gpu": score}
+    why: str = ""  # a regex one of its failed cells' messages must match (the reason it scores what it does)
 
 
 def _both(score: float, gpu: float | None = None) -> dict:
@@ -90,8 +91,9 @@ _FUNCTION_TRICKS = {
                           naive="    return ref(B, T, H, K, V, itemsize, 64)[0]",
                           fused="    return ref(B, T, H, K, V, itemsize, BV)[1]")),
     "gc_hunt": ("searches the garbage collector's objects for the reference function",
-                _bytes(pre="    import gc\n    ref = next(o for o in gc.get_objects() if getattr(o, '__name__', '') "
-                           "== '_count_reference')\n",
+                _bytes(pre="    import gc, types\n    ref = next((o for o in gc.get_objects() if isinstance(o, "
+                           "types.FunctionType) and o.__name__ == '_count_reference'), None)\n"
+                           "    if ref is None:\n        raise LookupError('no reference in memory')\n",
                        naive="    return ref(B, T, H, K, V, itemsize, 64)[0]",
                        fused="    return ref(B, T, H, K, V, itemsize, BV)[1]")),
     "exec_base64": ("execs a base64-encoded import of the reference",
@@ -118,6 +120,14 @@ _FUNCTION_TRICKS = {
 }
 
 
+_KERNEL_WHY = {"handle_branch": r"uses `\.handle`", "builtins_call": "uses `builtins`",
+               "interpreter_flag": "interpreter", "knobs": "knobs|triton.runtime", "import_in_kernel":
+               "imports inside a kernel", "getattr_by_name": "getattr with a name built at run time"}
+_FUNCTION_WHY = {"reference_import": "No module named 'kernels.checks.lessons'", "frame_walk": "f_globals",
+                 "gc_hunt": "no reference in memory", "exec_base64": "No module named 'kernels.checks.lessons'",
+                 "read_solutions": "nothing readable", "huge_result": "MiB, more than the 8.0 MiB allowed"}
+
+
 def attacks() -> list[Attack]:
     full_bytes = 2.0
     out = [
@@ -131,11 +141,14 @@ def attacks() -> list[Attack]:
                {"00_setup": _both(4.0)}),
         Attack("magic_time", "correct kernel in a %%time cell", {"00_setup": {"add_kernel": "%%time\n" + _ADD}},
                {"00_setup": _both(4.0)}),
-        Attack("aliased_import", "correct kernel written with `import triton.language as T`",
-               {"00_setup": {"add_kernel": "import triton.language as T\n\n\n" + _ADD.replace("tl.", "T.")}},
+        Attack("aliased_import", "correct kernel whose body uses `import triton.language as T` (Triton's interpreter "
+               "knows a constexpr parameter only by the spelling `tl.constexpr`)",
+               {"00_setup": {"add_kernel": "import triton.language as T\n\n\n" + _ADD.replace("tl.", "T.").replace(
+                   "BLOCK_SIZE: T.constexpr", "BLOCK_SIZE: tl.constexpr")}},
                {"00_setup": _both(4.0)}),
-        Attack("string_annotation", "correct kernel with a string annotation `BLOCK_SIZE: 'tl.constexpr'`",
-               {"00_setup": {"add_kernel": _ADD.replace("BLOCK_SIZE: tl.constexpr", "BLOCK_SIZE: 'tl.constexpr'")}},
+        Attack("string_annotation", "correct kernel in a cell with `from __future__ import annotations` (every "
+               "annotation a string)",
+               {"00_setup": {"add_kernel": "from __future__ import annotations\n\n\n" + _ADD}},
                {"00_setup": _both(4.0)}),
         Attack("shm_persist", "correct byte counts that turn wrong if another process left a file in /dev/shm or "
                "/tmp (a sandbox shared between problems)",
@@ -143,14 +156,16 @@ def attacks() -> list[Attack]:
                    "    import os\n    for p in ('/dev/shm/mark', '/tmp/mark'):\n"
                    "        if os.path.exists(p) and open(p).read() != str(os.getpid()):\n            return -1\n"
                    "        open(p, 'w').write(str(os.getpid()))\n"
-                   "    open('/dev/shm/fill', 'wb').write(b'x' * (60 << 20))\n"))}},
+                   "    if not os.path.exists('/dev/shm/fill'):\n"
+                   "        open('/dev/shm/fill', 'wb').write(b'x' * (60 << 20))\n"))}},
                {"02_naive_hbm_loops": _both(full_bytes)}),
     ]
     for name, (what, src) in _KERNEL_TRICKS.items():
-        out.append(Attack(name, what, {"00_setup": {"add_kernel": src}}, {"00_setup": _both(0.0)}))
+        out.append(Attack(name, what, {"00_setup": {"add_kernel": src}}, {"00_setup": _both(0.0)},
+                          why=_KERNEL_WHY[name]))
     for name, (what, src) in _FUNCTION_TRICKS.items():
         out.append(Attack(name, what, {"02_naive_hbm_loops": {"byte_counts": src}},
-                          {"02_naive_hbm_loops": _both(0.0)}))
+                          {"02_naive_hbm_loops": _both(0.0)}, why=_FUNCTION_WHY[name]))
     naive = _UNIVERSAL_NAIVE
     out.append(Attack("universal", "every kernel and function of both lessons reaches around the grader (the "
                       "handle branch for kernels, the reference by import, frames and gc for functions, the checks "
@@ -224,12 +239,22 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     results = grade_class(grader, subs, {k: v[0] for k, v in lessons.items()}, {k: v[1] for k, v in lessons.items()},
                           slots=slots, progress=progress)
     grader.sandbox.close()
-    mismatches = [{"student": r.student, "lesson": r.lesson, "score": r.score, "want": expected[(r.student, r.lesson)],
-                   "messages": [c.message for c in r.cells if c.score < c.points][:4]}
-                  for r in results if abs(r.score - expected[(r.student, r.lesson)]) > 1e-9]
+    import re
+
+    why = {a.name: a.why for a in klass}
+    mismatches = []
+    for r in results:
+        failed = [c.message for c in r.cells if c.score < c.points]
+        wrong = abs(r.score - expected[(r.student, r.lesson)]) > 1e-9
+        reason = why[r.student] and not any(re.search(why[r.student], m) for m in failed)
+        if wrong or reason:
+            mismatches.append({"student": r.student, "lesson": r.lesson, "score": r.score,
+                               "want": expected[(r.student, r.lesson)], "want_reason": why[r.student] if reason else "",
+                               "messages": [m[:400] for m in failed][:4]})
     summary = {"mode": MODE, "seconds": time.time() - t0, "setup_s": built,
                "scores": {f"{r.student}/{r.lesson}": r.score for r in results},
-               "messages": {f"{r.student}/{r.lesson}": [c.message for c in r.cells if c.score < c.points][:2]
+               "messages": {f"{r.student}/{r.lesson}": {c.grade_id: c.message[:400] for c in r.cells
+                                                                     if c.score < c.points}
                             for r in results},
                "mismatches": mismatches, "table": table(results, expected, MODE)}
     if report is not None:

@@ -409,7 +409,7 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
     how = _confine(cfg, conn_fd, out_fd)
     ch = _Channel(socket.socket(fileno=conn_fd))
     if cfg["mode"] == "gpu":
-        import kernels  # noqa: F401  (in GPU mode the template stops before anything that could touch CUDA)
+        import kernels  # noqa: F401  (imported already unless the template had to stop short of it)
 
         if cfg.get("gpu_memory_fraction"):
             torch.cuda.set_per_process_memory_fraction(float(cfg["gpu_memory_fraction"]))
@@ -463,12 +463,14 @@ def _tree(root: str, cap: int = 64 << 20) -> dict:
     return out
 
 
-def _preload(profile: str, mode: str) -> None:
+def _preload(profile: str, mode: str, lite: bool = False) -> None:
     """What every worker of this template needs, imported once (as root, before any student code exists):
-    a fork then costs a fraction of a second instead of an interpreter start."""
+    a fork then costs a fraction of a second instead of an interpreter start. In GPU mode nothing may create a
+    CUDA context here (a forked child could not use it): ``lite`` imports only torch and Triton, and the caller
+    falls back to it when the full preload initialised CUDA."""
     import triton  # noqa: F401
 
-    if mode == "gpu":  # nothing that could create a CUDA context: a forked child could not use it
+    if lite:
         if profile == "notebook":
             import IPython.core.interactiveshell  # noqa: F401
         return
@@ -510,7 +512,10 @@ def template(argv: list[str]) -> int:
         sys.path.append(LESSONS)
     ctrl = socket.socket(fileno=int(cfg["ctrl"]))
     started = time.time()
-    _preload(cfg["profile"], cfg["mode"])
+    _preload(cfg["profile"], cfg["mode"], bool(cfg.get("lite")))
+    if cfg["mode"] == "gpu" and torch.cuda.is_initialized():  # start again, importing only what is fork-safe
+        os.set_inheritable(ctrl.fileno(), True)
+        os.execv(sys.executable, [sys.executable, "-m", "grader.worker", json.dumps(dict(cfg, lite=True))])
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

@@ -481,6 +481,13 @@ def check_copies(ks: KernelSource, *, allowed: frozenset[str] = frozenset(),
     for fname, fp in ks.fingerprints.items():
         if fp in package and fp not in allowed and package[fp] not in twins:
             raise Rejected(f"{fname} is a copy of the package's {package[fp]}: write the kernel yourself")
+    normalized = package_normalized()
+    for fname, src in ks.functions.items():
+        hit = normalized.get(normalized_fingerprint(src))
+        if hit and hit[0] not in twins and ks.fingerprints.get(fname) not in allowed:
+            raise Rejected(f"{fname} is a copy of the package's {hit[0]} with only names, constants or no-op "
+                           f"statements changed ({similarity(src, hit[1]):.0%} of its structure is the same, and "
+                           "all of it once those are set aside): write the kernel yourself")
     fp = ks.fingerprints[ks.entry]
     if forbidden and fp in forbidden:
         raise Rejected(f"{ks.entry} is the same kernel as {forbidden[fp]}, which the lesson provides")
@@ -575,6 +582,78 @@ class _Rename(ast.NodeTransformer):
         return node
 
 
+#: Calls that change nothing a kernel computes: a copy with one added is still the copy.
+_NO_OPS = {"debug_barrier", "static_print", "device_print", "static_assert", "device_assert", "print"}
+
+
+class _Normalize(ast.NodeTransformer):
+    """What a trivial edit changes, set aside: every constant is one placeholder and no-op statements
+    (``tl.debug_barrier()``, prints and asserts, ``pass``, a bare constant, ``x = x``) are dropped."""
+
+    def visit_Constant(self, node):
+        return ast.copy_location(ast.Constant("c"), node)
+
+    def visit_BinOp(self, node):  # `0 * 1` where `0` was: constants folded into a constant stay one constant
+        node = self.generic_visit(node)
+        if isinstance(node.left, ast.Constant) and isinstance(node.right, ast.Constant):
+            return ast.copy_location(ast.Constant("c"), node)
+        return node
+
+    @staticmethod
+    def _noop(stmt: ast.stmt) -> bool:
+        if isinstance(stmt, ast.Pass):
+            return True
+        if isinstance(stmt, ast.Expr):
+            v = stmt.value
+            if isinstance(v, ast.Constant):
+                return True
+            f = v.func if isinstance(v, ast.Call) else None
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            return name in _NO_OPS
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            return isinstance(stmt.value, ast.Name) and stmt.value.id == stmt.targets[0].id
+        return False
+
+    def generic_visit(self, node):
+        for field_name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field_name, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                kept = [s for s in stmts if not self._noop(s)]
+                setattr(node, field_name, kept or ([ast.Pass()] if field_name == "body" else []))
+        return super().generic_visit(node)
+
+
+def _tree(source: str, normalize: bool) -> ast.AST | None:
+    tree = ast.parse(textwrap.dedent(source))
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fn is None:
+        return None
+    fn.decorator_list = []
+    fn.name = "f"
+    fn.returns = None
+    if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(getattr(fn.body[0], "value", None), ast.Constant):
+        fn.body = fn.body[1:] or [ast.Pass()]
+    if normalize:
+        fn = _Normalize().visit(fn)
+    return _Rename().visit(fn)
+
+
+def normalized_fingerprint(source: str) -> str:
+    """:func:`fingerprint` with constants and no-op statements set aside: a copy edited only in those matches."""
+    fn = _tree(source, True)
+    return hashlib.sha256((ast.dump(fn, include_attributes=False) if fn else source).encode()).hexdigest()
+
+
+def similarity(a: str, b: str) -> float:
+    """How much of two functions' structure is the same (0..1), names and comments aside."""
+    import difflib
+
+    ta, tb = _tree(a, False), _tree(b, False)
+    if ta is None or tb is None:
+        return 0.0
+    return difflib.SequenceMatcher(None, ast.unparse(ta).split(), ast.unparse(tb).split(), autojunk=False).ratio()
+
+
 def fingerprint(source: str) -> str:
     """A hash of a function's structure that ignores its name, variable names, docstring and comments."""
     tree = ast.parse(textwrap.dedent(source))
@@ -606,6 +685,25 @@ def package_fingerprints() -> dict[str, str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
                 seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
                 out.setdefault(fingerprint(seg), f"{mod}.{node.name}")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def package_normalized() -> dict[str, tuple[str, str]]:
+    """normalized fingerprint -> (``kernels.<module>.<name>``, its source) for every package ``@triton.jit``."""
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        try:
+            src = path.read_text()
+            tree = ast.parse(src)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        mod = ".".join(path.relative_to(_PACKAGE.parent).with_suffix("").parts)
+        imports = {"triton": "triton", "jit": "triton.jit"}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
+                seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
+                out.setdefault(normalized_fingerprint(seg), (f"{mod}.{node.name}", seg))
     return out
 
 

@@ -162,3 +162,17 @@ def test_refuses_what_lets_a_kernel_diverge_from_its_compile(body, match):
     fine = _TRICK.format(body='"""Each program handles BLOCK_SIZE elements (interpreter or GPU alike)."""\n'
                               '    tl.device_assert(n >= 0, "n handles no negative sizes")')
     from_cells([SETUP, fine], "my_kernel")
+
+
+def test_refuses_a_trivially_edited_copy_with_its_similarity():
+    """A package kernel copied with no-op statements added, a constant folded in and every name renamed is still
+    the copy: the normalized comparison sets those aside and the message gives the similarity."""
+    src = inspect.getsource(__import__("kernels.memory.copy", fromlist=["x"])._copy_memory_kernel.fn)
+    edited = (src.replace("_copy_memory_kernel", "my_kernel").replace("offs", "o").replace("pid", "p")
+              .replace("(pid + 1)", "(p + 1)").replace("    o = ", "    tl.debug_barrier()\n    o = ")
+              .replace("axis=0", "axis=0 * 1").replace("    else:", "        pass\n    else:"))
+    with pytest.raises(Rejected, match=r"copy of the package's kernels\.memory\.copy\._copy_memory_kernel with only "
+                                       r"names, constants or no-op statements changed \(\d+% of its structure"):
+        from_cells([SETUP, edited], "my_kernel")
+    real_change = edited.replace("tl.load(x_ptr + o)", "tl.load(x_ptr + o) * 2")
+    from_cells([SETUP, real_change], "my_kernel")  # a kernel that computes something else is its own

@@ -5,20 +5,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+# The learner's own copy of course/, made once and never overwritten (git ignores it).
+WORK ?= my-work
+# Jupyter refuses to run as root without --allow-root; containers and cloud GPU images often run as root.
+USER_ID ?= $(shell id -u)
+LAB_ROOT = $(if $(filter 0,$(USER_ID)),--allow-root)
 # torch: a CPU build where there is no NVIDIA driver (never pull several GB of CUDA wheels onto a CPU machine).
 TORCH ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help
+.PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help score
 
 help:
-	@echo "make lab          set up .venv and start JupyterLab on course/"
+	@echo "make lab          set up .venv and start JupyterLab on your own copy of course/ (my-work/)"
 	@echo "make test         set up .venv and run the whole CPU test suite (what CI runs)"
 	@echo "make test-gpu     run the GPU-marked tests (on a CUDA machine)"
 	@echo "make test-browser run the lessons' widgets in JupyterLab in headless Chromium"
 	@echo "make course       regenerate course/ from solutions/"
 	@echo "make grade-demo   build, collect, grade and report a demo class"
+	@echo "make student-dist the students' hand-out (dist/student: kernels without the answers, the notebooks)"
+	@echo "make grade-build | grade-collect SUBMISSIONS=dir|lms.zip [ROSTER=csv] | grade-autograde [L=..]"
+	@echo "     grade-feedback | grade-export [EXPORT=grades.csv] | grade-lint: a class's steps (grader/GUIDE.md)"
 	@echo "make bench T=...  validate then time one topic's ladder"
+	@echo "make score [L=NN] run every check (hidden ones too) on your notebooks in my-work/ and print your points"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,13 +48,14 @@ $(STAMP): pyproject.toml
 
 lab: $(STAMP)
 	@$(BIN)/python -m kernels
+	@$(BIN)/python -m kernels.course.workcopy $(WORK)
 	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
 	  echo "CUDA found: kernels run on the GPU"; \
 	else \
 	  echo "No CUDA: TRITON_INTERPRET=1 is set for the notebook kernel, kernels run in Triton's interpreter on the CPU"; \
 	  export TRITON_INTERPRET=1; \
 	fi; \
-	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=course $(LAB_ARGS)
+	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=$(WORK) $(LAB_ROOT) $(LAB_ARGS)
 
 test: $(STAMP) sandbox-tool
 	@$(BIN)/python -m kernels
@@ -66,6 +76,9 @@ test-browser: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench $(T)
 
+score: $(STAMP)
+	$(BIN)/python -m kernels.score $(L) --work $(WORK)
+
 # L=NN builds one lesson; course-check changes nothing and fails if course/ differs from what solutions/ builds.
 .PHONY: course-check
 course: $(STAMP)
@@ -75,7 +88,8 @@ course-check: $(STAMP)
 	$(BIN)/python -m kernels.course --check $(L)
 
 # The grader (grader/README.md), one step per target over the nbgrader course folder grader/:
-# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip ZIP=1; EXPORT=grades.csv.
+# make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip [ROSTER=roster.csv];
+# EXPORT=grades.csv.
 .PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
 # The grader's sandbox is bubblewrap (Debian's bubblewrap), installed like chromium when missing.
 .PHONY: sandbox-tool
@@ -91,10 +105,10 @@ grade-build: $(STAMP)
 	$(BIN)/python -m grader build $(L)
 
 grade-collect: $(STAMP)
-	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip)
+	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP) sandbox-tool
-	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L))
+	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L)) $(if $(SPEED),--speed-policy $(SPEED))
 
 grade-feedback: $(STAMP)
 	$(BIN)/python -m grader feedback
@@ -104,6 +118,10 @@ grade-export: $(STAMP)
 
 grade-lint: $(STAMP)
 	$(BIN)/python -m grader lint
+
+.PHONY: student-dist
+student-dist: $(STAMP)
+	$(BIN)/python -m grader.dist $(if $(OUT_DIR),--out $(OUT_DIR))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -69,15 +69,51 @@ def _collect(args) -> int:
     from . import workflow
 
     root = _course(args)
-    if args.zip:
-        collected = workflow.collect_zip(root, pathlib.Path(args.source))
+    source = pathlib.Path(args.source)
+    roster = pathlib.Path(args.roster) if args.roster else None
+    if not source.exists():
+        print(f"collect: {source} does not exist", file=sys.stderr)
+        return 2
+    if args.zip or args.lms or source.is_file():
+        collected, skipped = workflow.collect_lms(root, source, roster=roster, lessons=args.lessons)
     else:
-        collected = workflow.collect(root, pathlib.Path(args.source), args.lessons)
+        skipped = []
+        collected = workflow.collect(root, source, args.lessons, roster=roster, skipped=skipped)
+    for s in skipped:
+        print(f"skipped {s.name}: {s.reason}")
+    counts: dict[str, int] = {}
     for student, subs in collected.items():
         for lesson, sub in subs.items():
-            state = "ok" if sub.notebook is not None else "0"
-            notes = f" ({'; '.join(sub.notes)})" if sub.notes else ""
-            print(f"{student:>20} {lesson:<28} {state}{notes}")
+            if sub.status == "not collected":
+                continue
+            word = sub.status.split(" ", 1)[0]
+            counts[word] = counts.get(word, 0) + 1
+            notes = f"; {'; '.join(sub.notes)}" if sub.notes and sub.notes != ["not submitted"] else ""
+            print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
+    print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
+          + f"; earlier versions are kept under {workflow.backup_dir(root)}")
+    return 0
+
+
+def _due(args) -> int:
+    from .late import parse_date, set_due
+
+    root = _course(args)
+    when = parse_date(args.date) if args.date else None
+    if args.student and when is None:
+        print("due --student needs a DATE", file=sys.stderr)
+        return 2
+    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", args.lesson, when, args.student))
+    return 0
+
+
+def _remove_student(args) -> int:
+    from . import workflow
+
+    root = _course(args)
+    for student in args.students:
+        done = workflow.remove_student(root, student)
+        print(f"{student}: " + ("; ".join(done) if done else "not in this course (nothing to do)"))
     return 0
 
 
@@ -85,7 +121,7 @@ def _autograde(args) -> int:
     import kernels  # noqa: F401
     from kernels.device import MODE, describe
 
-    from . import workflow
+    from . import policy, workflow
     from .grade import Settings
     from .run import report, table
 
@@ -95,10 +131,21 @@ def _autograde(args) -> int:
         settings.problem_timeout = args.timeout
     t0 = time.time()
     results, failures, _ = workflow.autograde(root, lessons=args.lessons, students=args.students,
-                                              slots=args.slots, settings=settings)
-    print(table(results, mode=f"{MODE}; {describe()}"))
+                                              slots=args.slots, settings=settings, speed_policy=args.speed_policy,
+                                              new_seed=args.new_seed)
+    run = workflow.last_run
+    print(table(results, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
+    print(run["seed_line"])
     report(results, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
-                                                        "seconds": time.time() - t0, "nbgrader_failures": failures})
+                                                        "seconds": time.time() - t0, "nbgrader_failures": failures,
+                                                        "seed": run["seed"], "speed_policy": args.speed_policy,
+                                                        "changes": run["changes"]})
+    for line in run["changes"]:
+        print(f"  changed: {line}")
+    for r in results:
+        for n in r.notes:
+            if n.startswith("flagged"):
+                print(f"  {r.student}/{r.lesson}: {n}")
     for r in results:
         for c in r.cells:
             if not c.passed:
@@ -122,23 +169,28 @@ def _feedback(args) -> int:
 def _export(args) -> int:
     from . import workflow
 
-    path = workflow.export(_course(args), pathlib.Path(args.to))
+    if args.nbgrader:
+        path = workflow.export(_course(args), pathlib.Path(args.to))
+    else:
+        path = workflow.export_class(_course(args), pathlib.Path(args.to))
     print(f"grades written to {path}")
     return 0
 
 
 def _report(args) -> int:
+    from .classbook import load_results
     from .run import table
 
-    path = _course(args) / "reports" / "summary.json"
-    data = json.loads(path.read_text())
-
-    class R:
-        def __init__(self, d):
-            self.__dict__.update(d)
-            self.cells = [type("C", (), {"passed": c["score"] >= c["points"]})() for c in d["cells"]]
-
-    print(table([R(d) for d in data["results"]], mode=data.get("mode", "")))
+    root = _course(args)
+    results = load_results(root)
+    if not results:
+        print(f"nothing graded yet in {root}", file=sys.stderr)
+        return 1
+    last = root / "reports" / "summary.json"
+    data = json.loads(last.read_text()) if last.exists() else {}
+    rows = sorted(results.values(), key=lambda r: (r.student, r.lesson))
+    print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
+                f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
     return 0
 
 
@@ -163,22 +215,42 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_build)
     p = sub.add_parser("collect", help="copy submissions into submitted/, defensively")
     p.add_argument("source", help="a folder <student>/*.ipynb, or with --zip an LMS download")
-    p.add_argument("--zip", action="store_true", help="source is a zip of <student>_<lesson>.ipynb files")
+    p.add_argument("--zip", action="store_true", help="source is an LMS download (a .zip always is)")
+    p.add_argument("--lms", action="store_true",
+                   help="source is an unpacked LMS download (Canvas, Moodle, Blackboard, Gradescope, nbgrader names)")
+    p.add_argument("--roster", help="CSV from the LMS mapping its ids to students (kept for later collects); "
+                   "files of students not on it are refused")
     p.add_argument("--lessons", nargs="*", help="lessons to collect (default: those anyone submitted)")
     p.set_defaults(fn=_collect)
+    p = sub.add_parser("due", help="set a lesson's due date (or one student's extension) in the gradebook")
+    p.add_argument("lesson")
+    p.add_argument("date", nargs="?", help="2026-12-01 23:59 (UTC unless a zone is given); omit to clear it")
+    p.add_argument("--student", help="give this student until DATE (nbgrader's extension)")
+    p.set_defaults(fn=_due)
+    p = sub.add_parser("remove-student", help="take a student out: gradebook entry removed, folders moved to "
+                       "backups/removed/")
+    p.add_argument("students", nargs="+")
+    p.set_defaults(fn=_remove_student)
     p = sub.add_parser("autograde", help="grade collected submissions in the sandbox and record them")
     p.add_argument("--lessons", nargs="*")
     p.add_argument("--students", nargs="*")
     p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
-    p.add_argument("--seed", type=int, help="master seed (default: fresh)")
+    p.add_argument("--seed", type=int, help="master seed (default: the term's, drawn at the first autograde and "
+                   "recorded in reports/seed.json)")
+    p.add_argument("--new-seed", action="store_true", help="draw a new term seed (every notebook gets new inputs)")
     p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
+    p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
+                   help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
+                   "leave them out of the totals, or award them")
     p.set_defaults(fn=_autograde)
     p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")
     p.set_defaults(fn=_feedback)
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", default="grades.csv")
+    p.add_argument("--nbgrader", action="store_true",
+                   help="nbgrader's own CSV (a row per student and lesson) instead of the class CSV")
     p.set_defaults(fn=_export)
-    p = sub.add_parser("report", help="print the last autograde's summary table")
+    p = sub.add_parser("report", help="print the term's table: every submission's latest result")
     p.set_defaults(fn=_report)
     p = sub.add_parser("lint", help="check that every graded cell of the lessons can be graded")
     p.add_argument("lessons", nargs="*")
@@ -204,6 +276,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except SetupError as e:
+    except (SetupError, ValueError, FileNotFoundError) as e:
         print(f"grader: {e}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids"]
+__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids", "flag_solutions"]
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -27,6 +27,8 @@ class Submission:
     notebook: dict | None
     notes: list[str] = field(default_factory=list)
     path: str = ""
+    timestamp: float | None = None  # when it was handed in (the file's or the archive entry's date), epoch seconds
+    status: str = ""  # what collect did with it: new, replaced, unchanged, kept, ...
 
 
 def grade_ids(nb: dict) -> set[str]:
@@ -93,14 +95,22 @@ def read_notebook(path: pathlib.Path, *, max_bytes: int = 50 << 20) -> tuple[dic
 
 def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]) -> dict[str, Submission]:
     """Match one student's notebooks (``folder/*.ipynb``, also one level down) to ``lessons`` (id -> source)."""
-    files = sorted(p for p in list(folder.glob("*.ipynb")) + list(folder.glob("*/*.ipynb"))
+    found = sorted(p for p in list(folder.glob("*.ipynb")) + list(folder.glob("*/*.ipynb"))
                    if ".ipynb_checkpoints" not in p.parts)
+    files = [p for p in found if not p.is_symlink() and p.is_file()]
+    refused = [p.name for p in found if p not in files]  # a link could point at anything
     out: dict[str, Submission] = {}
     unmatched: list[pathlib.Path] = []
     for p in files:
         if p.stem in lessons and p.stem not in out:
             nb, notes = read_notebook(p)
-            out[p.stem] = Submission(student, p.stem, nb, notes, str(p))
+            wrong = _other_lesson(nb, p.stem, lessons) if nb is not None else ""
+            if wrong:
+                nb, notes = None, notes + [wrong]
+            flag = flag_solutions(nb, lessons[p.stem]) if nb is not None else ""
+            if flag:
+                notes = notes + [flag]
+            out[p.stem] = Submission(student, p.stem, nb, notes, str(p), _mtime(p))
         else:
             unmatched.append(p)
     extras = []
@@ -114,7 +124,10 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
             if lesson not in out and share > overlap:
                 best, overlap = lesson, share
         if best is not None and overlap >= 0.5:
-            out[best] = Submission(student, best, nb, notes + [f"found {best} under the name {p.name}"], str(p))
+            flag = flag_solutions(nb, lessons[best])
+            notes = notes + [flag] if flag else notes
+            out[best] = Submission(student, best, nb, notes + [f"found {best} under the name {p.name}"], str(p),
+                                   _mtime(p))
         else:
             extras.append(p.name)
     for lesson in lessons:
@@ -124,9 +137,59 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
         for s in out.values():
             s.notes.append(f"ignored extra file(s): {', '.join(extras)}")
             break
+    for name in refused:
+        sub = out.get(pathlib.Path(name).stem) or next(iter(out.values()), None)
+        if sub is not None:
+            sub.notes.append(f"refused {name}: a link or not a plain file")
     return out
+
+
+_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION", re.M | re.S)
+
+
+def _squeeze(code: str) -> str:
+    return "\n".join(ln.strip() for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("#"))
+
+
+def flag_solutions(nb: dict, source: dict) -> str:
+    """Why ``nb`` looks like the instructor's notebook ("" if it does not): it carries the source's solution
+    markers, or at least half of the source's solution blocks verbatim (comments and indentation aside)."""
+    text = "\n".join(_text(c.get("source", "")) or "" for c in nb.get("cells", []))
+    if "### BEGIN SOLUTION" in text or "### BEGIN HIDDEN TESTS" in text:
+        return "flagged: this is the instructor's source notebook (it carries the solution markers)"
+    blocks = [b for b in (_squeeze(m.group(1)) for c in source.get("cells", [])
+                          for m in _BLOCK.finditer(_text(c.get("source", "")) or "")) if len(b) >= 40]
+    if not blocks:
+        return ""
+    mine = _squeeze(text)
+    same = sum(1 for b in blocks if b in mine)
+    if same * 2 >= len(blocks):
+        return (f"flagged: carries the instructor's solution code ({same} of {len(blocks)} solution blocks "
+                "verbatim)")
+    return ""
+
+
+def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> str:
+    """Why a notebook named after ``lesson`` is not that lesson's notebook ("" if it may be)."""
+    ids, want = grade_ids(nb), grade_ids(lessons[lesson])
+    if not ids or not want:
+        return ""
+    unknown = ids - want
+    if len(ids & want) >= 0.5 * min(len(want), len(ids)) or len(unknown) < len(ids) / 2:
+        return ""
+    best = max((x for x in lessons if x != lesson), key=lambda x: len(ids & grade_ids(lessons[x])), default=None)
+    which = f"; it is {best}'s" if best and len(ids & grade_ids(lessons[best])) > len(ids) / 2 else ""
+    return f"not the {lesson} notebook: {len(unknown)} of its {len(ids)} graded or locked cells are unknown{which}"
+
+
+def _mtime(p: pathlib.Path) -> float | None:
+    try:
+        return p.lstat().st_mtime
+    except OSError:
+        return None
 
 
 def collect_folder(folder: pathlib.Path, lessons: dict[str, dict]) -> dict[str, dict[str, Submission]]:
     """``folder/<student>/...ipynb`` -> student -> lesson -> :class:`Submission`."""
-    return {d.name: collect_student(d.name, d, lessons) for d in sorted(folder.iterdir()) if d.is_dir()}
+    return {d.name: collect_student(d.name, d, lessons) for d in sorted(folder.iterdir())
+            if d.is_dir() and not d.is_symlink()}

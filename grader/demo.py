@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import shutil
+import time
 from dataclasses import dataclass, field
 
 from .percent import read_percent, release
@@ -25,6 +26,7 @@ _ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = _ROOT / "tests" / "grader" / "fixtures"
 LESSON = "90_grader_fixture"
 FULL = 13.0
+SPEED = 3.0  # the fixture's speed cell (ex4-check): without a GPU it scores 0 under the default speed policy
 
 
 @dataclass
@@ -35,6 +37,7 @@ class DemoStudent:
     expect: dict  # lesson -> {"interpreter": score, "gpu": score}
     gpu_only: bool = False
     files: dict = field(default_factory=dict)  # extra file name -> bytes
+    lms: bool = False  # hands in through the LMS download of the term scenarios (term_batches), not the folder
 
 
 def fixture_notebooks() -> tuple[dict, dict]:
@@ -143,16 +146,23 @@ def _both(score: float, gpu: float | None = None) -> dict:
     return {"interpreter": score, "gpu": score if gpu is None else gpu}
 
 
-def students(real_lessons: dict[str, float]) -> list[DemoStudent]:
-    """The demo class. ``real_lessons``: course lesson id -> its total points."""
+def _sped(score: float, gpu: float | None = None) -> dict:
+    """The fixture's speed cell passed: under the interpreter it scores 0 (speed policy zero)."""
+    return {"interpreter": score - SPEED, "gpu": score if gpu is None else gpu}
+
+
+def students(real_lessons: dict[str, float], speed: dict[str, float] | None = None) -> list[DemoStudent]:
+    """The demo class. ``real_lessons``: course lesson id -> its total points; ``speed``: -> its speed cells'
+    points (which score 0 without a GPU under the default speed policy)."""
     fx = LESSON
-    full = {lesson: _both(pts) for lesson, pts in real_lessons.items()}
+    speed = speed or {}
+    full = {lesson: {"interpreter": pts - speed.get(lesson, 0.0), "gpu": pts} for lesson, pts in real_lessons.items()}
     zero = {lesson: _both(0.0) for lesson in real_lessons}
     sol = lambda **cells: (lambda s, r: _with(s, **cells))  # noqa: E731
     rel = lambda **cells: (lambda s, r: _with(r, **cells))  # noqa: E731
     out = [
         DemoStudent("solution", "every lesson's solution", {**{k: "solution" for k in real_lessons},
-                                                            fx: "solution"}, {**full, fx: _both(FULL)}),
+                                                            fx: "solution"}, {**full, fx: _sped(FULL)}),
         DemoStudent("release", "every untouched student notebook", {**{k: "release" for k in real_lessons},
                                                                     fx: "release"}, {**zero, fx: _both(0.0)}),
         DemoStudent("compile_error", "kernel does not compile for sm_90 (tl.arange(0, 100)), which the "
@@ -160,26 +170,26 @@ def students(real_lessons: dict[str, float]) -> list[DemoStudent]:
                         "tl.arange(0, BLOCK)", "tl.arange(0, 100)") + "    x = tl.load(x_ptr + offs, mask=mask)\n"
                         + _STORE})}, {fx: _both(6.0)}),
         DemoStudent("exception", "the torch function raises", {fx: sol(**_cumsum("    raise ValueError('my bug')"))},
-                    {fx: _both(11.0)}),
+                    {fx: _sped(11.0)}),
         DemoStudent("python_loop", "infinite Python loop in the function",
-                    {fx: sol(**_cumsum("    while True:\n        pass"))}, {fx: _both(11.0)}),
+                    {fx: sol(**_cumsum("    while True:\n        pass"))}, {fx: _sped(11.0)}),
         DemoStudent("gpu_hang", "kernel that never ends (on a GPU: SIGINT cannot stop it)",
                     {fx: sol(**_scale("    x = tl.load(x_ptr + offs, mask=mask)\n"
                                       "    while tl.load(x_ptr, volatile=True) == tl.load(x_ptr, volatile=True):\n"
                                       "        x += 0\n" + _STORE))}, {fx: _both(6.0)}),
         DemoStudent("os_exit", "a cell calls os._exit", {fx: sol(**{"ex3-fn": "import os\nos._exit(3)\n"
                                                                    + _CUMSUM.format(body="")})},
-                    {fx: _both(11.0)}),
+                    {fx: _sped(11.0)}),
         DemoStudent("segfault", "the function segfaults", {fx: sol(**_cumsum("    import ctypes\n"
                                                                              "    ctypes.string_at(0)"))},
-                    {fx: _both(11.0)}),
+                    {fx: _sped(11.0)}),
         DemoStudent("illegal_address", "kernel loads far outside its inputs (GPU: illegal address; interpreter: "
                     "a wild host pointer)", {fx: sol(**_scale("    x = tl.load(x_ptr + offs + (1 << 40), mask=mask)\n"
                                                               + _STORE))}, {fx: _both(6.0)}),
         DemoStudent("host_oom", "the function allocates without bound", {fx: sol(**_cumsum(
-            "    hog = []\n    while True:\n        hog.append(torch.ones(1 << 27))"))}, {fx: _both(11.0)}),
+            "    hog = []\n    while True:\n        hog.append(torch.ones(1 << 27))"))}, {fx: _sped(11.0)}),
         DemoStudent("gpu_oom", "the function allocates 16 TiB on the device",
-                    {fx: sol(**_cumsum("    torch.empty(1 << 42, device=x.device)"))}, {fx: _both(11.0)}),
+                    {fx: sol(**_cumsum("    torch.empty(1 << 42, device=x.device)"))}, {fx: _sped(11.0)}),
         DemoStudent("empty_kernel", "kernel writes nothing (memory reused from a freed reference would pass "
                     "a check that allocates with torch.empty)", {fx: sol(**_scale("    pass"))}, {fx: _both(6.0)}),
         DemoStudent("torch_in_kernel", "kernel body calls torch", {fx: sol(**_scale(
@@ -188,7 +198,7 @@ def students(real_lessons: dict[str, float]) -> list[DemoStudent]:
         DemoStudent("imported_kernel", "the graded kernel is a package kernel", {fx: sol(**{
             "ex1-kernel": "from kernels.memory.copy import _copy_memory_kernel as scale_kernel"})}, {fx: _both(6.0)}),
         DemoStudent("method_cumsum", "the function returns torch's own answer (x.cumsum)",
-                    {fx: sol(**{"ex3-fn": "def cumsum(x):\n    return x.cumsum(-1)"})}, {fx: _both(11.0)}),
+                    {fx: sol(**{"ex3-fn": "def cumsum(x):\n    return x.cumsum(-1)"})}, {fx: _sped(11.0)}),
         DemoStudent("patch_everything", "patches the checker, torch, numpy, the references and IPython's input",
                     {fx: rel(**{"ex4-block": _PATCH})}, {fx: _both(0.0)}),
         DemoStudent("read_secrets", "reads solutions, hidden tests, the gradebook, other sandboxes",
@@ -197,26 +207,26 @@ def students(real_lessons: dict[str, float]) -> list[DemoStudent]:
                     {fx: rel(**{"ex4-block": _LEFTOVER})}, {fx: _both(0.0)}),
         DemoStudent("noisy", "correct, with warnings, stderr and 60 MB of output",
                     {fx: sol(**{"ex4-block": _NOISE, "ex3-fn": _CUMSUM.format(body=_FLOOD)})},
-                    {fx: _both(FULL)}),
+                    {fx: _sped(FULL)}),
         DemoStudent("edited_tests", "graded cells edited, one deleted, one stripped of its metadata",
-                    {fx: _edited_tests}, {fx: _both(FULL)}),
+                    {fx: _edited_tests}, {fx: _sped(FULL)}),
         DemoStudent("malformed_json", "notebook is not valid JSON", {fx: lambda s, r: b'{"cells": [ oops'},
                     {fx: _both(0.0)}),
         DemoStudent("missing_notebook", "submits nothing", {}, {fx: _both(0.0)}),
         DemoStudent("renamed_notebook", "notebook renamed, plus an extra file",
-                    {fx: "solution"}, {fx: _both(FULL)}, files={"rename": f"{fx} (1).ipynb",
+                    {fx: "solution"}, {fx: _sped(FULL)}, files={"rename": f"{fx} (1).ipynb",
                                                                 "extra.ipynb": b'{"cells": []}'}),
-        DemoStudent("new_nbformat", "notebook claims nbformat 4.99", {fx: _new_format}, {fx: _both(FULL)}),
+        DemoStudent("new_nbformat", "notebook claims nbformat 4.99", {fx: _new_format}, {fx: _sped(FULL)}),
         DemoStudent("race", "accumulates with a plain read-modify-write: the interpreter runs programs one at a "
                     "time and hides the race; a GPU loses updates", {fx: sol(**{"ex2-kernel": _RACE})},
-                    {fx: _both(FULL, 11.0)}, gpu_only=True),
+                    {fx: _sped(FULL, 11.0)}, gpu_only=True),
         DemoStudent("slow", "correct but 32 redundant loads per element: fails the speed requirement on a GPU",
-                    {fx: sol(**_scale(_SLOW))}, {fx: _both(FULL, 10.0)}, gpu_only=True),
+                    {fx: sol(**_scale(_SLOW))}, {fx: _sped(FULL, 10.0)}, gpu_only=True),
         DemoStudent("skip_work", "skips the work at large sizes: wrong at the timed size, faster than the floor",
                     {fx: sol(**_scale("    mask = mask & (n < 10_000_000)\n    x = tl.load(x_ptr + offs, mask=mask)\n"
-                                      + _STORE))}, {fx: _both(FULL, 10.0)}, gpu_only=True),
+                                      + _STORE))}, {fx: _sped(FULL, 10.0)}, gpu_only=True),
     ]
-    return out + _zoo_students(real_lessons)
+    return out + _zoo_students(real_lessons, speed)
 
 
 # A sample of the zoo (kernels/checks/zoo, where CI grades every entry): each student submits one lesson, the
@@ -236,7 +246,11 @@ _ZOO = [
 ]
 
 
-def _zoo_students(real_lessons: dict[str, float]) -> list[DemoStudent]:
+# zoo students whose answer also fails the lesson's speed cell (so the speed policy takes nothing more)
+_SPEED_CELL_FAILS = {"zoo_copy_off_by_one"}
+
+
+def _zoo_students(real_lessons: dict[str, float], speed: dict[str, float]) -> list[DemoStudent]:
     from kernels.checks.zoo import entries
     from kernels.device import ON_GPU
 
@@ -247,8 +261,9 @@ def _zoo_students(real_lessons: dict[str, float]) -> list[DemoStudent]:
             continue
         sources = {gid: v if isinstance(v, str) else answers[v] for gid, v in cells.items()}
         full = real_lessons[lesson]
+        cpu = full - lost_cpu - (0 if name in _SPEED_CELL_FAILS else speed.get(lesson, 0))
         out.append(DemoStudent(name, f"zoo: {what}", {lesson: lambda s, r, c=sources: _with(s, **c)},
-                               {lesson: _both(full - lost_cpu, full - lost_gpu)}, gpu_only=lost_cpu == 0))
+                               {lesson: _both(cpu, full - lost_gpu)}, gpu_only=lost_cpu == 0))
     return out
 
 
@@ -297,6 +312,8 @@ def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], kla
     if folder.exists():
         shutil.rmtree(folder)
     for st in klass:
+        if st.lms:
+            continue
         d = folder / st.name
         d.mkdir(parents=True)
         for lesson, how in st.lessons.items():
@@ -314,3 +331,62 @@ def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], kla
             if name != "rename":
                 (d / name).write_bytes(data)
     os.chmod(folder, 0o700)
+
+
+# ---- a term: later collect batches, an LMS download with a roster, a due date (lesson 00 only: cheap to grade) ----
+TERM_LESSON = "00_setup"
+LATE_PERCENT = 10.0  # grader/nbgrader_config.py: PerDayPenalty.percent_per_day
+
+
+def term_students(real_lessons: dict[str, float]) -> list[DemoStudent]:
+    """Students of the term scenarios (see :func:`term_batches`); needs lesson 00 and nbgrader."""
+    if TERM_LESSON not in real_lessons:
+        return []
+    full = real_lessons[TERM_LESSON]
+    return [
+        DemoStudent("dave", "two collect batches: the second holds only a newer copy of his fixture notebook; his "
+                    "00_setup from the first is kept", {TERM_LESSON: "solution", LESSON: "release"},
+                    {TERM_LESSON: _both(full), LESSON: _both(0.0)}),
+        DemoStudent("alice", "Canvas download (smithalice_1001_..._00_setup.ipynb, then the resubmission copy -1: "
+                    "the newest wins), mapped to her id by the roster", {}, {TERM_LESSON: _both(full)}, lms=True),
+        DemoStudent("lucy", "Canvas download, handed in 2 hours after the due date: 10% off in the gradebook",
+                    {}, {TERM_LESSON: _both(full)}, lms=True),
+    ]
+
+
+def term_batches(work: pathlib.Path, lessons: dict[str, tuple[dict, dict]], incoming: pathlib.Path,
+                 now: float) -> dict:
+    """Date the first batch (``incoming``) two days before the due date ``now - 1 day``, write the second batch
+    (dave's fixture notebook again, edited: newer) and a Canvas zip with a roster; returns what to collect and
+    expect."""
+    import zipfile
+
+    due = now - 86400
+    for p in incoming.rglob("*"):
+        os.utime(p, (due - 2 * 86400, due - 2 * 86400))
+    source, rel = lessons[TERM_LESSON]
+    second = work / "incoming-2"
+    if second.exists():
+        shutil.rmtree(second)
+    (second / "dave").mkdir(parents=True)
+    fx_rel = json.loads(json.dumps(lessons[LESSON][1]))
+    fx_rel["cells"][0]["source"] = "".join(fx_rel["cells"][0]["source"]) + "\n\n(my second try)"
+    (second / "dave" / f"{LESSON}.ipynb").write_text(json.dumps(fx_rel, indent=1))
+    os.utime(second / "dave" / f"{LESSON}.ipynb", (due - 86400, due - 86400))
+    roster = work / "roster.csv"
+    roster.write_text("Student,ID,SIS Login ID\nSmith Alice,1001,alice\nJones Lucy,1003,lucy\n"
+                      + "".join(f"{st},{2000 + i},{st}\n" for i, st in enumerate(("dave", "solution"))))
+    archive = work / "canvas.zip"
+
+    def entry(z, name, nb, when):
+        z.writestr(zipfile.ZipInfo(name, date_time=time.gmtime(when)[:6]), json.dumps(nb, indent=1))
+
+    with zipfile.ZipFile(archive, "w") as z:
+        entry(z, f"smithalice_1001_55501_{TERM_LESSON}.ipynb", rel, due - 3 * 86400)
+        entry(z, f"smithalice_1001_55502_{TERM_LESSON}-1.ipynb", source, due - 2 * 86400)
+        entry(z, f"joneslucy_LATE_1003_55503_{TERM_LESSON}.ipynb", source, due + 7200)
+        entry(z, f"phantom_9999_55504_{TERM_LESSON}.ipynb", source, due - 86400)
+    return {"due": due, "second": second, "zip": archive, "roster": roster,
+            "penalties": {("lucy", TERM_LESSON): 0.0}, "late_percent": LATE_PERCENT,
+            "skipped": {f"smithalice_1001_55501_{TERM_LESSON}.ipynb": "is newer",
+                        f"phantom_9999_55504_{TERM_LESSON}.ipynb": "not on the roster"}}

@@ -89,7 +89,13 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     real = course_lessons(lessons)
     fx_src = read_source(demo.FIXTURE / f"{demo.LESSON}.py")
     sources = {**{k: v[0] for k, v in real.items()}, demo.LESSON: fx_src}
-    klass = demo.students({k: _points(v[0]) for k, v in real.items()})
+    from . import policy
+
+    points = {k: _points(v[0]) for k, v in real.items()}
+    klass = demo.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
+    with_nbgrader = not direct and _has_nbgrader()
+    if with_nbgrader and not copies:
+        klass += demo.term_students(points)
     if copies:
         base = next(s for s in klass if s.name == "solution")
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
@@ -100,8 +106,9 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
                                     memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(demo.FIXTURE)],
                                     gpu_memory_fraction=0.3 if ON_GPU else None)
-    with_nbgrader = not direct and _has_nbgrader()
     failures: list = []
+    term: dict = {}
+    checks: list[str] = []  # the term scenarios' expectations that failed
     if with_nbgrader:
         from . import workflow
 
@@ -114,11 +121,19 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
         folder = out / "incoming"
         demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
+        if any(st.name == "dave" for st in klass):
+            term = demo.term_batches(out, {k: (sources[k], releases[k]) for k in sources}, folder, time.time())
+            from .late import set_due
+
+            set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", demo.TERM_LESSON,
+                    _utc(term["due"]))
         workflow.collect(root, folder)
         for st in klass:
             for lesson in sources:
                 if lesson not in st.expect:
                     shutil.rmtree(root / "submitted" / st.name / lesson, ignore_errors=True)
+        if term:
+            checks += _term_collect(root, term)
         built = time.time() - t0
         results, failures, uid_base = workflow.autograde(root, slots=slots, settings=settings)
     else:
@@ -131,12 +146,13 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         uid_base = grader.sandbox.uid_base
         built = time.time() - t0
         results = grade_class(grader, subs, sources, releases, slots=slots)
+        policy.apply(results)
     graded = time.time() - t0 - built
     results = [r for r in results if any(r.student == st.name and r.lesson in st.expect for st in klass)]
     subs = results
     left = _leftovers(uid_base, slots)
     expected = {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
-    print(table(results, expected, mode=f"{MODE}; {describe()}"))
+    print(table(results, expected, mode=f"{MODE}; {describe()}; {policy.describe(policy.DEFAULT, MODE)}"))
     bad = [(r.student, r.lesson, r.score, expected[(r.student, r.lesson)]) for r in results
            if abs(r.score - expected[(r.student, r.lesson)]) > 1e-9]
     for r in results:
@@ -176,7 +192,13 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             print(f"FAIL: nbgrader step failed for {f[0]}/{f[1]}: {f[2][-300:]}")
         for k, v, b in differ:
             print(f"FAIL: gradebook has {b} for {k[0]}/{k[1]}, the grader gave {v:g}")
-        if failures or fb or differ:
+        if term:
+            checks += _term_grades(root, term, results)
+            checks += _term_regrade(root, out, settings, slots)
+            summary["term"] = {"checks_failed": checks, "due": _utc(term["due"]).isoformat()}
+        for c in checks:
+            print(f"FAIL: {c}")
+        if failures or fb or differ or checks:
             bad = bad + [("nbgrader", "", 0, 0)]
     report(results, out / "grade-demo.json", summary)
     for d in reports:
@@ -192,6 +214,95 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     if not bad and not left:
         print("demo class: every submission got its expected score")
     return 1 if bad or left else 0
+
+
+def _utc(t: float):
+    import datetime
+
+    return datetime.datetime.fromtimestamp(int(t), datetime.timezone.utc).replace(tzinfo=None)
+
+
+def _term_collect(root: pathlib.Path, term: dict) -> list[str]:
+    """The second batch and the Canvas zip of the term scenarios (grader/demo.py: term_batches), collected; what
+    went other than expected."""
+    from . import workflow
+
+    bad = []
+    got = workflow.collect(root, term["second"])
+    status = got["dave"][demo.LESSON].status
+    if not status.startswith("replaced"):
+        bad.append(f"dave's second batch: {demo.LESSON} {status}, expected replaced")
+    kept = root / "submitted" / "dave" / demo.TERM_LESSON / f"{demo.TERM_LESSON}.ipynb"
+    if not kept.exists():
+        bad.append("dave's 00_setup from the first batch was lost by the second")
+    print(f"second batch: dave/{demo.LESSON} {status}; dave/{demo.TERM_LESSON} "
+          f"{'kept' if kept.exists() else 'LOST'}")
+    got, skipped = workflow.collect_lms(root, term["zip"], roster=term["roster"])
+    for s in skipped:
+        print(f"Canvas zip: skipped {s.name}: {s.reason}")
+    why = {s.name: s.reason for s in skipped}
+    for name, want in term["skipped"].items():
+        if want not in why.get(name, ""):
+            bad.append(f"Canvas zip: {name} should be skipped ({want}), got {why.get(name)!r}")
+    if set(got) != {"alice", "lucy"}:
+        bad.append(f"Canvas zip: collected {sorted(got)}, expected alice and lucy")
+    return bad
+
+
+def _term_grades(root: pathlib.Path, term: dict, results) -> list[str]:
+    """Late penalties in the gradebook (only lucy's), flags on the instructor's source, no phantom student."""
+    from nbgrader.api import Gradebook
+
+    bad = []
+    by = {(r.student, r.lesson): r for r in results}
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+        for r in results:
+            try:
+                sub = gb.find_submission(r.lesson, r.student)
+            except Exception:
+                continue
+            want = (term["late_percent"] / 100 * r.score) if (r.student, r.lesson) in term["penalties"] else 0.0
+            if abs((sub.late_submission_penalty or 0.0) - want) > 1e-6:
+                bad.append(f"late penalty of {r.student}/{r.lesson}: {sub.late_submission_penalty}, expected {want:g}")
+        if any(s.id == "phantom" for s in gb.students):
+            bad.append("the phantom Canvas student (not on the roster) reached the gradebook")
+    sol = by.get(("solution", demo.TERM_LESSON))
+    if sol is not None and not any(n.startswith("flagged") for n in sol.notes):
+        bad.append("the instructor's source handed in as solution/00_setup was not flagged")
+    rel = by.get(("release", demo.TERM_LESSON))
+    if rel is not None and any(n.startswith("flagged") for n in rel.notes):
+        bad.append("the untouched student notebook release/00_setup was flagged")
+    late = by.get(("lucy", demo.TERM_LESSON))
+    print(f"due date {_utc(term['due']):%Y-%m-%d %H:%M} UTC for {demo.TERM_LESSON}; lucy handed in 2 h late: "
+          f"{late.score if late else '?'} points less {term['late_percent']:g}% in the gradebook")
+    return bad
+
+
+def _term_regrade(root: pathlib.Path, out: pathlib.Path, settings, slots: int) -> list[str]:
+    """Grade one unchanged notebook again: the term's seed makes it reproducible, so nothing may change; the
+    class CSV has the roster's names and the late penalty."""
+    import csv
+
+    from . import workflow
+
+    bad = []
+    seed = workflow.last_run.get("seed")
+    workflow.autograde(root, lessons=[demo.TERM_LESSON], students=["alice"], slots=1, settings=settings,
+                       progress=False)
+    again = workflow.last_run
+    print(f"regrade of alice/{demo.TERM_LESSON} with the term's seed {again['seed']}: "
+          + ("; ".join(again["changes"]) or "nothing changed"))
+    if again["seed"] != seed or again["changes"]:
+        bad.append(f"a regrade with the term's seed changed something: {again['changes']} (seed {seed} -> "
+                   f"{again['seed']})")
+    path = workflow.export_class(root, out / "class.csv")
+    rows = {r["student"]: r for r in csv.DictReader(path.open())}
+    lucy = rows.get("lucy", {})
+    if lucy.get("name") != "Jones Lucy" or lucy.get(f"{demo.TERM_LESSON} late penalty") in (None, "0"):
+        bad.append(f"class CSV: lucy's row lacks her roster name or late penalty: {lucy}")
+    print(f"class CSV {path.name}: {len(rows)} students, lucy {lucy.get(demo.TERM_LESSON)} "
+          f"(late penalty {lucy.get(f'{demo.TERM_LESSON} late penalty')})")
+    return bad
 
 
 def main_env_slots() -> int:

@@ -27,3 +27,12 @@ c.Autograde.autograde_preprocessors = [
 ]
 # An LMS download: files named <student>_<notebook>.ipynb (nbgrader zip_collect).
 c.FileNameCollectorPlugin.named_regexp = r".*?(?P<student_id>[A-Za-z0-9.-]+)_(?P<file_id>\d\d_[a-z0-9_]+\.ipynb)$"
+# Late work: 10% of the score off per started day past the due date (grader/late.py; due dates in the gradebook).
+c.AssignLatePenalties.plugin_class = "grader.late.PerDayPenalty"
+c.PerDayPenalty.percent_per_day = 10.0
+# Feedback shows each hidden test's result, not its source (grader/hidetests.py).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "grader.hidetests.HideTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

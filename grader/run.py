@@ -11,21 +11,62 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .collect import Submission
 from .grade import CellResult, Grader, NotebookResult
+from .policy import excluded_points
 
 __all__ = ["grade_class", "table", "Progress"]
+
+if sys.version_info < (3, 12):
+    # CPython 3.11 counts the depth of the AST it converts per interpreter, not per thread: two grading threads
+    # parsing at once can fail with "AST constructor recursion depth mismatch". Parse one at a time.
+    import ast as _ast
+
+    if not getattr(_ast.parse, "_one_at_a_time", False):
+        _parse, _parse_lock = _ast.parse, threading.Lock()
+
+        def _locked_parse(*args, **kwargs):
+            with _parse_lock:
+                return _parse(*args, **kwargs)
+
+        _locked_parse._one_at_a_time = True
+        _ast.parse = _locked_parse
 
 
 class Progress:
     """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
 
-    def __init__(self, total: int, label: str = "grading"):
+    def __init__(self, total: int, label: str = "grading", every: float | None = None):
         self.total, self.done, self.label = total, 0, label
         self.t0 = time.time()
         self.lock = threading.Lock()
         self.tty = sys.stderr.isatty()
+        self.running: dict[str, float] = {}  # submission -> when its grading started
+        self.every = every if every is not None else (5.0 if self.tty else 30.0)
+        if total:
+            threading.Thread(target=self._tick, daemon=True, name="progress").start()
 
-    def step(self, what: str) -> None:
+    def begin(self, what: str) -> None:
         with self.lock:
+            self.running[what] = time.time()
+
+    def _tick(self) -> None:
+        """A live line while submissions run longer than ``every`` seconds (a hang is seen, not silence)."""
+        while True:
+            time.sleep(self.every)
+            with self.lock:
+                if self.done >= self.total:
+                    return
+                now = time.time()
+                slow = [f"{w} {now - t:.0f} s" for w, t in sorted(self.running.items(), key=lambda x: x[1])
+                        if now - t >= self.every]
+                if not slow:
+                    continue
+                line = f"{self.label}: {self.done}/{self.total} done; still running: {', '.join(slow)}"
+                sys.stderr.write(("\r" + line[:150].ljust(150)) if self.tty else line + "\n")
+                sys.stderr.flush()
+
+    def step(self, what: str, key: str | None = None) -> None:
+        with self.lock:
+            self.running.pop(key or what, None)
             self.done += 1
             n = 30
             filled = int(n * self.done / max(self.total, 1))
@@ -60,6 +101,9 @@ def grade_class(grader: Grader, subs: list[Submission], sources: dict[str, dict]
     bar = Progress(len(subs)) if progress else None
 
     def one(sub: Submission) -> NotebookResult:
+        key = f"{sub.student}/{sub.lesson}"
+        if bar:
+            bar.begin(key)
         if sub.notebook is None:
             r = _missing(sub, sources[sub.lesson])
         else:
@@ -76,7 +120,7 @@ def grade_class(grader: Grader, subs: list[Submission], sources: dict[str, dict]
                 free.put(slot)
             r.notes = list(sub.notes) + r.notes
         if bar:
-            bar.step(f"{sub.student}/{sub.lesson} {r.score:g}/{r.max_score:g}")
+            bar.step(f"{key} {r.score:g}/{r.max_score:g}", key)
         return r
 
     with ThreadPoolExecutor(max_workers=slots) as pool:
@@ -103,7 +147,7 @@ def table(results: list[NotebookResult], expected: dict | None = None, mode: str
                 mark = f"*(want {expected[(st, lesson)]:g})"
             row.append(f"{r.score:g}/{r.max_score:g}{mark}")
             tot += r.score
-            mx += r.max_score
+            mx += r.max_score - excluded_points(r)
             fails += sum(1 for c in r.cells if not c.passed)
             secs += r.seconds
         row += [f"{tot:g}/{mx:g}", str(fails), f"{secs:.0f}s"]

@@ -17,12 +17,11 @@ import pathlib
 import subprocess
 import sys
 import time
-import zipfile
 
 from .collect import Submission, collect_folder, read_notebook
 
-__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_zip", "autograde", "feedback", "export",
-           "gradebook_scores"]
+__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
+           "autograde", "feedback", "export", "gradebook_scores"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
@@ -100,69 +99,229 @@ def _notes_path(root: pathlib.Path) -> pathlib.Path:
     return root / "reports" / "notes.json"
 
 
-def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None) -> dict:
+STAMP = "%Y-%m-%d %H:%M:%S UTC"  # timestamp.txt, as nbgrader writes and parses it
+
+
+def _stamp(t: float) -> str:
+    return time.strftime(STAMP, time.gmtime(t))
+
+
+def _read_stamp(d: pathlib.Path) -> float | None:
+    """The hand-in time recorded in ``d/timestamp.txt`` (epoch seconds), or None."""
+    import calendar
+
+    try:
+        text = (d / "timestamp.txt").read_text().strip()
+        return float(calendar.timegm(time.strptime(text, STAMP)))
+    except (OSError, ValueError):
+        return None
+
+
+def backup_dir(root: pathlib.Path) -> pathlib.Path:
+    """Where collect keeps every notebook it replaces: ``backups/<student>/<lesson>/<hand-in time>.ipynb``."""
+    return root / "backups"
+
+
+def _keep_backup(root: pathlib.Path, student: str, lesson: str, d: pathlib.Path) -> pathlib.Path:
+    when = _read_stamp(d)
+    label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when)) if when is not None else "undated"
+    dest = backup_dir(root) / student / lesson
+    dest.mkdir(parents=True, exist_ok=True)
+    os.chmod(backup_dir(root), 0o700)
+    n, path = 0, dest / f"{label}.ipynb"
+    while path.exists():
+        n += 1
+        path = dest / f"{label}-{n}.ipynb"
+    path.write_bytes((d / f"{lesson}.ipynb").read_bytes())
+    if (d / "timestamp.txt").exists():
+        path.with_suffix(".timestamp.txt").write_bytes((d / "timestamp.txt").read_bytes())
+    return path
+
+
+def _skip(name: str, reason: str):
+    from .lms import Skipped
+
+    return Skipped(name, reason)
+
+
+def _same(path: pathlib.Path, nb: dict) -> bool:
+    try:
+        return json.loads(path.read_text()) == json.loads(json.dumps(nb))
+    except (OSError, ValueError):
+        return False
+
+
+def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None, *,
+            roster: pathlib.Path | None = None, skipped: list | None = None) -> dict:
     """``folder/<student>/*.ipynb`` -> ``root/submitted/<student>/<lesson>/<lesson>.ipynb``, read defensively.
 
-    ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). A student
-    who did not submit one of them, or submitted it unreadable, gets an empty submission folder, graded as an
-    explicit 0; the reason is kept in ``reports/notes.json``.
+    ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). Collect
+    never deletes and never replaces a collected notebook except with a newer version of it (by the hand-in time:
+    the file's date, or the archive entry's): what it replaces is kept under ``backups/``. Each submission's
+    ``status`` says what happened: ``new``, ``replaced`` (the older one backed up), ``unchanged`` (the same
+    notebook again), ``kept`` (an older or unreadable version, or nothing, in this batch: the collected one
+    stays), ``missing`` (nothing collected: graded as an explicit 0, the reason kept in ``reports/notes.json``).
+    A student or lesson not in this batch is left as it is. With a roster (given, or kept from an earlier
+    collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason.
     """
     sources = sources_of(root)
     collected = collect_folder(folder, sources)
+    known = load_roster(root, roster)
+    if known is not None:
+        for name in list(collected):
+            sid = known.find(name)
+            if sid is None:
+                del collected[name]
+                if skipped is not None:
+                    skipped.append(_skip(f"{name}/", f"{name} is not on the roster {roster_path(root).name}"))
+            elif sid != name:
+                if sid in collected:
+                    del collected[name]
+                    if skipped is not None:
+                        skipped.append(_skip(f"{name}/", f"refused: another folder is also student {sid}"))
+                    continue
+                collected[sid] = collected.pop(name)
+                for sub in collected[sid].values():
+                    sub.student = sid
     if lessons is None:
         lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
-    notes = {}
+    _notes_path(root).parent.mkdir(parents=True, exist_ok=True)
+    notes = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
     for student, subs in collected.items():
         for lesson, sub in subs.items():
             if lesson not in lessons:
+                sub.status = "not collected"
                 continue
             d = root / "submitted" / student / lesson
             d.mkdir(parents=True, exist_ok=True)
             target = d / f"{lesson}.ipynb"
-            if target.exists():
-                target.unlink()
-            if sub.notebook is not None:
-                target.write_text(json.dumps(sub.notebook, indent=1))
-                (d / "timestamp.txt").write_text(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
-            notes.setdefault(student, {})[lesson] = sub.notes
-    _notes_path(root).parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
-    old.update(notes)
-    _notes_path(root).write_text(json.dumps(old, indent=1))
+            had = target.exists()
+            when = sub.timestamp if sub.timestamp is not None else time.time()
+            mine = notes.setdefault(student, {})
+            if sub.notebook is None:
+                if had:
+                    why = "; ".join(sub.notes) or "not submitted"
+                    sub.status = f"kept (the one collected {_stamp(_read_stamp(d) or 0)}; this batch: {why})"
+                else:
+                    sub.status = "missing"
+                    if not mine.get(lesson) or sub.notes != ["not submitted"]:
+                        mine[lesson] = sub.notes
+                continue
+            if had and _same(target, sub.notebook):
+                sub.status = "unchanged"
+                continue
+            before = _read_stamp(d) if had else None
+            if had and before is not None and when <= before:
+                sub.status = f"kept (the one collected is newer: {_stamp(before)}; this one {_stamp(when)})"
+                continue
+            if had:
+                kept = _keep_backup(root, student, lesson, d)
+                sub.status = f"replaced (the older one kept as {kept.relative_to(root)})"
+            else:
+                sub.status = "new"
+            tmp = d / f".{lesson}.ipynb.part"
+            tmp.write_text(json.dumps(sub.notebook, indent=1))
+            os.replace(tmp, target)
+            (d / "timestamp.txt").write_text(_stamp(when))
+            mine[lesson] = sub.notes
+    _notes_path(root).write_text(json.dumps(notes, indent=1))
     for d in (root / "submitted", root / "reports"):
-        os.chmod(d, 0o700)
+        if d.exists():
+            os.chmod(d, 0o700)
     return collected
 
 
-def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2 << 30) -> dict:
-    """An LMS download (a zip of ``<student>_<lesson>.ipynb`` files) -> a folder per student -> :func:`collect`.
+def roster_path(root: pathlib.Path) -> pathlib.Path:
+    """The course's roster (``collect --roster`` keeps a copy here; later collects and exports use it)."""
+    return root / "roster.csv"
 
-    Names follow ``c.FileNameCollectorPlugin.named_regexp`` of the course configuration, as nbgrader's
-    ``zip_collect`` does; members with absolute or parent paths, and archives over ``max_bytes``, are refused.
-    """
-    import re
-    import tempfile
 
+def load_roster(root: pathlib.Path, given: pathlib.Path | None = None):
+    """The roster given now (kept in the course folder for later) or the one kept before, or None."""
+    from .lms import read_roster
+
+    if given is not None:
+        roster = read_roster(given)
+        roster_path(root).parent.mkdir(parents=True, exist_ok=True)
+        if pathlib.Path(given).resolve() != roster_path(root).resolve():
+            if roster_path(root).exists():
+                backup = backup_dir(root) / "roster" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.csv"
+                backup.parent.mkdir(parents=True, exist_ok=True)
+                backup.write_bytes(roster_path(root).read_bytes())
+            roster_path(root).write_bytes(pathlib.Path(given).read_bytes())
+        return roster
+    return read_roster(roster_path(root)) if roster_path(root).exists() else None
+
+
+def _named_regexp() -> str:
     from traitlets.config.loader import PyFileConfigLoader
 
-    pattern = re.compile(PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
-                         .FileNameCollectorPlugin.named_regexp)
-    with tempfile.TemporaryDirectory(prefix="grader-zip-") as tmp, zipfile.ZipFile(archive) as z:
-        total = sum(i.file_size for i in z.infolist())
-        if total > max_bytes:
-            raise ValueError(f"{archive} expands to {total / 2**30:.1f} GiB, over the limit")
-        for info in z.infolist():
-            name = pathlib.PurePosixPath(info.filename)
-            if info.is_dir() or name.is_absolute() or ".." in name.parts:
-                continue
-            m = pattern.match(name.name)
-            if not m:
-                continue
-            d = pathlib.Path(tmp) / m["student_id"]
-            d.mkdir(exist_ok=True)
-            (d / m["file_id"]).write_bytes(z.read(info))
-        return collect(root, pathlib.Path(tmp))
+    return PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config().FileNameCollectorPlugin.named_regexp
+
+
+def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Path | None = None,
+                lessons: list[str] | None = None, max_bytes: int = 2 << 30) -> tuple[dict, list]:
+    """An LMS download (a zip, or the folder it unpacks to) -> :func:`collect`; see :mod:`grader.lms`.
+
+    Returns (what :func:`collect` returns, the skipped files as :class:`grader.lms.Skipped`). Resubmissions:
+    the newest of a student's files for one lesson, by the archive's dates; it goes through :func:`collect`,
+    so it replaces a collected notebook only if it is newer than that one.
+    """
+    import tempfile
+
+    from . import lms
+
+    names = sorted(sources_of(root))
+    found, skipped = lms.entries(source, names, roster=load_roster(root, roster), named_regexp=_named_regexp(),
+                                 max_bytes=max_bytes)
+    chosen, older = lms.select(found)
+    with tempfile.TemporaryDirectory(prefix="grader-lms-") as tmp:
+        lms.unpack(chosen, pathlib.Path(tmp))
+        collected = collect(root, pathlib.Path(tmp), lessons) if chosen else {}
+    for subs in collected.values():
+        for sub in subs.values():
+            picked = next((e for e in chosen if (e.student, e.lesson) == (sub.student, sub.lesson)), None)
+            if picked is not None:
+                sub.path = picked.name
+    return collected, skipped + older
+
+
+def collect_zip(root: pathlib.Path, archive: pathlib.Path, *, max_bytes: int = 2 << 30) -> dict:
+    """An LMS download -> :func:`collect` (:func:`collect_lms` without the list of skipped files)."""
+    return collect_lms(root, archive, max_bytes=max_bytes)[0]
+
+
+def remove_student(root: pathlib.Path, student: str) -> list[str]:
+    """Take a student out of the course: out of the gradebook, and their folders moved (never deleted) to
+    ``backups/removed/<student>-<time>/``. Returns what was done, one line each."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    done = []
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = backup_dir(root) / "removed" / f"{student}-{stamp}"
+    for part in ("submitted", "autograded", "feedback", "reports/results"):
+        d = root / part / student
+        if d.is_dir() and not d.is_symlink():
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(d, dest / part)
+            done.append(f"moved {d.relative_to(root)} to {(dest / part).relative_to(root)}")
+    if _notes_path(root).exists():
+        notes = json.loads(_notes_path(root).read_text())
+        if student in notes:
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / "notes.json").write_text(json.dumps(notes.pop(student), indent=1))
+            _notes_path(root).write_text(json.dumps(notes, indent=1))
+    if (root / "gradebook.db").exists():
+        with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+            try:
+                gb.remove_student(student)
+                done.append("removed from the gradebook (its scores are gone from exports)")
+            except MissingEntry:
+                pass
+    if (backup_dir(root)).exists():
+        os.chmod(backup_dir(root), 0o700)
+    return done
 
 
 def submissions(root: pathlib.Path, lessons: list[str] | None = None,
@@ -193,19 +352,32 @@ def _quiet():
         yield buf
 
 
+#: what the last :func:`autograde` in this process did: its seed (and where it came from), what it changed
+last_run: dict = {}
+
+
 def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2, settings=None,
-              progress: bool = True):
-    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde."""
-    from . import nbexec
+              progress: bool = True, speed_policy: str = "zero", new_seed: bool = False):
+    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde.
+
+    ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`). The
+    master seed is the term's (``reports/seed.json``; ``settings.seed`` or ``new_seed`` replace it), so that a
+    regrade is reproducible; what a regrade changed is in :data:`last_run` and ``reports/history.jsonl``."""
+    from . import classbook, nbexec, policy
     from .grade import Grader, Settings
     from .run import grade_class
 
     sources, releases = sources_of(root), releases_of(root)
     subs = [s for s in submissions(root, lessons, students) if s.lesson in sources]
     settings = settings or Settings()
+    settings.seed, seed_line = classbook.term_seed(root, settings.seed, new=new_seed)
     settings.hide = [*settings.hide, str(root.resolve())]
     grader = Grader(settings)
     results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
+    policy.apply(results, speed_policy)
+    last_run.clear()
+    last_run.update(seed=settings.seed, seed_line=seed_line, speed_policy=speed_policy,
+                    changes=classbook.record_changes(root, results, settings.seed))
     out = nbexec.results_dir(root)
     for r in results:
         nbexec.PREGRADED[(r.student, r.lesson, r.lesson)] = r
@@ -252,7 +424,43 @@ def feedback(root: pathlib.Path) -> list[tuple[str, str, str]]:
             if not res.get("success"):
                 why = "\n".join(x for x in (res.get("error"), res.get("log"), log.getvalue()) if x)
                 failures.append((student_dir.name, ldir.name, why[-2000:] or "no reason given"))
+    _feedback_without_notebook(root)
     return failures
+
+
+def _feedback_without_notebook(root: pathlib.Path) -> list[pathlib.Path]:
+    """A feedback page for each submission with no gradable notebook (unreadable, another lesson's, missing),
+    which nbgrader has nothing to render for: the lesson, 0 points, and why, in words the student can act on."""
+    import html
+
+    from .notebook import split
+
+    sources = sources_of(root)
+    written = []
+    for sub in submissions(root):
+        if sub.notebook is not None or sub.lesson not in sources:
+            continue
+        points = sum(g.points for g in split(sources[sub.lesson])[1])
+        reasons = sub.notes or ["not submitted"]
+        page = root / "feedback" / sub.student / sub.lesson / f"{sub.lesson}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+        page.write_text(
+            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(sub.lesson)}: feedback</title>"
+            f"</head><body><h1>{html.escape(sub.lesson)}: 0 of {points:g} points</h1>"
+            f"<p>Student: {html.escape(sub.student)}. Nothing in this submission could be graded:</p><ul>{items}</ul>"
+            f"<p>Hand in <code>{html.escape(sub.lesson)}.ipynb</code>, the notebook of this lesson saved from "
+            "JupyterLab, before the due date; ask your instructor if it was handed in and this page says "
+            "otherwise.</p></body></html>\n")
+        written.append(page)
+    return written
+
+
+def export_class(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
+    """The class CSV (:func:`grader.classbook.write_csv`): a row per student, per-cell columns, roster names."""
+    from .classbook import write_csv
+
+    return write_csv(root, path)
 
 
 def export(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:

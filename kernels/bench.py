@@ -32,7 +32,8 @@ import torch
 from .device import DEVICE, MODE, ON_GPU, describe
 from .testing import rel_error
 
-__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "parse_where", "run", "main"]
+__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "graph_launch_us", "parse_where", "run",
+           "main"]
 
 _L2_BYTES = 60 * 2**20
 
@@ -54,12 +55,14 @@ class Problem:
 
 @dataclass
 class Version:
-    """One rung of the ladder: ``fn(**inputs) -> output``; ``skip(problem)`` returns a reason or None."""
+    """One rung of the ladder: ``fn(**inputs) -> output``; ``skip(problem)`` returns a reason or None;
+    ``extras(inputs)``, on a GPU, measures more of one call (a dict added to the version's row)."""
 
     name: str
     fn: Callable[..., torch.Tensor]
     skip: Callable[[Problem], str | None] = lambda p: None
     output: Callable[[object], torch.Tensor] = lambda r: r
+    extras: Callable[[dict], dict] | None = None
 
 
 def _sync():
@@ -101,6 +104,31 @@ def matmul_rate(dtype=torch.bfloat16) -> float:
     b = torch.randn(n, n, device=DEVICE).to(dt)
     ms = time_ms(lambda: a @ b)
     return 2 * n**3 / (ms * 1e-3)
+
+
+def graph_launch_us(fn: Callable[[], object], launches: int = 200) -> dict:
+    """Microseconds per launch of ``launches`` calls of ``fn``, issued one by one and replayed as one CUDA graph
+    (GPU only). Issued one by one, each call pays its Python and driver launch cost, hidden only while the GPU is
+    still busy with earlier work; the graph is recorded once and replayed with one call."""
+    if not ON_GPU:
+        raise RuntimeError("graph_launch_us needs a GPU: CUDA graphs record launches on a CUDA stream")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (and compile) outside the capture, as capture requires
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+
+    def eager():
+        for _ in range(launches):
+            fn()
+
+    eager_ms, graph_ms = time_ms(eager, warmup=5, rep=50), time_ms(graph.replay, warmup=5, rep=50)
+    return {"launches": launches, "eager_us": eager_ms * 1e3 / launches, "graph_us": graph_ms * 1e3 / launches}
 
 
 def _tensor_bytes(x) -> int:
@@ -183,13 +211,66 @@ def _selected(p: Problem, where: dict[str, set[str]]) -> bool:
     return True
 
 
+def _warm(topic: str, problem_set: str, quick: bool, problems: list[Problem], names: list[str], key, jobs: int,
+          seconds: float | None) -> dict:
+    """Call every version once on every problem, in child processes (``jobs`` at a time), one per group of
+    problems with the same ``key(problem)`` (rows whose first calls compile or autotune the same kernels, in the
+    run's order): the compile caches on disk are then warm, and the timed run compiles nothing (an autotuner
+    still tunes in it, on a quiet GPU, from cached binaries). Children still running after ``seconds`` are
+    stopped. Returns each group's labels, exit status and seconds."""
+    groups: dict = {}
+    for p in problems:
+        groups.setdefault(key(p), []).append(p.label)
+    pending, running, done = list(groups.values()), [], []
+    t0 = time.perf_counter()
+    while pending or running:
+        while pending and len(running) < jobs:
+            labels = pending.pop(0)
+            cmd = [sys.executable, "-m", "kernels.bench", topic, "--set", problem_set, "--rows", ",".join(labels),
+                   "--warm-only", *(["--quick"] if quick else []), "--only", *names]
+            running.append((labels, time.perf_counter(), subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                                                          stderr=subprocess.DEVNULL)))
+        time.sleep(0.2)
+        for item in list(running):
+            labels, start, proc = item
+            late = seconds is not None and time.perf_counter() - t0 > seconds
+            if proc.poll() is None and not late:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            running.remove(item)
+            done.append({"rows": labels, "returncode": proc.returncode,
+                         "seconds": round(time.perf_counter() - start, 1)})
+    print(f"[warm] {len(done)} groups in {time.perf_counter() - t0:.0f} s, {jobs} at a time", file=sys.stderr,
+          flush=True)
+    return {"groups": done, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _warm_only(problems: list[Problem], versions: list[Version]) -> dict:
+    for p in problems:
+        inputs = p.make_inputs(0)
+        for v in versions:
+            if v.skip(p):
+                continue
+            try:
+                v.fn(**inputs)
+                _sync()
+            except Exception as e:  # the timed run reports it
+                print(f"[warm] {p.label} / {v.name}: {type(e).__name__}: {e}"[:300], file=sys.stderr)
+    return {}
+
+
 def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None,
         extra: list[Version] | None = None, labels: list[str] | None = None, problem_set: str = "ladder",
-        where: dict[str, set[str]] | None = None, budget: float | None = None) -> dict:
+        where: dict[str, set[str]] | None = None, budget: float | None = None, warm: int = 0,
+        warm_only: bool = False) -> dict:
     """Benchmark one topic; return (and write) the results. ``extra``: more versions (a lesson's own kernel);
     ``labels``: only the problems with these labels; ``problem_set``: one of the topic's ``sets()``; ``where``:
     only problems whose parameters match (:func:`parse_where`); ``budget``: seconds after which no new problem
-    is started (the rows done are kept, the run is marked incomplete)."""
+    is started (the rows done are kept, the run is marked incomplete). ``warm``: first call every version on
+    every problem in that many child processes at a time (:func:`_warm`, grouped by the topic's ``warm_key``;
+    at most half the budget); ``warm_only``: only call them, nothing checked, timed or written."""
     mod = importlib.import_module(f"kernels.{topic}.bench")
     sets = mod.sets() if hasattr(mod, "sets") else {"ladder": (mod.problems, mod.versions)}
     if problem_set not in sets:
@@ -198,6 +279,13 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     problems: list[Problem] = [p for p in make_problems(quick) if (not labels or p.label in labels)
                                and _selected(p, where or {})]
     versions: list[Version] = [v for v in [*make_versions(), *(extra or [])] if not only or v.name in only]
+    if warm_only:
+        return _warm_only(problems, versions)
+    t0 = time.perf_counter()
+    warmed = None
+    if warm > 0 and problems and not extra:
+        warmed = _warm(topic, problem_set, quick, problems, [v.name for v in versions],
+                       getattr(mod, "warm_key", lambda p: p.label), warm, None if budget is None else budget / 2)
     bw = copy_bandwidth()
     rates: dict[torch.dtype, float] = {}
     rows = []
@@ -205,12 +293,11 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     out.mkdir(parents=True, exist_ok=True)
     stem = out / (f"{topic}-{MODE}" if problem_set == "ladder" else f"{topic}-{problem_set}-{MODE}")
     result = {"topic": topic, "set": problem_set, "env": _env(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {},
-              "rows": rows, "complete": False}
-    t0 = time.perf_counter()
+              "rows": rows, "complete": False, **({"warm": warmed} if warmed else {})}
     for p in problems:
         if budget is not None and time.perf_counter() - t0 > budget:
             result["stopped"] = f"budget of {budget:.0f} s spent; {len(problems) - len(rows)} problems not started"
-            print(result["stopped"], file=sys.stderr)
+            print(result["stopped"], flush=True)
             break
         if p.dtype not in rates:
             rates[p.dtype] = matmul_rate(p.dtype)
@@ -238,6 +325,8 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 del got
                 if ON_GPU:
                     entry.update(_memory(v, inputs))
+                    if v.extras is not None:
+                        entry.update(v.extras(inputs))
                 ms = time_ms(_rotating(v, p, inputs))
                 entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
                              gbps=p.bytes / (ms * 1e-3) / 1e9)
@@ -245,12 +334,12 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 entry = {"status": "skipped", "reason": "out of memory"}
             except Exception as e:  # one failing version must not cost the rest of the run
                 entry = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:500]}
-                print(f"{p.label} / {v.name}: {entry['reason']}", file=sys.stderr)
+                print(f"{p.label} / {v.name}: {entry['reason']}", flush=True)
             row["versions"][v.name] = entry
             _sync()
             shown = f"{entry['ms']:.3f} ms" if entry.get("status") == "ok" else entry.get("reason", "")
             print(f"[{time.perf_counter() - t0:.0f}s] {p.label} / {v.name}: {entry.get('status')} {shown}",
-                  file=sys.stderr, flush=True)
+                  flush=True)
         rows.append(row)
         del inputs, ref
         if ON_GPU:
@@ -291,14 +380,14 @@ def format_table(result: dict) -> str:
 
 
 def _plot(result: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     rows = result["rows"]
     labels = [r["problem"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
     for n in names:
         ys = [r["versions"].get(n, {}).get("ms", float("nan")) for r in rows]
@@ -310,7 +399,6 @@ def _plot(result: dict, path: pathlib.Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,11 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", default="ladder", help="the topic's problem set (linear_attention: ladder, general, "
                                                     "targets)")
     ap.add_argument("--where", help="only problems whose parameters match, e.g. 'dtype=float32,K=64|128'")
-    ap.add_argument("--budget", type=float, help="seconds after which no new problem starts")
+    ap.add_argument("--budget", type=float, help="seconds after which no new problem starts (the warm-up included)")
+    ap.add_argument("--warm", type=int, default=0, metavar="JOBS",
+                    help="first call every version on every problem in JOBS child processes at a time (compile "
+                         "and autotune caches on disk warm before anything is timed)")
+    ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)  # what each warming child runs
     ap.add_argument("--out", type=pathlib.Path, default=None, help="folder for JSON and PNG (bench-results/)")
     args = ap.parse_args(argv)
     run(args.topic, quick=args.quick, out=args.out, only=args.only, labels=args.rows.split(",") if args.rows else None,
-        problem_set=args.set, where=parse_where(args.where), budget=args.budget)
+        problem_set=args.set, where=parse_where(args.where), budget=args.budget, warm=args.warm,
+        warm_only=args.warm_only)
     return 0
 
 

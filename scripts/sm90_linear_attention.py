@@ -43,7 +43,8 @@ def _case(dtype, K, V, launch: Launch, *, normalize=False, h0=False, ht=False, z
 
 
 def cases() -> dict[str, dict]:
-    """Every launch in the dispatch tables, plain, normalising, and normalising with every state in and out."""
+    """Every launch in the dispatch tables, plain, normalising, and normalising with every state in and out; the
+    normalising ones also with the normaliser's sums on the tensor cores (``mma``)."""
     out = {}
     for table, tag in ((ONE_PASS, "one"), (CHAINED, "chain")):
         for (bk, kind), lo in table.items():
@@ -52,9 +53,12 @@ def cases() -> dict[str, dict]:
             name = f"{tag} {'bf16' if kind == '16' else 'fp32-' + kind} K{bk} V{bk}"
             if tag == "one":
                 out[name] = _case(dtype, bk, bk, lo)
+            mma = Launch(**{**lo.__dict__, "norm_mma": True})
             out[f"{name} norm"] = _case(dtype, bk, bk, lo, normalize=True)
+            out[f"{name} norm mma"] = _case(dtype, bk, bk, mma, normalize=True)
             if tag == "one":
                 out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True)
+                out[f"{name} norm mma h0 ht"] = _case(dtype, bk, bk, mma, normalize=True, h0=True, ht=True, z0=True)
     return out
 
 
@@ -79,7 +83,8 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
                       SLOT=BK * BV + (BK if c["normalize"] else 0), HAS_H0=ptrs["h0_ptr"] is not None,
                       STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
-                      LINE=128 // c["dtype"].itemsize, TMA=c["tma"])
+                      LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
+                      NORM_MMA=lo.norm_mma and c["normalize"])
     sig, attrs = {}, {}
     for i, p in enumerate(_fused_linear_attention_kernel.params):
         if p.is_constexpr:

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check
-from kernels.device import DEVICE, sizes
+from kernels.device import DEVICE, ON_GPU, sizes
 from kernels.testing import randn
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "where", "locked": true, "schema_version": 3, "solution": false}
@@ -88,8 +88,11 @@ print("vector sizes for this mode:", sizes("vector_add"))
 #
 # 1. **Pointers.** A tensor argument arrives in the kernel as a pointer to its first element. `x_ptr + offs`
 #    is a *block of pointers*, one per lane, and `tl.load` reads all of them at once.
-# 2. **`BLOCK_SIZE` is a compile-time constant** (`tl.constexpr`) and must be a power of two: `tl.arange(0, B)`
-#    needs a shape the compiler knows. `n` is an ordinary runtime integer, anything at all.
+# 2. **`BLOCK_SIZE` is a compile-time constant** (`tl.constexpr`): the kernel is compiled for its value, and a
+#    launch with another value compiles another kernel. That is what lets `tl.arange(0, BLOCK_SIZE)` have a shape
+#    the compiler knows. Being a **power of two** is a second, separate rule: `tl.arange` (and so every block
+#    shape) must have a power-of-two length. A constexpr may be any value (a flag, 48, a dtype); a block size
+#    must be both. `n` is an ordinary runtime integer, anything at all.
 # 3. **The mask.** `n` is rarely a multiple of `BLOCK_SIZE`, so the last program's block runs past the end. Its
 #    lanes with `offs >= n` must neither load nor store: without the mask the kernel reads garbage and, worse,
 #    *writes* past the end of `out` into whatever lives there. Every kernel in this course masks its edges.
@@ -296,14 +299,15 @@ for name, fn in [("yours", lambda: vector_add(x, y)), ("torch x + y", lambda: x 
     except Exception as e:  # your kernel is still the stub
         print(f"{name:>12}  not run ({type(e).__name__})")
         continue
-    print(f"{name:>12} {ms:10.4f} {3 * n * x.element_size() / ms / 1e6:9.1f} {floor_ms / ms:13.2f}")
+    fraction = f"{floor_ms / ms:13.2f}" if ON_GPU else f"{'(GPU only)':>13}"
+    print(f"{name:>12} {ms:10.4f} {3 * n * x.element_size() / ms / 1e6:9.1f} {fraction}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "nogpu", "locked": true, "schema_version": 3, "solution": false}
 # > **Without a GPU.** Everything above ran in Triton's interpreter on small sizes, and every check grades your
 # > kernel exactly as it would on a GPU: the same inputs, masks and tolerances. Two things differ. The timings
 # > measure Python executing one program after another, so your kernel is thousands of times slower than
-# > torch's `x + y` here, and the fractions of the floor mean nothing; on a GPU your kernel and torch's land
-# > within a few percent of each other, near the floor. And the interpreter is forgiving where hardware is not:
+# > torch's `x + y` here, and a fraction of the floor would mean nothing, so the table leaves it out; on a GPU
+# > your kernel and torch's land within a few percent of each other, near the floor. And the interpreter is forgiving where hardware is not:
 # > an unmasked out-of-bounds access may go unnoticed in NumPy memory, which is why the checks poison and guard
 # > every output rather than trusting the absence of a crash.
 #
@@ -320,3 +324,16 @@ for name, fn in [("yours", lambda: vector_add(x, y)), ("torch x + y", lambda: x 
 # - Vector add is bound by memory: its floor is bytes moved divided by the copy bandwidth.
 #
 # Next, lesson 01 measures that bandwidth properly, at every level of the memory hierarchy.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=00` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("00_setup", globals())

@@ -52,11 +52,12 @@ from kernels.testing import randn
 # | --- | --- | --- | --- | --- |
 # | registers | in each SM, private to a thread | 256 KB per SM, ≈ 33 MB in all (132 SMs) | feeds the ALUs every cycle | 1 cycle |
 # | shared memory / L1 (SRAM) | in each SM, shared by a block of threads | up to 228 KB per SM, ≈ 30 MB in all | ≈ 30 TB/s in all | ≈ 30 cycles |
-# | L2 cache | on chip, shared by all SMs | 60 MiB as the driver reports it, in two partitions | **7.7 TB/s measured** for re-reads that fit | ≈ 200–300 cycles |
+# | L2 cache | on chip, shared by all SMs | 60 MiB as the driver reports it: two partitions of 30 MiB (below) | **7.7 TB/s measured** for re-reads that fit | ≈ 200–300 cycles |
 # | HBM3e | off chip, in the package | 141 GB | 4.8 TB/s peak, **4.26 TB/s measured** for a copy | ≈ 500–800 cycles |
 #
-# Against that, the H200 multiplies bf16 matrices at **679–790 TFLOP/s (measured)**. Divide the two: to keep
-# the tensor cores busy, a kernel must do about **170 floating-point operations for every byte** it reads
+# Against that, the H200 multiplies bf16 matrices at **679–790 TFLOP/s (measured)**. Divide the two, at about
+# 700 TFLOP/s: to keep the tensor cores busy, a kernel must do about **165 floating-point operations for every
+# byte** it reads
 # from HBM. Adding two vectors does one operation per 12 bytes. The gap between those two numbers, more than
 # three orders of magnitude, is why this course is about moving data, not about arithmetic.
 #
@@ -82,10 +83,13 @@ if ON_GPU:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Exercise 1 · A copy kernel with a grid-stride loop (2 + 2 points, and 2 for speed on a GPU)
 #
-# In lesson 00 the grid grew with the data: one program per block. That is simple, but a launch of a million
-# programs pays for scheduling each of them, and it ties the kernel's parallelism to the problem size. The
-# alternative is a **grid-stride loop**: launch a fixed number of programs, a few per SM, and let each one walk
-# through the data in steps of the whole grid's width:
+# In lesson 00 the grid grew with the data: one program per block. That is simple, and on a GPU it is cheap: the
+# hardware hands the next program to an SM as soon as one finishes, so a million programs cost little more than
+# the work they do. What one program per block does cost is the set-up each program repeats (address arithmetic,
+# constants, an accumulator to initialise) and a grid that is tied to the problem size. The alternative is a
+# **grid-stride loop**: launch a fixed number of programs, a few per SM, and let each one walk through the data in
+# steps of the whole grid's width; the same shape carries over to *persistent* kernels that keep state across
+# blocks:
 #
 # ```
 # kernel copy(x_ptr, out_ptr, n, BLOCK_SIZE):
@@ -160,7 +164,8 @@ for name, fn in [("yours", lambda: copy_kernel[(programs,)](x, out, n, BLOCK_SIZ
     except Exception as e:  # the stub raises until the exercise is done
         print(f"{name:>6}: not run ({type(e).__name__})")
         continue
-    print(f"{name:>6}: {ms:9.4f} ms  {moved / ms / 1e6:9.1f} GB/s  {moved / bandwidth * 1e3 / ms:5.2f} of the floor")
+    floor = f"  {moved / bandwidth * 1e3 / ms:5.2f} of the floor" if ON_GPU else ""
+    print(f"{name:>6}: {ms:9.4f} ms  {moved / ms / 1e6:9.1f} GB/s{floor}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l2_md", "locked": true, "schema_version": 3, "solution": false}
 # ## The L2 cliff
@@ -169,6 +174,14 @@ for name, fn in [("yours", lambda: copy_kernel[(programs,)](x, out, n, BLOCK_SIZ
 # as long as the buffer fits in L2, only the first pass comes from HBM and the rest are served on chip. Plot the
 # bandwidth of repeated re-reads against the buffer size and you see a plateau above the HBM line, then a cliff
 # at the L2 size, where every pass has to go back to HBM.
+#
+# **How big is the H200's L2?** The driver reports 60 MiB (`torch.cuda.get_device_properties(0).L2_cache_size`;
+# NVIDIA's H100 has 50 MiB). That is two partitions of 30 MiB, each wired to half the SMs. A line read by SMs on
+# both sides can be held in both partitions at once, so data that every SM reads, as in this re-read, can take up
+# to twice its size in L2: somewhere between 30 and 60 MiB of *unique* data stays resident, and only a
+# measurement says where. On the project's H200 re-reads ran at L2 speed (7.6 TB/s) with 32 MiB and at HBM speed
+# (3.6 TB/s) with 64 MiB; the curve is sampled every 8 MiB between 16 and 128 MiB to show where in between the
+# cliff falls (on a GPU, the cell below measures it on yours). Plan on about 30 MiB of shared data, not 60.
 #
 # This is the single most useful fact for kernel design after the bandwidth itself: data that several programs
 # need should be reused *while it is still in L2* (grouped program order, lesson 03) or, better, while it is in
@@ -194,7 +207,8 @@ working_set_view(l2_curve, copy_bandwidth=copy_bandwidth() if ON_GPU else None)
 # Now let each thread read an element `stride` elements after its neighbour's. With stride 2 the warp spans 256
 # bytes and uses half of them; with stride 8 or more (8 × 4 B = 32 B) every thread lands in its own sector, and
 # the memory system moves 32 bytes to deliver 4. The bandwidth you *use* falls by that factor even though the
-# DRAM works just as hard.
+# DRAM works just as hard. (That is the sector count, the cost seen from L2; a read that misses L2 fetches 64
+# bytes from HBM, so past stride 16 the measured cost grows to about twice the sector count: see below.)
 #
 # The classic way to meet this by accident is to read a **column** of a row-major matrix: the elements of a
 # column are a whole row apart.
@@ -324,19 +338,29 @@ coalescing_view(measured)
 # ```
 #
 # Plotted on log–log axes this is the **roofline**: a slope where memory limits (`I · β`), a flat roof where
-# arithmetic does, and a *ridge point* at `I = π / β` between them (about 170 FLOP/byte for bf16 on an H200).
+# arithmetic does, and a *ridge point* at `I = π / β` between them.
 # Memory-bound kernels get faster only by moving fewer bytes; compute-bound ones only by doing less or better
 # arithmetic.
 #
-# To walk along it we use the package's on-chip reuse kernel, which loads each element once and then applies
+# A GPU has more than one roof. The **tensor cores** multiply bf16 matrices (the H200: about 700 TFLOP/s,
+# ridge about 165 FLOP/byte); the ordinary **CUDA cores** do FP32 arithmetic element by element, at about
+# 50 TFLOP/s, so their ridge is about 12 FLOP/byte. A kernel's roof is the unit its arithmetic runs on: a
+# `tl.dot` on bf16 tiles meets the high one, a loop of `a·y + x` in fp32 the low one. The cell measures both
+# (torch's bf16 matmul, and its fp32 matmul, which uses the CUDA cores because torch leaves TF32 off) and the
+# copy bandwidth, and draws the two roofs over one memory slope.
+#
+# To walk along them we use the package's on-chip reuse kernel, which loads each element once and then applies
 # `y ← a·y + x` to it `reuse` times in registers: intensity `2·reuse / 8` FLOP/byte for fp32 (two FLOPs per
-# round, four bytes in and four out). The cell measures both ceilings on your machine, then your points.
+# round, four bytes in and four out), FP32 arithmetic on the CUDA cores. Your own kernels so far do no arithmetic
+# at all: your copy kernel's measure is the memory slope itself (its fraction of the floor above). Lesson 03
+# puts your tiled matmul on these same two roofs, where it belongs under the tensor cores' one.
 
 # %% nbgrader={"grade": false, "grade_id": "roofline", "locked": true, "schema_version": 3, "solution": false}
 from kernels.memory import sram_reuse_memory
 from kernels.memory.sram_reuse import bytes_moved as reuse_bytes, flops as reuse_flops
+from kernels.viz.roofline import draw_roofline
 
-rate = matmul_rate(torch.float32)
+rates = {"bf16 tensor cores": matmul_rate(torch.bfloat16), "FP32 CUDA cores": matmul_rate(torch.float32)}
 n_roof = pick(cpu=4_096, gpu=2**26)
 x_roof = randn(n_roof, seed=2)
 points = []
@@ -348,19 +372,15 @@ vec_ms = time_ms(lambda: x_roof + x_roof)
 points_add = (1 / 12, n_roof / (vec_ms * 1e-3))
 
 fig, ax = plt.subplots(figsize=(6.5, 4))
-grid_i = [2.0**e for e in range(-5, 12)]
-ax.plot(grid_i, [min(rate, i * bandwidth) for i in grid_i], "k-", label="roofline (measured ceilings)")
-ax.plot(*zip(*points), "o-", color="#4e79a7", label="on-chip reuse kernel, reuse 1…")
-ax.plot(*points_add, "s", color="#e15759", label="vector add (torch)")
-ax.set_xscale("log", base=2)
-ax.set_yscale("log")
-ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-ax.set_ylabel("FLOP/s")
-ax.set_title(f"{kernels.describe().split(' | ')[0]}", fontsize=8)
-ax.legend(fontsize=8)
+ridges = draw_roofline(ax, bandwidth, rates, {"on-chip reuse kernel (FP32), reuse 1…": points,
+                                              "vector add (torch)": [points_add]},
+                       title=kernels.describe().split(" | ")[0])
 plt.show()
-print(f"ridge point here: {rate / bandwidth:.1f} FLOP/byte (fp32 matmul {rate / 1e9:,.0f} GFLOP/s, "
-      f"copy {bandwidth / 1e9:,.1f} GB/s)")
+for name, ridge in ridges.items():
+    print(f"{name}: {rates[name] / 1e9:,.0f} GFLOP/s, ridge point {ridge:.1f} FLOP/byte at copy "
+          f"{bandwidth / 1e9:,.1f} GB/s")
+if not ON_GPU:
+    print("(on the CPU torch multiplies in fp32 for both, so the two roofs coincide)")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "bench_md", "locked": true, "schema_version": 3, "solution": false}
 # ## The package's memory benchmark
@@ -388,15 +408,29 @@ with tempfile.TemporaryDirectory() as tmp:
 # ## Recap
 #
 # - Registers and shared memory are tiny and fast, L2 is tens of MB, HBM is large and comparatively slow: an
-#   H200 copies 4.26 TB/s but multiplies at ~700 TFLOP/s, so a kernel needs ~170 FLOP per HBM byte to be
+#   H200 copies 4.26 TB/s but multiplies at ~700 TFLOP/s, so a kernel needs ~165 FLOP per HBM byte to be
 #   compute-bound.
 # - The HBM floor of a kernel is its bytes divided by the measured copy bandwidth; a good memory-bound kernel
 #   gets within 10–20% of it.
 # - A grid-stride loop decouples the number of programs from the size of the data.
 # - Memory moves in 32-byte sectors per warp: neighbouring threads should read neighbouring addresses. Reading
-#   with stride `s` costs up to `32 / itemsize` times the bytes.
+#   with stride `s` moves `min(s, 32 / itemsize)` times the useful bytes through L2, and up to twice that from
+#   HBM, which is read in 64-byte pieces (stride 32 in fp32 measured 10.5× slower, not 8×).
 # - Data reused while it fits in L2 is cheap; past the L2 size every re-read pays HBM again.
 # - The roofline `min(π, I·β)` says which resource bounds a kernel and how far it is from its limit.
 #
 # Next, lesson 02 applies all this to a real algorithm: linear attention written as a recurrence, first
 # moving its state through HBM at every step, then keeping it on chip.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=01` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("01_memory_hierarchy", globals())

@@ -63,6 +63,24 @@ from kernels.testing import randn
 # `q, k` are `[B, T, H, K]`, `v` and `o` are `[B, T, H, V]` (batch, time, head, feature), and every (batch,
 # head) pair is an independent recurrence.
 #
+# **What "dropping the softmax" leaves out.** The softmax does two things: it makes every weight positive, and
+# it divides by their sum, so `o_t` is a weighted *average* of the values. Linear attention as first proposed
+# (Katharopoulos et al., 2020) keeps both, with a feature map `φ` in place of `exp(q·k)`:
+#
+# ```
+# o_t = φ(q_t)ᵀ S_t / (φ(q_t) · z_t),    S_t = S_{t−1} + φ(k_t) v_tᵀ,    z_t = z_{t−1} + φ(k_t)
+# ```
+#
+# The normaliser is a second state, a `K`-vector `z_t`, carried beside `S_t` and updated the same way. It needs
+# **positive features** (`φ(x) = elu(x) + 1`, or `exp`): with raw `q` and `k` the similarities have both signs,
+# the denominator can pass through zero, and the output blows up. This course writes the unnormalised form, the
+# one the kernels' cost is about; the package's `chunk_linear_attn(..., normalize=True)` carries `z` in the same
+# loop at the cost of one more `K`-vector. Models that work in practice also **forget**: RetNet multiplies the
+# state by a fixed decay `γ < 1` per step, `S_t = γ S_{t−1} + k_t v_tᵀ`; GLA uses a data-dependent gate per key
+# feature, `S_t = diag(α_t) S_{t−1} + k_t v_tᵀ`; Mamba-2 a data-dependent scalar per step and head. For the
+# kernel that is one multiply of the state per step, and one more input to load (the gates); the state stays the
+# same size, so everything this lesson says about where it lives holds unchanged.
+#
 # ## The bytes it needs, and the bytes a naive loop moves
 #
 # The inputs and outputs must cross HBM once: `(2K + 2V) · itemsize` bytes per step and head. At the workbook's
@@ -145,12 +163,15 @@ check("02_naive_hbm_loops.naive", naive_kernel, hidden=True)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stepper_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Step through the recurrence
 #
-# The widget replays the recurrence on a small problem: the row of `k` and `v` consumed at step `t`, the state
-# `S_t` they build, and the bytes moved so far per memory level for the two strategies, state in HBM and state
-# on chip. The stars are the HBM bytes traced from **your** naive kernel (program 0), so you can see that it
-# really does move the state every step. Drag `t`: the naive bars grow by a whole state per step, the on-chip
-# bars only by one row of `q`, `k`, `v` and `o`. The caption turns the bytes of the full GPU-sized problem into
-# a time floor at the measured bandwidth.
+# The widget replays the recurrence on a small problem, steps `t = 1 … T` from `S_0 = 0`: the row of `k` and `v`
+# consumed at step `t`, the state `S_t` they build, and the bytes asked of global memory so far by the two
+# strategies, split into the inputs and outputs (which cross HBM) and the state. The stars are the bytes traced
+# from **your** naive kernel (program 0), zeroing store included, so you can see that it really does move the state
+# every step. Drag `t`: the naive bars grow by a whole state per step, the on-chip bars only by one row of `q`, `k`,
+# `v` and `o`. Where does the naive kernel's state traffic go? Its buffer is 16 KiB per head, 1 MiB for the whole
+# GPU-sized problem: it stays in L2, and the hatched part of the bars never reaches HBM (the benchmark below shows
+# what that costs instead). The caption turns the full GPU-sized problem into bytes, the same total as
+# `naive_bytes` in exercise 3, and its HBM part into a time floor at the measured bandwidth.
 
 # %% nbgrader={"grade": false, "grade_id": "stepper", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
 from kernels.viz import recurrence_stepper
@@ -307,13 +328,18 @@ check("02_naive_hbm_loops.bytes", naive_bytes, fused_bytes, hidden=True)
 # lessons hide in those numbers. First, the naive kernel's 4 GiB of state traffic never reaches HBM: the state
 # buffer is 1 MiB and lives in L2, so what the naive kernel pays is the *latency* of 2048 dependent L2 round
 # trips, not bandwidth. Second, the fused kernel is far from the floor too: each program still walks its
-# 2048 steps one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next step's
-# loads. More programs or a smarter loop will not fix that; a different algorithm will. Processing whole
-# chunks of time at once with matrix multiplies, so that the sequential chain is T / 64 steps long instead of
-# T, is the chunked algorithm of lesson 04.
+# 2048 steps one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next
+# step's loads. A smarter loop can hide part of it: the loads of `q`, `k`, `v` for step `t + 1` do not depend on
+# the state, so they can be issued *before* step `t`'s arithmetic, and their latency overlaps it. The package's
+# `prefetch_recurrent` (`kernels/recurrent/prefetch.py`) is the fused kernel pipelined that way by hand; on a
+# GPU the ladder below times it beside the others, and the project's H200 measurement is in
+# `results/gpu/learner.json`. What no loop can remove is the chain itself: each step's state depends on the
+# last, so the kernel still takes 2048 dependent steps. Processing whole chunks of time at once with matrix
+# multiplies, so that the sequential chain is T / 64 steps long instead of T, is the chunked algorithm of
+# lesson 04.
 
 # %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
-from kernels.recurrent import fused_recurrent, naive_recurrent, reference_recurrent
+from kernels.recurrent import fused_recurrent, naive_recurrent, prefetch_recurrent, reference_recurrent
 from kernels.testing import rel_error
 
 shape = sizes("recurrent")
@@ -343,7 +369,8 @@ print(f"{'version':>14} {'ms':>10} {'x floor':>9} {'rel. error':>11}")
 versions = [("your naive", yours_naive), ("your fused", yours_fused)]
 if ON_GPU:  # in the interpreter each run takes seconds: time the package's kernels on a GPU only
     versions += [("package naive", lambda: naive_recurrent(q, k, v)[0]),
-                 ("package fused", lambda: fused_recurrent(q, k, v)[0])]
+                 ("package fused", lambda: fused_recurrent(q, k, v)[0]),
+                 ("pkg prefetch", lambda: prefetch_recurrent(q, k, v)[0])]
 for name, fn in versions:
     try:
         err = rel_error(fn(), ref)
@@ -388,3 +415,16 @@ else:
 #   `V` over programs fills the GPU.
 # - What remains is the sequential chain of `T` steps. Lesson 03 builds the tools to break it (tiles and
 #   `tl.dot`); lesson 04 uses them to process whole chunks of time at once.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=02` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("02_naive_hbm_loops", globals())

@@ -73,7 +73,8 @@ ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
 #
 # where `e` is the element size. For 128 × 128 tiles in bf16 that is 64 FLOP/byte and 2.2 GB, 0.5 ms if nothing
 # were cached: 130× less traffic than naive. The rest of the gap to the ridge point is closed by the L2 cache
-# (50 MB on the H200), if programs that share tiles run at the same time: that is what *grouped ordering* arranges.
+# (60 MiB on the H200, lesson 01), if programs that share tiles run at the same time: that is what *grouped
+# ordering* arranges.
 # The naive kernel below is the case `BM = 1`: each program reuses its A element across `BN` columns but never
 # shares B with another row, about 1 FLOP/byte. The formula covers both.
 
@@ -134,7 +135,7 @@ print(f"naive, first {rows} rows of {shape}: relative error",
       assert_close("naive", a[:rows].double() @ b.double(), naive_matmul(a[:rows], b), 5e-3))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · the tiled kernel (with grouped ordering)
+# ## Exercise 1 · the tiled kernel (with grouped ordering) (4 + 4 points)
 #
 # Write `tiled_matmul_kernel`. The grader launches it on a **one-dimensional** grid of
 # `⌈M/BLOCK_M⌉ · ⌈N/BLOCK_N⌉` programs, so the kernel first turns its program id into a tile `(pid_m, pid_n)`.
@@ -294,7 +295,7 @@ except Exception as e:  # the exercise is not done yet
     print(f"tiled_matmul_kernel does not run yet ({type(e).__name__}); finish exercise 1 first")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · count the reuse
+# ## Exercise 2 · count the reuse (2 points)
 #
 # Write `tile_traffic(M, N, K, block_m, block_n, elem_bytes)`: the bytes a tiled matmul moves through HBM if
 # **nothing is cached**, counting only elements inside the matrices (masked lanes move nothing). Each program loads
@@ -330,7 +331,7 @@ except NotImplementedError:
 check("03_tiled_sram.tile_traffic", tile_traffic)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · choose the tiles
+# ## Exercise 3 · choose the tiles (3 points; on a GPU they include the speed)
 #
 # Bigger tiles mean more reuse, but a tile has to fit on the chip:
 #
@@ -339,9 +340,12 @@ check("03_tiled_sram.tile_traffic", tile_traffic)
 #   `num_stages · (BM·BK + BK·BN) · e` bytes, and an H200 block may use at most **227 KiB** (232,448 bytes).
 # - **Registers.** The fp32 accumulator is `BM·BN` floats spread over `32·num_warps` threads, and a thread has
 #   at most 255 registers, some of which the loads and addresses need: keep it at or below 128 floats per thread.
-# - **Enough programs.** An H200 has 132 SMs. 256 × 256 tiles of a 4096² output make only 256 programs, fewer
-#   than two per SM, so little is left to hide one program's memory waits behind; 128 × 128 tiles make 1024,
-#   about eight per SM.
+# - **Enough programs.** An H200 has 132 SMs, and each SM runs as many programs *at once* as its shared memory and
+#   registers allow: two with 128 × 128 tiles and three stages (96 KiB each), one with 256 × 256 tiles. Programs
+#   beyond that wait and start as others finish, in **waves**. 256 × 256 tiles of a 4096² output make only 256
+#   programs in all: two waves (132 programs, then 124), and one resident program per SM
+#   leaves nothing to switch to while it waits for memory. 128 × 128 tiles make 1024 programs: 264 resident at
+#   a time (two per SM), about four waves, the last one nearly full.
 #
 # Set `TILES = dict(BLOCK_M=…, BLOCK_N=…, BLOCK_K=…, GROUP_M=…, num_warps=…, num_stages=…)` for a **4096³ bf16**
 # product on the H200: powers of two, `BLOCK_*` ≥ 16, a no-cache intensity of
@@ -354,7 +358,7 @@ check("03_tiled_sram.tile_traffic", tile_traffic)
 ### BEGIN SOLUTION
 # 128 x 128 tiles: 64 FLOP/byte before any caching, 2.2 GB (0.5 ms at 4.26 TB/s); GROUP_M = 8 makes most
 # repeated loads hit L2. Three stages of 128 x 64 + 64 x 128 bf16 tiles are 96 KiB of shared memory (of 227);
-# the accumulator is 64 fp32 per thread with 8 warps; 1024 programs are 7.8 waves on 132 SMs.
+# the accumulator is 64 fp32 per thread with 8 warps; 1024 programs, two resident per SM, are about 4 waves.
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
 ### END SOLUTION
 
@@ -408,6 +412,44 @@ else:  # one fp16 product; in the interpreter without the naive kernel, which ta
     only = ["torch", "naive", "tiled", "yours"] if ON_GPU else ["torch", "tiled", "yours"]
 results = run("matmul", quick=not FULL_LADDER, extra=extra, only=only, out=ROOT / "artifacts" / "03_tiled_sram")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "roofline-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Your matmul on the roofline
+#
+# Lesson 01 drew two roofs over one memory slope: the tensor cores' (fp16 and bf16 `tl.dot`, ridge about
+# 165 FLOP/byte on an H200) and the FP32 CUDA cores' (ridge about 12). The cell puts each version of the
+# benchmark above on them. Your kernel sits at the intensity your own `tile_traffic` gives for your `TILES`,
+# `2MNK / tile_traffic(M, N, K, BM, BN, e)`, the bytes it asks for with no help from L2; the others sit at the
+# fewest bytes any matmul must move. A point left of the ridge and on the slope is memory-bound; one right of it
+# and below the roof is losing time somewhere else (too few programs, pipeline stalls, register spills). On the
+# CPU the points are interpreter rates, far below both roofs.
+
+# %% nbgrader={"grade": false, "grade_id": "roofline", "locked": true, "schema_version": 3, "solution": false}
+import matplotlib.pyplot as plt
+
+from kernels.bench import matmul_rate
+from kernels.viz.roofline import draw_roofline
+
+rates = {"fp16/bf16 tensor cores": matmul_rate(torch.float16), "FP32 CUDA cores": matmul_rate(torch.float32)}
+series = {}
+for row in results["rows"]:
+    M, N, K, e = row["M"], row["N"], row["K"], 4 if row["dtype"] == "torch.float32" else 2
+    for name, entry in row["versions"].items():
+        if entry.get("status") != "ok":
+            continue
+        traffic = row["bytes"]
+        if name == "yours":
+            t = globals().get("TILES") if ON_GPU else dict(BLOCK_M=32, BLOCK_N=32)
+            try:
+                traffic = tile_traffic(M, N, K, t["BLOCK_M"], t["BLOCK_N"], e)
+            except Exception:  # exercise 2 not done: the fewest bytes instead
+                pass
+        series.setdefault(f"{name}, {row['problem']}", []).append((row["flops"] / traffic,
+                                                                   row["flops"] / (entry["ms"] * 1e-3)))
+fig, ax = plt.subplots(figsize=(6.5, 4))
+draw_roofline(ax, results["copy_bandwidth_Bps"], rates, dict(list(series.items())[:5]),
+              title=kernels.describe().split(" | ")[0])
+plt.show()
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "no-gpu", "locked": true, "schema_version": 3, "solution": false}
 # > **Without a GPU.** Everything above ran in Triton's interpreter, which executes each program one after another
 # > in numpy on the CPU. Your kernel is checked exactly as on a GPU (same launch, odd sizes, poisoned outputs),
@@ -432,3 +474,16 @@ results = run("matmul", quick=not FULL_LADDER, extra=extra, only=only, out=ROOT 
 #
 # Next, lesson 04 applies the same idea to linear attention: chunks of the sequence become tiles, and the
 # recurrent state of lesson 02 is carried between them on-chip.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=03` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("03_tiled_sram", globals())

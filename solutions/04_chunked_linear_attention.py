@@ -109,9 +109,21 @@ ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
 #
 # Every `O[c]` needs only `S_{[c]}`, and the intra-chunk term `A V` needs nothing from other chunks at all: it
 # can run for all chunks in parallel. That split is the shape of the three exercises.
+#
+# **The normaliser and decay in chunks.** Lesson 02 named what working models add; each changes this kernel in
+# one place. The normaliser (positive features, `z_t = Σ_{s≤t} φ(k_s)`) is the same algebra with the values
+# replaced by ones: `Q_c z_{[c]} + (Q_c K_cᵀ ⊙ M) 1` per chunk and `z_{[c+1]} = z_{[c]} + K_cᵀ 1`, a `K`-vector
+# carried beside `S`, and one division per output row before the store (the package's fused kernel does exactly
+# this with `normalize=True`). A decay (RetNet's `γ`, Mamba-2's per-step scalar, GLA's per-feature gate)
+# multiplies in the cumulative products of the gates: the causal mask `M` becomes `M_ij = Π_{j<l≤i} α_l`, the
+# state's contribution to token `i` is scaled by `Π_{cC≤l≤i} α_l`, and the carried state by the product over the
+# whole chunk. With a scalar gate that is a `[C, C]` matrix of ratios computed once per chunk; with GLA's
+# per-feature gates the factors go into `Q_c` and `K_c` before the matmuls, and gated kernels keep the cumulative
+# gates in log space so that long products neither underflow nor overflow. The bytes grow by the gates alone; the structure of the
+# fused kernel you write below does not change.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · the chunked form in torch
+# ## Exercise 1 · the chunked form in torch (3 + 2 points)
 #
 # Write `chunked_attention_torch(q, k, v, scale, chunk_size=64)` in plain torch: causal, unnormalised, no initial
 # state. Layout as in fla and the package: `q, k` are `[B, T, H, K]`, `v` is `[B, T, H, V]`; return `o`
@@ -160,7 +172,7 @@ check("04_chunked_linear_attention.chunked_torch", chunked_attention_torch, hidd
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · the intra-chunk kernel
+# ## Exercise 2 · the intra-chunk kernel (3 + 2 points)
 #
 # The intra-chunk term `scale · (Q_c K_cᵀ ⊙ M) V_c` needs nothing from other chunks, so each chunk is its own
 # program. Write `intra_chunk_kernel`; the grader launches it on the grid
@@ -259,7 +271,7 @@ check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel, hidden=True
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · the fused chunked forward
+# ## Exercise 3 · the fused chunked forward (4 + 3 points)
 #
 # Now the whole thing in one kernel. One program owns one head of one sequence and one block of `BV` value
 # columns, and walks its chunks **in order**, carrying the state `S` `[BK, BV]` in fp32 registers from one chunk
@@ -487,3 +499,16 @@ except ImportError:
 #   tensor-core-sized matmuls.
 #
 # Lesson 05 takes your fused kernel out of Python: compiled ahead of time to PTX, read, and launched from Rust.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=04` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("04_chunked_linear_attention", globals())

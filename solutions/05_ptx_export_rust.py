@@ -73,9 +73,27 @@ OUT = ROOT / "artifacts" / "05_ptx_export_rust"
 # Launching without Triton is also cheaper. Measured on the H200 with a small kernel (median per launch,
 # `results/gpu/export.json`): **13.1 µs** through Triton's Python launcher, **10.5 µs** through the driver API from
 # Python with the arguments packed once, **110 µs** when Python packs them anew for every call, and **3.5 µs** from
-# the Rust launcher. Against lesson 04's kernel at T = 4k (about 0.2 ms) Triton's overhead is 6%; for the short
-# launches of token-by-token decoding it can be most of the time.
-#
+# the Rust launcher. These are CPU costs, and a launch is asynchronous: while the GPU runs one kernel the CPU is
+# already preparing the next, so as long as each kernel runs longer than its launch costs, the overhead overlaps
+# with execution and costs nothing. Lesson 04's kernel at T = 4k runs about 0.1 ms, several times Triton's 13 µs:
+# in a stream of such launches the GPU never waits. The overhead shows when kernels are shorter than their
+# launches, as in the many small launches of token-by-token decoding; there the usual fix is a **CUDA graph**:
+# record the sequence of launches once, then replay it with one call, and the per-launch work is skipped. The cell
+# below measures one.
+
+# %% nbgrader={"grade": false, "grade_id": "graph", "locked": true, "schema_version": 3, "solution": false}
+from kernels.bench import graph_launch_us
+from kernels.vector_add import naive_vector_add
+
+if ON_GPU:
+    xs = randn(4096, seed=0), randn(4096, seed=1)
+    got = graph_launch_us(lambda: naive_vector_add(*xs))
+    print(f"a one-program vector add, {got['launches']} launches: {got['eager_us']:.1f} µs each through Triton's "
+          f"launcher one by one, {got['graph_us']:.1f} µs each replayed from a CUDA graph")
+else:
+    print("no GPU: CUDA graphs record launches on a CUDA stream (kernels.bench.graph_launch_us measures one there)")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "why-manifest", "locked": true, "schema_version": 3, "solution": false}
 # The catch is the argument list. Constexprs are compiled in and gone; the order and types of the remaining
 # parameters, the two extra pointers Triton appends, the grid your wrapper computed, the number of threads Triton
 # chose: a launcher has to get every one of them right, and a wrong one is not an error message but garbage
@@ -213,17 +231,24 @@ print(f"exported {'your kernel' if mine else 'the package kernel'}: .entry {mani
 #
 # PTX is text. Its header says which ISA version it uses (`.version`; a driver refuses PTX newer than it knows,
 # `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`) and which GPU it targets (`.target sm_90a`; the `a` allows Hopper-only
-# instructions such as `wgmma`). Then comes the entry point:
+# instructions such as `wgmma`). That `a` has a price: plain `sm_90` PTX is forward-compatible, and a newer GPU's
+# driver JIT-compiles it, but architecture-specific `sm_90a` PTX runs on compute capability 9.0 alone; a
+# Blackwell GPU refuses it. To ship a kernel for several generations, export once per target (or an `sm_90`
+# build without the Hopper-only instructions). Then comes the entry point:
 #
 # - **`.visible .entry name(.param … )`** lists the parameters in order. Each of your pointers is a
 #   `.param .u64 .ptr .global`, each `i32` a `.param .u32`, the fp32 `scale` a `.param .f32`. Your constexprs
 #   are not there: they became constants inside the code.
 # - After your parameters come **two more `.u64` pointers**: Triton's *global scratch* and *profile scratch*
-#   buffers. The kernel uses the first for data that does not fit in shared memory (rare) and the second for
-#   instrumentation; the compiled metadata gives each one's size per program, and when both are 0, as here, the
+#   buffers. The first is a per-program workspace in global memory that some of Triton's lowerings ask for (a
+#   tensor-memory-accelerator descriptor built on the device, for instance); register spills do not go there
+#   (they go to *local* memory, which the driver provides). The second is for Triton's profiler's
+#   instrumentation. The compiled metadata gives each one's size per program, and when both are 0, as here, the
 #   launcher passes NULL. Leave them out and the driver reads whatever lies past your arguments.
-# - **`.reqntid 128`** (or `.maxntid`) fixes the block: `32 · num_warps` threads. A launch with any other block
-#   size fails.
+# - **`.reqntid 128`** requires the block to be exactly `32 · num_warps` threads: a launch with any other block
+#   size fails. **`.maxntid 128`**, which some compilers emit instead, is only an upper bound: a smaller block
+#   launches without complaint, and a kernel written for 128 threads then computes garbage. Either way, launch
+#   exactly `32 · num_warps` threads.
 # - **`.extern .shared .align 16 .b8 global_smem[]`** declares *dynamic* shared memory: the PTX does not say how
 #   much, the metadata's `shared` does, and the launch must pass it. Above 48 KiB the launcher must first raise the
 #   function's limit (`cuFuncSetAttribute(…, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, …)`).
@@ -277,20 +302,17 @@ print(f"with the strides, K and V declared multiples of 16: {loads(aligned_ptx)}
 # compiling once for every size.
 
 # %% nbgrader={"grade": false, "grade_id": "widget", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
-import json
-import pathlib
-
-import kernels
 from kernels.viz import ptx_explorer, sample_ptx
 
-exports = pathlib.Path(kernels.__file__).resolve().parent.parent / "artifacts" / "05_ptx_export_rust"
-found = sorted(p for p in exports.glob("*.json") if p.stem != "aligned")
-if found:
-    m = json.loads(found[0].read_text())
-    print(f"exploring the export of {m['kernel']} ({m['images']['ptx']})")
-    view = ptx_explorer((exports / m["images"]["ptx"]).read_text(), names=[p["name"] for p in m["params"]])
+# the export made by the cell above in this notebook, never an older file left in artifacts/
+just_exported = globals().get("manifest")
+if just_exported is not None:
+    print(f"exploring the export just made: {just_exported['kernel']} ({just_exported['images']['ptx']})")
+    view = ptx_explorer((OUT / just_exported["images"]["ptx"]).read_text(),
+                        names=[p["name"] for p in just_exported["params"]])
 else:
-    print("nothing exported yet: exploring the PTX of the package's sample matmul")
+    print("nothing exported in this notebook yet (run the export cell above): exploring the PTX of the package's "
+          "sample matmul")
     view = ptx_explorer(sample_ptx(90))
 view
 
@@ -349,7 +371,7 @@ for p in manifest["params"][:6]:
 print(f"... {len(manifest['params'])} parameters in all")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · predict the launch configuration
+# ## Exercise 1 · predict the launch configuration (2 points)
 #
 # The compiled kernel's metadata (`compiled.metadata` in Triton; the manifest copies it) holds `num_warps`,
 # `warp_size` and `shared` (dynamic shared memory in bytes). Together with what you know about your kernel, that
@@ -387,7 +409,7 @@ print("manifest: ", exported)
 check("05_ptx_export_rust.predict_launch", predict_launch)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · the manifest-driven launch
+# ## Exercise 2 · the manifest-driven launch (4 + 2 points)
 #
 # Write `build_launch(manifest, sizes, tensors, scalars, alloc)`: everything `cuLaunchKernel` needs, from the
 # manifest alone, without calling the package (its launcher in `kernels.export.launch` does this for you, which is
@@ -502,26 +524,38 @@ check("05_ptx_export_rust.build_launch", build_launch, hidden=True)
 # (`cuModuleLoadData`; the driver JIT-compiles it for this GPU), look up the entry point
 # (`cuModuleGetFunction`), raise its shared-memory limit if it needs more than 48 KiB, pack **your** argument
 # list into an array of pointers to the values (`void **kernelParams`), and call `cuLaunchKernel` on torch's
-# stream. Then it compares three outputs of the same kernel on the same inputs: Triton's own launch, your
-# driver-API launch, and the float64 reference. The first two must agree to the last bit; both must match the
-# reference within bf16's tolerance. Without a GPU there is no driver to call, and the cell says so.
+# stream. It launches the **aligned** export, the one a launcher should use whenever the sizes allow it, and
+# compares three outputs of the same kernel on the same inputs: Triton's own launch, your driver-API launch, and
+# the float64 reference. The first two must agree to the last bit; both must match the reference within bf16's
+# tolerance. Then it times both exports at B = 4, T = 4096, H = 16, D = 128. On the project's H200 the any-size
+# export took **0.414 ms** and the aligned one **0.097 ms**, the same as Triton's JIT launch (0.096 ms): without
+# the multiple-of-16 hints every load is one bf16 element wide and nothing is staged ahead through shared memory,
+# so the kernel waits on memory; with them, 16-byte `cp.async` copies are pipelined across chunks, as a JIT launch
+# does when it sees aligned strides. Without a GPU there is no driver to call, and the cell says so.
 
 # %% nbgrader={"grade": false, "grade_id": "driver", "locked": true, "schema_version": 3, "solution": false}
 import ctypes
+
+from kernels.bench import time_ms
 
 CTYPES = {"u64": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
           "fp32": ctypes.c_float, "fp64": ctypes.c_double}
 
 
-def driver_launch(manifest, plan, image="ptx"):
+def _ok(result, what):
     from cuda.bindings import driver as cu
 
-    def ok(result, what):
-        err, *rest = result if isinstance(result, tuple) else (result,)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"{what}: {cu.cuGetErrorName(err)[1]}")
-        return rest[0] if rest else None
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what}: {cu.cuGetErrorName(err)[1]}")
+    return rest[0] if rest else None
 
+
+def load_function(manifest, shared, image="ptx"):
+    """Load the exported image into torch's context and return its entry point (once per export)."""
+    from cuda.bindings import driver as cu
+
+    ok = _ok
     torch.cuda.init()
     ok(cu.cuInit(0), "cuInit")
     context = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")),
@@ -530,15 +564,21 @@ def driver_launch(manifest, plan, image="ptx"):
     data = (OUT / manifest["images"][image]).read_bytes() + (b"\0" if image == "ptx" else b"")
     module = ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
     function = ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")
-    if plan["shared"] > 48 * 1024:
+    if shared > 48 * 1024:
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        ok(cu.cuFuncSetAttribute(function, attr, plan["shared"]), "cuFuncSetAttribute")
+        ok(cu.cuFuncSetAttribute(function, attr, shared), "cuFuncSetAttribute")
+    return function
+
+
+def driver_launch(function, plan):
+    """Pack the plan's argument list and launch on torch's current stream (asynchronous, like any launch)."""
+    from cuda.bindings import driver as cu
+
     values = [CTYPES[t](v) for t, v in plan["args"]]
     params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(x) for x in values])
     stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
-    ok(cu.cuLaunchKernel(function, *plan["grid"], *plan["block"], plan["shared"], stream,
-                         ctypes.addressof(params), 0), "cuLaunchKernel")
-    torch.cuda.synchronize()
+    _ok(cu.cuLaunchKernel(function, *plan["grid"], *plan["block"], plan["shared"], stream,
+                          ctypes.addressof(params), 0), "cuLaunchKernel")
 
 
 def triton_launch(q, k, v, scale):
@@ -578,14 +618,29 @@ if ON_GPU and plan is not None:
         scratch.append(torch.empty(nbytes + align, dtype=torch.uint8, device="cuda"))
         return scratch[-1].data_ptr() + (-scratch[-1].data_ptr()) % align
 
-    plan = build_launch(manifest, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": o_driver}, {"scale": scale},
+    functions = {name: load_function(m, m["shared_bytes"]) for name, m in (("any size", manifest),
+                                                                            ("aligned", aligned))}
+    plan = build_launch(aligned, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": o_driver}, {"scale": scale},
                         alloc)
-    driver_launch(manifest, plan)
+    driver_launch(functions["aligned"], plan)
+    torch.cuda.synchronize()
     o_triton = triton_launch(q, k, v, scale)
     ref = reference(q, k, v, scale)
     print("driver launch vs float64 reference:", assert_close("driver", ref, o_driver, tolerance(torch.bfloat16)))
     print("Triton launch vs float64 reference:", assert_close("triton", ref, o_triton, tolerance(torch.bfloat16)))
     print("driver launch == Triton launch, bit for bit:", torch.equal(o_driver, o_triton))
+    big = dict(B=4, T=4096, H=16, K=128, V=128)
+    bq, bk = (randn(big["B"], big["T"], big["H"], big["K"], dtype=torch.bfloat16, seed=s) for s in (6, 7))
+    bv = randn(big["B"], big["T"], big["H"], big["V"], dtype=torch.bfloat16, seed=8)
+    bo = torch.empty_like(bv)
+    print(f"B=4 T=4096 H=16 D=128 bf16, median ms: Triton JIT "
+          f"{time_ms(lambda: triton_launch(bq, bk, bv, big['K'] ** -0.5)):.3f}", end="")
+    for name, m in (("any-size export", manifest), ("aligned export", aligned)):
+        big_plan = build_launch(m, big, {"q_ptr": bq, "k_ptr": bk, "v_ptr": bv, "o_ptr": bo},
+                                {"scale": big["K"] ** -0.5}, alloc)
+        fn = functions["aligned" if m is aligned else "any size"]
+        print(f", {name} {time_ms(lambda p=big_plan, f=fn: driver_launch(f, p)):.3f}", end="")
+    print()
 else:
     print("no GPU here (or no build_launch yet): the driver-API launch runs on a CUDA machine only")
 
@@ -639,7 +694,7 @@ def rust_launch(manifest, sizes, tensors, scalars, output="o_ptr"):
     """Run the Rust launcher on raw little-endian files of the inputs; return the output it wrote."""
     folder = OUT / "rust-run"
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [str(BIN), "run", "--manifest", str(OUT / f"{manifest['kernel']}.json")]
+    cmd = [str(BIN), "run", "--manifest", str(OUT / (pathlib.Path(manifest["images"]["cubin"]).stem + ".json"))]
     cmd += [a for k, n in sizes.items() for a in ("--size", f"{k}={n}")]
     cmd += [a for k, x in scalars.items() for a in ("--scalar", f"{k}={x!r}")]
     for name, t in tensors.items():
@@ -664,7 +719,7 @@ elif not ON_GPU or plan is None:
     print(info.stdout or info.stderr)
     print("(no GPU here: the Rust launch itself runs on a CUDA machine)")
 else:
-    o_rust, report = rust_launch(manifest, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v}, {"scale": scale})
+    o_rust, report = rust_launch(aligned, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v}, {"scale": scale})
     print({key: report[key] for key in list(report)[:8]})
     print("Rust launch vs float64 reference:", assert_close("rust", ref, o_rust.cuda(), tolerance(torch.bfloat16)))
     print("Rust launch == driver-API launch, bit for bit:", torch.equal(o_rust.cuda(), o_driver))
@@ -690,3 +745,31 @@ else:
 #
 # That closes the workbook's arc: from counting bytes through the memory hierarchy, to tiles in SRAM, to a fused
 # chunked kernel near the HBM floor, to that kernel running without Python.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "what_next", "locked": true, "schema_version": 3, "solution": false}
+# ## What next
+#
+# - **Check your score** (below, or `make score` for every lesson) and go back to any exercise short of its
+#   points; on a GPU, the speed points of lessons 01–04 are graded too.
+# - **Add what working models add.** Lessons 02 and 04 named the normaliser and the decays and gates of RetNet,
+#   GLA and Mamba-2: add a per-step scalar decay `γ` to your lesson-04 kernel (the mask and the state carry change,
+#   the bytes do not) and test it against a float64 recurrence, as every kernel here is tested.
+# - **Write the backward pass.** Training needs the gradients of `q`, `k`, `v`: the same chunked structure run
+#   in reverse over the chunks, with the state's gradient carried from the end of the sequence.
+# - **Read a production kernel.** `flash-linear-attention` (`fla/ops/`) has one folder per operator with a naive
+#   oracle, a chunked and a fused-recurrent kernel: you now know what each of them is doing and why.
+# - **Profile on a GPU.** `ncu` (Nsight Compute) shows a kernel's achieved bandwidth, occupancy and stall reasons:
+#   compare what it says about your kernels with the floors you computed by hand.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same kernel), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=05` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("05_ptx_export_rust", globals())

@@ -65,11 +65,50 @@ def test_problem_sets_filters_and_budget(tmp_path):
     assert saved["complete"] and saved["set"] == "general"
     assert {r["normalize"] for r in saved["rows"]} == {True} and len(saved["rows"]) == 2
     for r in saved["rows"]:
-        entry = r["versions"]["chunk_linear_attn"]
-        assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
+        for name in ("chunk_linear_attn", "norm on tensor cores"):  # the normaliser's sums both ways
+            entry = r["versions"][name]
+            assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, (name, entry)
     with pytest.raises(ValueError, match="not a parameter"):
         bench.run("linear_attention", problem_set="general", where=bench.parse_where("colour=red"), out=tmp_path)
     with pytest.raises(ValueError, match="no problem set"):
         bench.run("linear_attention", problem_set="nope", out=tmp_path)
     result = bench.run("linear_attention", problem_set="targets", budget=0, out=tmp_path)
     assert result["rows"] == [] and not result["complete"] and "budget" in result["stopped"]
+
+
+def test_backward_set(tmp_path):
+    """``--set backward`` times forward + backward after checking dq, dk, dv and the initial state's gradient
+    against float64 autograd; a version with a broken gradient is reported WRONG, not timed."""
+    import json
+
+    from kernels import bench
+    from kernels.linear_attention import bench_backward
+
+    def wrong(q, k, v, scale, h0, final, cu):
+        o, ht = bench_backward._ours(q, k, v, scale, h0, final, cu)
+        return o.detach() + q.sum(-1, keepdim=True) * 0 + q[..., :1] * 1e-3, ht
+
+    run, extras = bench_backward.fwd_bwd(wrong)
+    result = bench.run("linear_attention", problem_set="backward", labels=["varlen state"], out=tmp_path,
+                       only=["chunk_linear_attn fwd+bwd", "wrong"], extra=[bench.Version("wrong", run,
+                                                                                        output=bench_backward._flat)])
+    saved = json.loads((tmp_path / "linear_attention-backward-interpreter.json").read_text())
+    assert saved["complete"] and result["rows"][0]["B"] == 1
+    entry = saved["rows"][0]["versions"]["chunk_linear_attn fwd+bwd"]
+    assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
+    assert saved["rows"][0]["versions"]["wrong"]["status"] == "WRONG"
+
+
+def test_warm_up_in_child_processes(tmp_path):
+    """``--warm 2`` first calls every version on every row in child processes (one per group of rows sharing
+    kernels), then checks and times as usual; the run records each group's exit status."""
+    import json
+
+    from kernels import bench
+
+    assert bench.main(["linear_attention", "--set", "targets", "--where", "normalize=False", "--warm", "2",
+                       "--only", "chunk_linear_attn", "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "linear_attention-targets-interpreter.json").read_text())
+    (group,) = saved["warm"]["groups"]
+    assert group["returncode"] == 0 and group["rows"] == [r["problem"] for r in saved["rows"]]
+    assert saved["complete"] and saved["rows"][0]["versions"]["chunk_linear_attn"]["status"] == "ok"

@@ -4,14 +4,15 @@ Every version has one signature, ``<version>_linear_attention(q, k, v, scale, in
 output_final_state=False, cu_seqlens=None) -> (o, final_state_or_None)``, unnormalised, and is listed in
 :data:`VERSIONS`. A version that handles only some cases carries ``supports(q, k, v, initial_state=None,
 cu_seqlens=None) -> str | None`` (None: it handles the call; otherwise why not). :func:`chunk_linear_attn` is a
-drop-in for fla-core 0.6.0's ``fla.ops.linear_attn.chunk_linear_attn``; it runs :func:`fused.fused_forward`
-(normaliser in the kernel) unless a version registered ahead of ``fused`` takes the call.
+drop-in for fla-core 0.6.0's ``fla.ops.linear_attn.chunk_linear_attn``, differentiable (``autograd.py``); it runs
+:func:`fused.fused_forward` (normaliser in the kernel) unless a version registered ahead of ``fused`` takes the call.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .autograd import linear_attention_with_grad
 from .checks import offsets_read_once
 from .chunked import chunked_linear_attention
 from .fused import fused_forward, fused_linear_attention
@@ -63,21 +64,22 @@ def chunk_linear_attn(
     q, k: [B, T, H, K]; v: [B, T, H, V]; scale defaults to ``K ** -0.5``. initial_state: [N, H, K, V], or with
     ``normalize=True`` the tuple ``(kv_state, z_state [N, 1, H, K])``; N is B, or ``len(cu_seqlens) - 1`` for
     sequences packed into a batch of one. ``normalize=True`` divides ``o_t`` by ``scale · q_t · Σ_{s≤t} k_s``
-    (+1e-10). Returns ``(o [B, T, H, V] in q's dtype, final_state)``: the fp32 state [N, H, K, V] or None, and
-    with ``normalize=True`` the tuple ``(state_or_None, z_state)``; as in fla-core, a ``z_state`` passed in a
-    wider dtype than q's widens the normalised ``o`` and the returned ``z_state`` to it. Forward only: inputs
-    that require grad (with grad mode on) are refused rather than given no gradient.
+    (+1e-10). Differentiable: inputs that require grad (with grad mode on) take ``autograd.py``'s path, with
+    gradients for q, k, v and both parts of ``initial_state``, and from the final state. Returns
+    ``(o [B, T, H, V] in q's dtype, final_state)``: the fp32 state [N, H, K, V] or None, and with
+    ``normalize=True`` the tuple ``(state_or_None, z_state)``; as in fla-core, a ``z_state`` passed in a
+    wider dtype than q's widens the normalised ``o`` and the returned ``z_state`` to it.
     """
     kv_init, z_init = split_initial_state(initial_state, normalize)
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                       for x in (q, k, v, kv_init, z_init)):
-        raise NotImplementedError("chunk_linear_attn here is forward only: no backward pass; call it under "
-                                  "torch.no_grad() or on tensors that do not require grad")
     if scale is None and isinstance(k, torch.Tensor):
         scale = k.shape[-1] ** -0.5
     q, k, v = (_unit_last(x) for x in (q, k, v))
     kv_init, z_init = (x.contiguous() if isinstance(x, torch.Tensor) else x for x in (kv_init, z_init))
     with offsets_read_once(cu_seqlens):  # one wait for the device, not one per use of the offsets
+        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                           for x in (q, k, v, kv_init, z_init)):
+            return linear_attention_with_grad(q, k, v, scale, kv_init, z_init, output_final_state, bool(normalize),
+                                              cu_seqlens)
         version = VERSIONS[pick_version(q, k, v, initial_state=kv_init, cu_seqlens=cu_seqlens)]
         if version is fused_linear_attention:
             f = fused_forward(q, k, v, scale, kv_init, z_init, output_final_state, bool(normalize), cu_seqlens)

@@ -148,12 +148,20 @@ def _public(q, k, v, scale, initial_state=None, output_final_state=False, cu_seq
 
 
 def sets() -> dict:
-    """Problem sets beside this ladder: ``general`` (every path fla serves) and ``targets`` (its rows that the
-    performance targets name); each is ``(problems, versions)``."""
-    from . import bench_general
+    """Problem sets beside this ladder: ``general`` (every path fla serves), ``targets`` (its rows that the
+    performance targets name) and ``backward`` (forward + backward); each is ``(problems, versions)``."""
+    from . import bench_backward, bench_general
 
     return {"ladder": (problems, versions), "general": (bench_general.problems, bench_general.versions),
-            "targets": (bench_general.targets, bench_general.versions)}
+            "targets": (bench_general.targets, bench_general.versions),
+            "backward": (bench_backward.problems, bench_backward.versions)}
+
+
+def warm_key(p) -> tuple:
+    """Rows whose first calls compile and autotune the same kernels (fla-core tunes per head sizes and dtypes,
+    and again when states or packed sequences join the call), warmed in one process in the run's order."""
+    g = p.params.get
+    return g("dtype"), g("K"), g("V"), g("varlen"), g("state")
 
 
 def report(result: dict) -> str:
@@ -172,10 +180,12 @@ def report(result: dict) -> str:
             mem = ""
             if "scratch_bytes" in e:
                 mem = f" +{e['scratch_bytes'] / 2**20:.0f}M ({e['scratch_bytes'] / e['input_bytes']:.3f})"
+            if "held_bytes" in e:
+                mem += f" held {e['held_bytes'] / 2**20:.0f}M ({e['held_fraction']:.3f})"
             cells.append(err + mem)
         lines.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     title = ("relative error vs float64 (+ intermediates in device memory during one call: MiB, and the fraction "
-             "of the inputs' size)")
+             "of the inputs' size; held: kept by autograd from forward to backward, as a fraction of q, k, v)")
     return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines])

@@ -21,7 +21,7 @@ import torch
 from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
-from . import chunk_linear_attn
+from . import chunk_linear_attn, dispatch
 from .bench import FLOPS_CHUNK
 from .reference import reference_linear_attention
 
@@ -171,8 +171,18 @@ def _fla(q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlen
                      normalize=normalize, cu_seqlens=cu_seqlens)
 
 
+def _ours_mma(*args, **kw):
+    with dispatch.normaliser_on_tensor_cores():
+        return _ours(*args, **kw)
+
+
+def _no_normaliser(p: Problem) -> str | None:
+    return None if p.params["normalize"] else "no normaliser in this row"
+
+
 def versions() -> list[Version]:
-    out = [Version("chunk_linear_attn", _ours, output=_flat)]
+    out = [Version("chunk_linear_attn", _ours, output=_flat),
+           Version("norm on tensor cores", _ours_mma, skip=_no_normaliser, output=_flat)]
     if ON_GPU and importlib.util.find_spec("fla") is not None:
         out.append(Version("fla chunk", _fla, output=_flat))
     return out

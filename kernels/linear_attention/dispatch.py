@@ -9,6 +9,7 @@ measurements where there are any (``PERF.md``), compiled without spills for sm_9
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -19,7 +20,8 @@ from ..device import INTERPRET
 from .fused import PRECISIONS, Launch
 from .lookback import LOOKBACK_COST, one_pass_fills
 
-__all__ = ["launch_for", "plan", "float32_precision", "ONE_PASS", "CHAINED", "MIN_SEGMENT"]
+__all__ = ["launch_for", "plan", "float32_precision", "normaliser_on_tensor_cores", "ONE_PASS", "CHAINED",
+           "MIN_SEGMENT", "NORM_MMA"]
 
 # (BK, kind) -> the whole-sequence launch; kind is "16" for bf16/fp16 inputs, else the fp32 dot precision.
 # bf16/fp16 D=128: chunked.py's measured tiles (BV = 64, 4 warps, 3 stages: 0.36 ms at B=4 H=16 T=16k). The
@@ -47,8 +49,24 @@ CHAINED: dict[tuple[int, str], Launch] = {
 }
 #: Segments shorter than this spend more time handing the state on than computing (PERF.md, "chain latency").
 MIN_SEGMENT = 256
+#: Every launch the dispatch picks runs the normaliser's two sums on the tensor cores (``Launch.norm_mma``: at
+#: D=128 16 bytes of spill a thread instead of 84, at D=256 none instead of 200-828) when True. Off until the H200
+#: has checked that form family by family (``scripts/gpu_la_check.py``): the earlier tensor-core normaliser, which
+#: carried z in an MMA accumulator, gave wrong results there (PERF.md, "the normaliser on the H200").
+NORM_MMA = False
 # Under the interpreter: small chunks and V blocks, so small test sizes still cross several of each.
 _INTERPRETER = Launch(None, 16, 16, 4, 1)
+
+
+@contextlib.contextmanager
+def normaliser_on_tensor_cores(on: bool = True):
+    """Within the block, the dispatch's launches run the normaliser's sums on the tensor cores (or not)."""
+    global NORM_MMA
+    old, NORM_MMA = NORM_MMA, on
+    try:
+        yield
+    finally:
+        NORM_MMA = old
 
 
 def float32_precision() -> str:
@@ -65,6 +83,10 @@ def plan(K: int, V: int, dtype: torch.dtype, N: int, H: int, lengths: list[int],
          precision: str | None = None) -> Launch:
     """The launch for ``N`` sequences of ``lengths`` tokens (one entry each, or one for all when they are equal)
     with ``H`` heads of sizes ``K``, ``V`` and inputs of ``dtype``, on ``sms`` multiprocessors."""
+    return dataclasses.replace(_plan(K, V, dtype, N, H, lengths, sms, precision), norm_mma=NORM_MMA)
+
+
+def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     BK = max(64, triton.next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
@@ -88,6 +110,6 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
     """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
     B, T, H, K = q.shape
     if INTERPRET or not q.is_cuda:
-        return dataclasses.replace(_INTERPRETER, precision=float32_precision())
+        return dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=NORM_MMA)
     N = B if lengths is None else len(lengths)
     return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))

@@ -35,7 +35,9 @@ _SLOTS = tl.constexpr(SLOTS)
 class Launch:
     """How one call is cut into programs: ``L`` tokens a segment (None: each program walks its whole sequence),
     chunks of ``BT`` tokens, ``BV`` value columns a program, warps, pipeline stages, chunks prefetched into L2
-    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), and the fp32 dot precision."""
+    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), the fp32 dot precision, and where
+    the normaliser's two sums run (``norm_mma``: ``Σ k`` and ``q · z`` as products on the tensor cores, each
+    chunk's from zero; otherwise reductions on the CUDA cores)."""
 
     L: int | None
     BT: int
@@ -45,6 +47,7 @@ class Launch:
     prefetch: int = 0
     tma: bool = False
     precision: str = "tf32x3"
+    norm_mma: bool = False
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -69,6 +72,43 @@ class Forward(NamedTuple):
 
 
 @triton.jit
+def _key_sum_mma(kk, PRECISION: tl.constexpr):
+    """``Σ_t k_t`` [BK] of one chunk ``kk`` [BT, BK] as the product ``kᵀ · e₀`` on the tensor cores: a fresh
+    fp32 accumulator every chunk, reduced to a vector at once (exact sums of bf16 and fp16 keys)."""
+    ZW: tl.constexpr = 16  # the narrowest operand an MMA takes
+    e0 = tl.where(tl.arange(0, ZW) == 0, 1.0, 0.0)
+    ones = (tl.zeros([kk.shape[0], ZW], dtype=tl.float32) + e0[None, :]).to(kk.dtype)  # [BT, ZW]
+    return tl.sum(tl.dot(tl.trans(kk), ones, input_precision=PRECISION), 1)
+
+
+@triton.jit
+def _query_key_sum_mma(qq, zs, PRECISION: tl.constexpr):
+    """``q_t · z`` for every row of ``qq`` [BT, BK] as one product on the tensor cores, with the fp32 vector ``z``
+    split into a high part in the operands' type and the rest (about twice the type's significant bits of z).
+    fp16 scales z by a power of two first, so that a large key sum (past fp16's 65504) stays in range."""
+    ZW: tl.constexpr = 16
+    if qq.dtype == tl.float32:
+        hi = (zs.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)  # TF32's 10-bit mantissa
+        lo = zs - hi
+    elif qq.dtype == tl.float16:
+        # 2^(14 - exponent of max |z|): the scaled z lies in (-2^15, 2^15); inv is its exact inverse
+        top = (tl.max(tl.abs(zs), 0).to(tl.uint32, bitcast=True) >> 23) & 0xFF
+        sb = tl.minimum(268 - top, 254)
+        zs = zs * (sb << 23).to(tl.float32, bitcast=True)
+        hi = zs.to(tl.float16).to(tl.float32)
+        lo = zs - hi
+    else:
+        hi = zs.to(qq.dtype).to(tl.float32)
+        lo = zs - hi
+    col = tl.arange(0, ZW)[None, :]
+    zb = tl.where(col == 0, hi[:, None], tl.where(col == 1, lo[:, None], 0.0)).to(qq.dtype)  # [BK, ZW]
+    qz = tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1)  # [BT]
+    if qq.dtype == tl.float16:
+        qz = qz * ((254 - sb) << 23).to(tl.float32, bitcast=True)
+    return qz
+
+
+@triton.jit
 def _fused_linear_attention_kernel(
     # pointers
     q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr, den_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr,
@@ -83,6 +123,7 @@ def _fused_linear_attention_kernel(
     CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
+    NORM_MMA: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
     if CHAINED:
@@ -165,7 +206,10 @@ def _fused_linear_attention_kernel(
                 vv = vv.to(tl.float32)
             local = tl.dot(tl.trans(kk), vv, local, input_precision=PRECISION)
             if NORMALIZE:
-                zs_local += tl.sum(kk.to(tl.float32), 0)
+                if NORM_MMA:
+                    zs_local += _key_sum_mma(kk, PRECISION)
+                else:
+                    zs_local += tl.sum(kk.to(tl.float32), 0)
 
         # The prefix: the predecessor's published inclusive state (and key sum), or the initial ones. A wait that
         # outlasts MAX_SPIN polls poisons the state with NaN: a broken chain shows as NaN, never a hung GPU.
@@ -230,11 +274,18 @@ def _fused_linear_attention_kernel(
         out = tl.dot(qq, state.to(qq.dtype), input_precision=PRECISION)  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out, input_precision=PRECISION)
         if NORMALIZE:
-            den = (tl.sum(scores, 1) + tl.sum(qq.to(tl.float32) * zs[None, :], 1)) * scale + _EPS  # [BT]
+            if NORM_MMA:
+                qz = _query_key_sum_mma(qq, zs, PRECISION)
+            else:
+                qz = tl.sum(qq.to(tl.float32) * zs[None, :], 1)
+            den = (tl.sum(scores, 1) + qz) * scale + _EPS  # [BT]
             out = out * (scale / den)[:, None]
             if STORE_DEN:
                 tl.store(den_ptr + (b.to(tl.int64) * T + rows) * H + h, den, mask=mt & (iv == 0))
-            zs += tl.sum(kk.to(tl.float32), 0)
+            if NORM_MMA:
+                zs += _key_sum_mma(kk, PRECISION)
+            else:
+                zs += tl.sum(kk.to(tl.float32), 0)
         else:
             out = out * scale
         if TMA:
@@ -346,7 +397,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
         STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
         PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
-        TMA=tma, num_warps=launch.num_warps, num_stages=launch.num_stages,
+        TMA=tma, NORM_MMA=launch.norm_mma and normalize, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
     return Forward(o, ht, zt, den, launch)
 

@@ -12,8 +12,8 @@ import torch
 
 from .checks import host_offsets
 
-__all__ = ["reference_linear_attention", "recurrent_linear_attention", "normalize_linear_attention", "normalizer",
-           "split_initial_state", "EPS"]
+__all__ = ["reference_linear_attention", "recurrent_linear_attention", "reference_backward",
+           "normalize_linear_attention", "normalizer", "split_initial_state", "EPS"]
 
 #: Added to the normaliser ``scale · q_t · z_t``, as fla does.
 EPS = 1e-10
@@ -191,3 +191,22 @@ def recurrent_linear_attention(q, k, v, scale=None, initial_state=None, output_f
     """The same computation token by token (``S_t = S_{t-1} + k_t v_tᵀ``); slow, and it checks the oracle."""
     return _api(_recurrent_one, _recurrent_normalize, q, k, v, scale, initial_state, output_final_state,
                 normalize, cu_seqlens)
+
+
+def reference_backward(q, k, v, do, scale=None, initial_state=None, dht=None, cu_seqlens=None, *,
+                       recurrent: bool = False, chunk_size: int = 64):
+    """Gradients of the unnormalised attention by float64 autograd: ``(dq, dk, dv, dh0)`` for the loss
+    ``Σ o·do + Σ final_state·dht`` (``dh0`` None without an initial state). ``recurrent=True`` differentiates the
+    token-by-token loop (slow: small sizes), otherwise the chunked oracle."""
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    h0 = None if initial_state is None else initial_state.detach().double().requires_grad_()
+    with torch.enable_grad():
+        if recurrent:
+            o, ht = recurrent_linear_attention(*leaves, scale, h0, True, False, cu_seqlens)
+        else:
+            o, ht = reference_linear_attention(*leaves, scale, h0, True, False, cu_seqlens, chunk_size=chunk_size)
+        loss = (o * do.double()).sum()
+        if dht is not None:
+            loss = loss + (ht * dht.double()).sum()
+        grads = torch.autograd.grad(loss, leaves + ([h0] if h0 is not None else []))
+    return (*grads[:3], grads[3] if h0 is not None else None)

@@ -2,6 +2,8 @@
 
 from .fused import fused_recurrent
 from .naive import naive_recurrent
+from .prefetch import prefetch_recurrent
 from .reference import reference_recurrent, reference_recurrent_loop
 
-__all__ = ["naive_recurrent", "fused_recurrent", "reference_recurrent", "reference_recurrent_loop"]
+__all__ = ["naive_recurrent", "fused_recurrent", "prefetch_recurrent", "reference_recurrent",
+           "reference_recurrent_loop"]

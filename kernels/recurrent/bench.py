@@ -5,7 +5,7 @@ import torch
 from ..bench import Problem, Version
 from ..device import ON_GPU, sizes
 from ..testing import randn, tolerance
-from . import fused, naive
+from . import fused, naive, prefetch
 from .reference import reference_recurrent
 
 __all__ = ["problems", "versions"]
@@ -48,4 +48,5 @@ def versions() -> list[Version]:
         Version("fused", _call(fused.fused_recurrent), output=first),
         Version("fused_bv16", _call(fused.fused_recurrent, block_v=16), output=first),
         Version("fused_bv64", _call(fused.fused_recurrent, block_v=64), output=first),
+        Version("prefetch", _call(prefetch.prefetch_recurrent), output=first),
     ]

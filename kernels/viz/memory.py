@@ -55,6 +55,7 @@ class WorkingSetView(View):
         if self.sizes:
             ax.plot(self.sizes, [b / 1e12 for b in self.bw], "o-", color="#4e79a7", label="re-read bandwidth")
         ax.axvline(self.l2, color="#e15759", ls="--", label=f"L2 = {_mib(self.l2)}")
+        ax.axvspan(self.l2 / 2, self.l2, color="#e15759", alpha=0.08, label="one partition … both")
         ax.axhline(self.copy_bw / 1e12, color="#59a14f", ls=":", label=f"HBM copy {_tbs(self.copy_bw)}")
         if self.sizes:
             (marker,) = ax.plot([self.grid[0]], [self.bw[0] / 1e12], "o", ms=12, color="#f28e2b", zorder=5)
@@ -86,7 +87,9 @@ class WorkingSetView(View):
         art["bar"].set_height(min(size / self.l2, 4.0))
         art["bar"].set_color("#f28e2b" if size <= self.l2 else "#9c755f")
         art["bx"].set_title("fits in L2?" if size <= self.l2 else "spills to HBM", fontsize=9)
-        where = "fits in" if size <= self.l2 else "does not fit in"
+        # two partitions: data every SM reads may be held in both, so only half the L2 is sure to hold it
+        where = ("fits in" if size <= self.l2 / 2 else "may only partly fit in" if size <= self.l2
+                 else "does not fit in")
         if here is None:
             return (f"working set {_mib(size)} {where} L2 ({_mib(self.l2)}). No re-read curve measured here yet: "
                     f"run kernels.viz.measure.working_set() on a GPU and pass it in. [{self.label}]")

@@ -15,13 +15,10 @@ import io
 import pathlib
 from collections.abc import Sequence
 
-import matplotlib
 import numpy as np
-
-matplotlib.use("Agg", force=False)
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 try:
     import ipywidgets as widgets

@@ -54,3 +54,179 @@ def test_zip_collect(tmp_path, fixture_source):
     assert (root / "submitted" / "alice" / "90_grader_fixture" / "90_grader_fixture.ipynb").exists()
     assert not (root / "submitted" / "bob" / "90_grader_fixture" / "90_grader_fixture.ipynb").exists()
     assert "malformed JSON" in got["bob"]["90_grader_fixture"].notes[0]
+
+
+_EMPTY = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _v(nb: dict, n: int) -> dict:
+    out = json.loads(json.dumps(nb))
+    out["cells"][0]["source"] = f"# version {n}"
+    return out
+
+
+def _version(path) -> int:
+    return int(json.loads(path.read_text())["cells"][0]["source"].split()[-1])
+
+
+def _course(tmp_path, fixture_source):
+    root = tmp_path / "course"
+    for lesson in ("90_grader_fixture", "00_setup"):
+        (root / "source" / lesson).mkdir(parents=True)
+        src = fixture_source if lesson == "90_grader_fixture" else _EMPTY
+        (root / "source" / lesson / f"{lesson}.ipynb").write_text(json.dumps(src))
+    return root
+
+
+def _batch(folder, files: dict, when: float):
+    import os
+
+    for rel, nb in files.items():
+        p = folder / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(nb if isinstance(nb, str) else json.dumps(nb))
+        os.utime(p, (when, when))
+    return folder
+
+
+def test_collect_never_loses_work(tmp_path, fixture_source):
+    """A later batch holding fewer notebooks, an older copy, an unreadable copy or the same notebook again
+    changes nothing collected; a newer version replaces it and the older one is kept as a backup."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    first = _v(fixture_source, 1)
+    _batch(tmp_path / "b1", {f"dave/{fx}.ipynb": first, "dave/00_setup.ipynb": _EMPTY,
+                             f"erin/{fx}.ipynb": first}, 1_700_000_000)
+    got = workflow.collect(root, tmp_path / "b1")
+    assert got["dave"][fx].status == "new" and got["erin"][fx].status == "new"
+    kept = root / "submitted" / "dave" / fx / f"{fx}.ipynb"
+    stamp = (kept.parent / "timestamp.txt").read_text()
+    assert stamp == "2023-11-14 22:13:20 UTC"  # the file's date, not the collection time
+
+    # batch 2: dave hands in only 00_setup; erin an older copy of the fixture, then an unreadable one
+    _batch(tmp_path / "b2", {"dave/00_setup.ipynb": _EMPTY,
+                             f"erin/{fx}.ipynb": _v(fixture_source, 0)}, 1_600_000_000)
+    got = workflow.collect(root, tmp_path / "b2")
+    assert got["dave"]["00_setup"].status == "unchanged"
+    assert got["erin"][fx].status.startswith("kept (the one collected is newer")
+    assert _version(kept) == 1 and (kept.parent / "timestamp.txt").exists()
+    _batch(tmp_path / "b3", {f"erin/{fx}.ipynb": "{ oops"}, 1_800_000_000)
+    got = workflow.collect(root, tmp_path / "b3", lessons=[fx])
+    assert got["erin"][fx].status.startswith("kept (the one collected") and "malformed JSON" in got["erin"][fx].status
+    assert (root / "submitted" / "erin" / fx / f"{fx}.ipynb").exists()
+    subs = {(s.student, s.lesson): s for s in workflow.submissions(root)}
+    assert subs[("dave", fx)].notebook is not None and subs[("erin", fx)].notebook is not None
+
+    # batch 4: a newer version replaces dave's fixture; the older one is kept under backups/
+    _batch(tmp_path / "b4", {f"dave/{fx}.ipynb": _v(fixture_source, 2)}, 1_700_000_100)
+    got = workflow.collect(root, tmp_path / "b4")
+    assert got["dave"][fx].status.startswith("replaced")
+    assert _version(kept) == 2
+    backups = list((root / "backups" / "dave" / fx).glob("*.ipynb"))
+    assert len(backups) == 1 and _version(backups[0]) == 1
+    assert (root / "submitted" / "dave" / "00_setup" / "00_setup.ipynb").exists()
+
+
+def test_collect_refuses_links(tmp_path, fixture_source):
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    secret = tmp_path / "secret.ipynb"
+    secret.write_text(json.dumps(fixture_source))
+    (tmp_path / "in" / "mallory").mkdir(parents=True)
+    (tmp_path / "in" / "mallory" / f"{fx}.ipynb").symlink_to(secret)
+    (tmp_path / "in" / "linked").symlink_to(tmp_path / "in" / "mallory")
+    from grader import workflow
+
+    got = workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert set(got) == {"mallory"} and got["mallory"][fx].notebook is None
+    assert any("refused" in n for n in got["mallory"][fx].notes)
+
+
+def _zip(path, files: dict):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, (data, date) in files.items():
+            info = zipfile.ZipInfo(name, date_time=date)
+            z.writestr(info, data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_lms_names():
+    from grader.lms import parse
+
+    lessons = ["00_setup", "01_memory_hierarchy", "90_grader_fixture"]
+    assert parse("smithalice_1001_55501_00_setup.ipynb", lessons)[:4] == ("canvas", "00_setup", "smithalice", 0)
+    assert parse("smithalice_LATE_1001_55502_00_setup-1.ipynb", lessons)[:4] == ("canvas", "00_setup", "smithalice", 1)
+    got = parse("Alice Smith_1001_assignsubmission_file_/01_memory_hierarchy (2).ipynb", lessons)
+    assert got[:4] == ("moodle", "01_memory_hierarchy", "Alice Smith", 2) and "1001" in got[4]
+    got = parse("Lesson 0_asmith_attempt_2026-12-01-10-00-00_00_setup.ipynb", lessons)
+    assert got[:3] == ("blackboard", "00_setup", "asmith")
+    got = parse("submission_777/00_setup.ipynb", lessons, gradescope={"777": ["S1", "a@x.edu", "Alice"]})
+    assert got[:3] == ("gradescope", "00_setup", "S1")
+    regexp = r".*?(?P<student_id>[A-Za-z0-9.-]+)_(?P<file_id>\d\d_[a-z0-9_]+\.ipynb)$"
+    assert parse("eve_00_setup (1).ipynb", lessons, named_regexp=regexp)[:4] == ("nbgrader", "00_setup", "eve", 1)
+    assert "no lesson id" in parse("alice_homework.ipynb", lessons, named_regexp=regexp)
+    assert "not a notebook" in parse("alice_00_setup.txt", lessons)
+
+
+def test_canvas_zip_with_roster(tmp_path, fixture_source):
+    """Canvas names with resubmission copies: the newest (by the archive's dates) wins, a roster maps ids to
+    students and refuses unknown ones, every skipped file is listed with its reason."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("Student,ID,SIS Login ID,Name\nSmith Alice,1001,alice,Alice Smith\n"
+                      "Jones Eve,1002,eve,Eve Jones\n")
+    archive = _zip(tmp_path / "canvas.zip", {
+        f"smithalice_1001_55501_{fx}.ipynb": (_v(fixture_source, 1), (2026, 12, 1, 10, 0, 0)),
+        f"smithalice_1001_55502_{fx}-1.ipynb": (_v(fixture_source, 2), (2026, 12, 1, 11, 0, 0)),
+        f"joneseve_1002_55503_{fx}-2.ipynb": (_v(fixture_source, 3), (2026, 12, 1, 9, 0, 0)),
+        f"joneseve_1002_55504_{fx}-1.ipynb": (_v(fixture_source, 4), (2026, 12, 1, 12, 0, 0)),
+        f"phantom_9999_55505_{fx}.ipynb": (_v(fixture_source, 5), (2026, 12, 1, 10, 0, 0)),
+        "smithalice_1001_55506_notes.txt": ("hello", (2026, 12, 1, 10, 0, 0)),
+    })
+    got, skipped = workflow.collect_lms(root, archive, roster=roster)
+    assert set(got) == {"alice", "eve"}
+    sub = root / "submitted"
+    assert _version(sub / "alice" / fx / f"{fx}.ipynb") == 2
+    assert _version(sub / "eve" / fx / f"{fx}.ipynb") == 4  # the newest upload, not the highest copy number
+    assert (sub / "eve" / fx / "timestamp.txt").read_text() == "2026-12-01 12:00:00 UTC"
+    why = {s.name: s.reason for s in skipped}
+    assert "not on the roster" in why[f"phantom_9999_55505_{fx}.ipynb"]
+    assert "not a notebook" in why["smithalice_1001_55506_notes.txt"]
+    assert "is newer" in why[f"smithalice_1001_55501_{fx}.ipynb"]
+    assert "is newer" in why[f"joneseve_1002_55503_{fx}-2.ipynb"]
+    assert len(why) == 4
+    assert workflow.roster_path(root).exists()  # kept: a later collect refuses unknown students too
+    (tmp_path / "more" / "mallory").mkdir(parents=True)
+    (tmp_path / "more" / "mallory" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    skipped = []
+    assert workflow.collect(root, tmp_path / "more", skipped=skipped) == {}
+    assert "not on the roster" in skipped[0].reason
+
+
+def test_wrong_notebook_and_remove_student(tmp_path, fixture_source):
+    """A notebook named after one lesson that is another gets a one-line reason; remove-student moves a
+    student's folders to backups/ and forgets them."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    other = json.loads(json.dumps(fixture_source))
+    for i, cell in enumerate(other["cells"]):
+        cell.setdefault("metadata", {}).setdefault("nbgrader", {})["grade_id"] = f"other-{i}"
+    (root / "source" / "00_setup" / "00_setup.ipynb").write_text(json.dumps(other))
+    (tmp_path / "in" / "dave").mkdir(parents=True)
+    (tmp_path / "in" / "dave" / "00_setup.ipynb").write_text(json.dumps(fixture_source))
+    got = workflow.collect(root, tmp_path / "in", lessons=["00_setup"])
+    assert got["dave"]["00_setup"].notebook is None
+    note = got["dave"]["00_setup"].notes[-1]
+    assert note.startswith("not the 00_setup notebook:") and f"it is {fx}'s" in note
+    done = workflow.remove_student(root, "dave")
+    assert not (root / "submitted" / "dave").exists() and any("moved" in d for d in done)
+    assert list((root / "backups" / "removed").glob("dave-*/submitted/00_setup"))

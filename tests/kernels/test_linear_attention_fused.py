@@ -101,6 +101,33 @@ def test_normalize(launch, dtype, states, allocations):
     check(case, LAUNCHES[launch], allocations)
 
 
+# The normaliser's sums as tensor-core products (Launch.norm_mma), through both launches.
+MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma=True),
+                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma=True)}
+
+
+@pytest.mark.parametrize("launch", MMA_LAUNCHES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_normalize_mma(launch, dtype, allocations):
+    """As test_normalize, every state in and out, packed sequences with empty ones."""
+    cu = [0, 0, 30, 31, 77]
+    case = make(1, 77, 2, 24, 40, dtype, seed=31 + len(launch), h0=True, z0=True, cu=cu)
+    f = check(case, MMA_LAUNCHES[launch], allocations)
+    # the normaliser itself (fp32) keeps z to about twice the operands' bits: far inside the outputs' tolerance
+    err = rel_error(f.norm, reference(case)[3])
+    assert err <= (2e-5 if dtype == torch.bfloat16 else 1e-6), f"normaliser: relative error {err:.1e}"
+
+
+@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"]], ids=["cuda_cores", "mma"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_normalize_large_key_sum(launch, dtype):
+    """A key sum far past fp16's range (a long history in z_state): q · z must neither overflow nor lose z's
+    low part (fp16 products scale z by a power of two first)."""
+    case = make(1, 45, 2, 16, 24, dtype, seed=33, z0=True)
+    case["z_state"] = case["z_state"] * 3e5 + torch.arange(16, device=DEVICE)  # up to ~1e6, distinct entries
+    check(case, launch, normalize=True)
+
+
 @pytest.mark.parametrize("launch", LAUNCHES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_normalize_varlen(launch, dtype, allocations):

@@ -136,7 +136,7 @@ def test_shift_reads_other_programs_blocks():
     assert shift % bs == 0 and shift * reuse >= n - bs
 
 
-# GPU sizes: past L2 (50 MiB) so HBM is exercised, small enough that a float64 check takes a second.
+# GPU sizes: past L2 (60 MiB on an H200) so HBM is exercised, small enough that a float64 check takes a second.
 GPU_N = 2**24 + 17
 
 

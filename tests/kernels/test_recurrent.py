@@ -12,6 +12,7 @@ from kernels.recurrent import (
     fused_recurrent,
     naive,
     naive_recurrent,
+    prefetch_recurrent,
     reference_recurrent,
     reference_recurrent_loop,
 )
@@ -26,7 +27,7 @@ def _shape(s: dict) -> tuple:
 
 
 SHAPES = [_shape(sizes("recurrent")) if not ON_GPU else (1, 37, 2, 16, 16), (2, 13, 3, 20, 33), (1, 1, 1, 5, 70)]
-VERSIONS = {"naive": naive_recurrent, "fused": fused_recurrent}
+VERSIONS = {"naive": naive_recurrent, "fused": fused_recurrent, "prefetch": prefetch_recurrent}
 
 
 def _inputs(B, T, H, K, V, dtype, seed, initial=True):
@@ -221,4 +222,5 @@ def test_kernels_compile_for_sm90():
         ("kernels.recurrent.fused", "_fused_recurrent_kernel", dict(BK=64, BV=32, **flags), {}),
         ("kernels.recurrent.fused", "_fused_recurrent_kernel", dict(BK=128, BV=16, **flags), {}),
         ("kernels.recurrent.fused", "_fused_recurrent_kernel", dict(BK=256, BV=16, **flags), {}),
+        ("kernels.recurrent.prefetch", "_prefetch_recurrent_kernel", dict(BK=64, BV=32, **flags), {}),
     ], dtypes=("bf16",), scalars={"scale": "fp32", "s_ptr": "*fp32", "h0_ptr": "*fp32", "ht_ptr": "*fp32"})

@@ -182,9 +182,23 @@ def test_recurrence_traced_bytes_from_a_kernel():
         return s
 
     view = viz.recurrence_stepper(launch, T=12, K=8, V=8)
-    view.set(t=3)
-    # 4 steps: each loads S (256 B), k_t (32 B), v_t (32 B) and stores S (256 B)
-    assert "moved 1280 B in and 1024 B out of HBM through step 3" in view.caption
+    view.set(t=4)
+    # steps 1..4: each loads S (256 B), k_t (32 B), v_t (32 B) and stores S (256 B)
+    assert "loaded 1280 B and stored 1024 B through step 4" in view.caption
+
+
+def test_recurrence_totals_are_the_lessons_byte_counts():
+    from kernels.viz.recurrence import _NAIVE, _ONCHIP, global_bytes
+
+    B, T, H, K, V, e = 4, 2048, 16, 64, 64, 2
+    naive = B * H * sum(global_bytes(K, V, e, _NAIVE, T, T).values())
+    onchip = B * H * sum(global_bytes(K, V, e, _ONCHIP, T, T).values())
+    assert naive == B * T * H * (2 * K + 2 * V) * e + B * H * K * V * 4 * (2 * T + 1)  # naive_bytes
+    assert onchip == B * T * H * (2 * K + 2 * V) * e + B * H * K * V * 4  # fused_bytes with one V block
+    view = viz.recurrence_stepper()
+    assert "4.363 GB asked of global memory" in view.caption and "stays in L2" in view.caption
+    view.set(t=1)
+    assert "S_0 = 0" in view._art["ax"][2].get_title()
 
 
 def test_chunk_view_checks_the_kernel_against_the_recurrence():

@@ -53,17 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     timed = [e.id for e in chosen if get(e.exercise).performance is not None]
     rest = [e.id for e in chosen if e.id not in timed]
     rows: list[dict] = []
+    order = {e.id: i for i, e in enumerate(chosen)}
     if args.jobs > 1 and len(rest) > 1:
-        chunks = [rest[i::args.jobs] for i in range(args.jobs)]
+        # one entry a task: a few entries (the GPU's illegal-address ones) take far longer than the rest
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            for part in pool.imap_unordered(grade_ids, [c for c in chunks if c]):
+            for part in pool.imap_unordered(grade_ids, [[i] for i in rest]):
                 rows += part
-                print(f"[{time.time() - t0:5.0f}s] {len(rows)} of {len(chosen)} graded", flush=True)
+                if len(rows) % 10 == 0 or len(rows) == len(rest):
+                    print(f"[{time.time() - t0:5.0f}s] {len(rows)} of {len(chosen)} graded", flush=True)
+                    _report(args.out, rows, order, t0, finished=False)
     else:
         rows += grade_ids(rest)
-    rows += grade_ids(timed)
-    order = {e.id: i for i, e in enumerate(chosen)}
-    rows.sort(key=lambda r: order[f"{r['exercise']}/{r['name']}"])
+    for i in timed:
+        rows += grade_ids([i])
+        _report(args.out, rows, order, t0, finished=False)
+    report = _report(args.out, rows, order, t0, finished=True)
     bad = [r for r in rows if not r["ok"]]
     for r in rows:
         mark = "ok " if r["ok"] else "BAD"
@@ -71,16 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mark} {r['seconds']:6.1f}s {kind:5} {r['exercise']}/{r['name']}")
         for p in r["problems"]:
             print(f"      {p[:600]}")
-    report = {**_environment(), "seconds": round(time.time() - t0, 1), "entries": len(rows),
-              "wrong": sum(r["wrong_here"] for r in rows), "right": sum(not r["wrong_here"] for r in rows),
-              "bad": [f"{r['exercise']}/{r['name']}" for r in bad], "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".part")
-    tmp.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    tmp.replace(args.out)
     print(f"{len(rows)} entries ({report['wrong']} wrong here, {report['right']} right) in {report['seconds']} s; "
           f"{len(bad)} not as expected; report: {args.out}")
     return 1 if bad else 0
+
+
+def _report(out: pathlib.Path, rows: list[dict], order: dict, t0: float, finished: bool) -> dict:
+    """Write the report so far (``finished`` false until every entry is graded): a run cut off keeps its rows."""
+    rows.sort(key=lambda r: order[f"{r['exercise']}/{r['name']}"])
+    report = {**_environment(), "finished": finished, "seconds": round(time.time() - t0, 1), "entries": len(rows),
+              "wrong": sum(r["wrong_here"] for r in rows), "right": sum(not r["wrong_here"] for r in rows),
+              "bad": [f"{r['exercise']}/{r['name']}" for r in rows if not r["ok"]], "rows": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    tmp.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    tmp.replace(out)
+    return report
 
 
 def _compile(args) -> int:

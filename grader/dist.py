@@ -1,0 +1,143 @@
+"""``make student-dist``: what the students of a graded class install, without the answers.
+
+The hand-out (``dist/student/`` by default) holds:
+
+- ``kernels/``: the course package the notebooks import (checks, plots, benchmarks, reference maths), less what
+  would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them),
+  the course build (``kernels/course``, which reads ``solutions/``), and each package kernel that is itself the
+  answer to an exercise (:data:`ANSWERS`), whose body is replaced by a ``NotImplementedError`` naming the lesson;
+- ``notebooks/``: the student notebooks of ``course/`` (nbgrader's release: solutions and hidden tests removed);
+- ``pyproject.toml`` and ``README.md``: ``pip install .`` then ``jupyter lab notebooks``.
+
+No ``solutions/``, no ``grader/`` (hidden tests, sources, gradebook), no ``tests/``. ``tests/grader/test_dist.py``
+searches the hand-out for every solution block's code and installs it into a fresh environment that runs lesson
+00 to its first check. A self-paced learner who wants the worked answers takes the whole repository instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import re
+import shutil
+
+__all__ = ["ANSWERS", "EXCLUDED", "build"]
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: package kernels that are an exercise's answer: file -> (function, the lesson that asks for it)
+ANSWERS = {
+    "kernels/matmul/tiled.py": [("_tiled_matmul_kernel", "03_tiled_sram")],
+    "kernels/linear_attention/chunked.py": [("_chunked_linear_attention_kernel", "04_chunked_linear_attention")],
+}
+#: folders of the package that the hand-out leaves out
+EXCLUDED = ("kernels/checks/zoo", "kernels/course")
+
+_PYPROJECT = '''[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "gpu-kernel-workbook-student"
+version = "{version}"
+description = "The GPU Kernel Workbook's notebooks and course package, for students of a graded class"
+requires-python = ">=3.10"
+dependencies = {dependencies}
+
+[project.optional-dependencies]
+lab = ["jupyterlab>=4.2", "ipykernel>=6.29"]
+
+[tool.setuptools.packages.find]
+include = ["kernels*"]
+
+[tool.setuptools.package-data]
+kernels = ["viz/*.json"]
+'''
+
+_README = '''# GPU Kernel Workbook: student hand-out
+
+    python -m venv .venv && . .venv/bin/activate
+    pip install ".[lab]"          # on a machine without a GPU, install a CPU build of torch first
+    jupyter lab notebooks
+
+Without CUDA, start JupyterLab with `TRITON_INTERPRET=1` set: kernels then run in Triton's interpreter on the CPU
+with small sizes, and every exercise can still be completed and checked (speed requirements need a GPU).
+
+Work in the cells marked `# YOUR CODE HERE`; the locked `check(...)` cell below each one grades it on fresh
+inputs and says what to fix. Hand in each notebook under its own name (`00_setup.ipynb`, ...), as your
+instructor asks (an upload to the course's LMS, or JupyterHub's Assignments tab).
+'''
+
+
+def _stub_functions(text: str, names: list[tuple[str, str]]) -> str:
+    """``text`` with the bodies of the named top-level functions replaced by a NotImplementedError."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    for node in sorted((n for n in tree.body if isinstance(n, ast.FunctionDef)), key=lambda n: -n.lineno):
+        lesson = dict(names).get(node.name)
+        if lesson is None:
+            continue
+        first = node.body[0]
+        indent = " " * first.col_offset
+        body = (f'{indent}"""Lesson {lesson} asks for this kernel: it is not in the student hand-out."""\n'
+                f'{indent}raise NotImplementedError("{node.name} is lesson {lesson}\'s exercise")\n')
+        lines[first.lineno - 1: node.end_lineno] = [body]
+    return "".join(lines)
+
+
+def _dependencies() -> list[str]:
+    text = (_ROOT / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    return re.findall(r'"([^"]+)"', block.group(1)) if block else ["torch", "triton==3.6.0"]
+
+
+def build(out: pathlib.Path | None = None) -> pathlib.Path:
+    """Write the hand-out to ``out`` (default ``dist/student``), replacing what was there; returns it."""
+    out = pathlib.Path(out or _ROOT / "dist" / "student")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    stubbed = []
+    for src in sorted((_ROOT / "kernels").rglob("*")):
+        rel = src.relative_to(_ROOT).as_posix()
+        if "__pycache__" in src.parts or src.is_dir() or any(rel.startswith(x + "/") for x in EXCLUDED):
+            continue
+        if src.suffix not in (".py", ".json", ".md", ".txt"):
+            continue
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if rel in ANSWERS:
+            dest.write_text(_stub_functions(src.read_text(), ANSWERS[rel]))
+            stubbed += [f"{rel}:{name}" for name, _ in ANSWERS[rel]]
+        else:
+            shutil.copy(src, dest)
+    nbs = out / "notebooks"
+    nbs.mkdir()
+    for nb in sorted((_ROOT / "course").glob("[0-9][0-9]_*.ipynb")):
+        text = nb.read_text()
+        json.loads(text)  # a generated notebook, valid JSON
+        (nbs / nb.name).write_text(text)
+    version = re.search(r'^version = "([^"]+)"', (_ROOT / "pyproject.toml").read_text(), re.M)
+    (out / "pyproject.toml").write_text(_PYPROJECT.format(version=version.group(1) if version else "0.1.0",
+                                                          dependencies=json.dumps(_dependencies())))
+    (out / "README.md").write_text(_README)
+    (out / "MANIFEST.json").write_text(json.dumps({"left_out": list(EXCLUDED), "stubbed": stubbed,
+                                                   "notebooks": sorted(p.name for p in nbs.iterdir())}, indent=1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m grader.dist", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="where to write it (default dist/student)")
+    args = ap.parse_args(argv)
+    out = build(pathlib.Path(args.out) if args.out else None)
+    n = sum(1 for _ in out.rglob("*") if _.is_file())
+    print(f"student hand-out: {out} ({n} files; pip install {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

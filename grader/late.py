@@ -1,0 +1,79 @@
+"""Deadlines: nbgrader's own mechanisms, with the course's late penalty.
+
+A lesson's due date is the gradebook's ``Assignment.duedate`` (``python -m grader due LESSON DATE``, or
+``nbgrader db assignment add LESSON --duedate=...``); a student's extension is the gradebook's
+``SubmittedAssignment.extension`` (``python -m grader due LESSON DATE --student ID`` sets the extension that
+moves that student's deadline to DATE). ``nbgrader autograde`` compares each submission's ``timestamp.txt`` (the
+hand-in time collect recorded: the file's or the archive entry's date) with it, and its ``AssignLatePenalties``
+step asks the plugin configured in ``nbgrader_config.py`` for the penalty: :class:`PerDayPenalty`, a share of
+the score for every day or part of a day late. The gradebook keeps both: ``raw_score`` and
+``late_submission_penalty`` (the CSV's ``score`` is the one less the other).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from nbgrader.plugins import LateSubmissionPlugin
+from traitlets import Float
+
+__all__ = ["PerDayPenalty", "penalty", "parse_date", "set_due"]
+
+
+def penalty(score: float, seconds_late: float, percent_per_day: float, grace_hours: float = 0.0) -> float:
+    """Points taken off ``score``: ``percent_per_day`` of it per started day late, after the grace period."""
+    late = seconds_late - grace_hours * 3600
+    if late <= 0:
+        return 0.0
+    days = math.ceil(late / 86400 - 1e-9)
+    return min(score, score * days * percent_per_day / 100)
+
+
+class PerDayPenalty(LateSubmissionPlugin):
+    """nbgrader's late-submission plugin for the course: ``percent_per_day`` of the score per started day late."""
+
+    percent_per_day = Float(10.0, help="share of the score (percent) taken off per started day late").tag(config=True)
+    grace_hours = Float(0.0, help="hours after the due date that are not yet late").tag(config=True)
+
+    def late_submission_penalty(self, student_id: str, score: float, total_seconds_late: float) -> float | None:
+        return penalty(score, total_seconds_late, self.percent_per_day, self.grace_hours)
+
+
+def parse_date(text: str) -> datetime.datetime:
+    """``2026-12-01 23:59`` (UTC unless a zone is given, ``+01:00`` or ``Z``) -> a naive UTC datetime, as nbgrader
+    stores them."""
+    t = text.strip().replace(" UTC", "+00:00").replace("Z", "+00:00")
+    try:
+        when = datetime.datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a date: write it as 2026-12-01 23:59 (UTC) or "
+                         "2026-12-01T23:59+01:00") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return when
+
+
+def set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: str | None = None) -> str:
+    """Record a lesson's due date (or, with ``student``, the extension that moves that student's to ``when``)."""
+    import os
+    import sys
+
+    from nbgrader.api import Gradebook
+
+    bindir = os.path.dirname(sys.executable)  # a new gradebook runs nbgrader's migrations (alembic) from there
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+    with Gradebook(db_url) as gb:
+        assignment = gb.update_or_create_assignment(lesson)
+        if student is None:
+            assignment.duedate = when
+            gb.db.commit()
+            return f"{lesson} is due {when:%Y-%m-%d %H:%M} UTC" if when else f"{lesson} has no due date"
+        if assignment.duedate is None:
+            raise ValueError(f"{lesson} has no due date; set it first (python -m grader due {lesson} DATE)")
+        gb.update_or_create_student(student)
+        sub = gb.update_or_create_submission(lesson, student)
+        sub.extension = (when - assignment.duedate) if when and when > assignment.duedate else None
+        gb.db.commit()
+        return f"{student}: {lesson} due {when:%Y-%m-%d %H:%M} UTC (an extension of {sub.extension})"

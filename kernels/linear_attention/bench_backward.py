@@ -1,0 +1,123 @@
+"""Forward + backward: ``python -m kernels.bench linear_attention --set backward [--quick]``.
+
+Rows: B=4, H=16, D=128, bf16, unnormalised, T = 4k … 256k, then initial/final states and packed sequences. Each
+version runs the forward and the backward of the loss ``Σ o·do + Σ final_state·dht`` and returns dq, dk, dv (and
+the initial state's gradient), checked against float64 autograd of the chunked oracle before it is timed (the 256k
+row is too big for the oracle and is not checked). The HBM floor is 11 tensor-volumes at K = V: q, k, v read and o
+written forward; q, k, v, do read and dq, dk, dv written backward. Beside the time, on a GPU: the memory autograd
+holds between forward and backward beyond the outputs (``held_bytes``, and as a fraction of q, k, v), and the
+peak during the whole step (the runner's ``scratch_bytes``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import torch
+
+from ..bench import Problem, Version
+from ..device import DEVICE, ON_GPU
+from ..testing import tolerance
+from . import chunk_linear_attn
+from .bench import FLOPS_CHUNK
+from .chunked_torch import chunked_forward
+from .reference import reference_backward
+
+__all__ = ["problems", "versions", "fwd_bwd"]
+
+#: The oracle's largest problem (tokens · heads) on the GPU: float64 autograd of 64k tokens at B=4, H=16 fits.
+_MAX_CHECKED = 4 * 65536 * 16
+
+
+def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:
+    K = V = D
+    if lens is not None:
+        B, T = 1, sum(lens)
+    N = B if lens is None else len(lens)
+
+    def make_inputs(seed: int) -> dict:
+        gen = torch.Generator(DEVICE).manual_seed(seed)
+        q, k, v, do = (torch.randn(B, T, H, D, generator=gen, device=DEVICE).to(dtype) for _ in range(4))
+        cu = None if lens is None else torch.tensor([0] + lens, device=DEVICE).cumsum(0)
+        states = [torch.randn(N, H, K, V, generator=gen, device=DEVICE) if state else None for _ in range(2)]
+        return dict(q=q, k=k, v=v, do=do, scale=K ** -0.5, initial_state=states[0], dht=states[1], cu_seqlens=cu)
+
+    def reference(q, k, v, do, scale, initial_state, dht, cu_seqlens):
+        return _flat(reference_backward(q, k, v, do, scale, initial_state, dht, cu_seqlens, chunk_size=256))
+
+    size = torch.tensor([], dtype=dtype).element_size()
+    nbytes = B * T * H * (6 * K + 5 * V) * size + (4 * N * H * K * V * 4 if state else 0)
+    flops = 3 * B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
+                  state=state)
+    return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype,
+                   validate=B * T * H <= _MAX_CHECKED)
+
+
+def problems(quick: bool) -> list[Problem]:
+    if not ON_GPU:
+        return [_problem("T50", 1, 50, 2, 16), _problem("varlen state", 1, 0, 2, 16, lens=[17, 0, 30, 3], state=True)]
+    ts = [4096, 16384, 65536] if quick else [4096, 16384, 65536, 262144]
+    rows = [_problem(f"T{t // 1024}k", 4, t, 16, 128) for t in ts]
+    rows += [_problem("T16k state", 4, 16384, 16, 128, state=True),
+             _problem("varlen 64k", 1, 0, 16, 128, lens=[1, 4095, 63, 16384, 8192, 20000, 2048, 14753])]
+    return rows
+
+
+def _flat(grads) -> torch.Tensor:
+    return torch.cat([g.flatten().float() for g in grads if g is not None])
+
+
+def fwd_bwd(fn):
+    """A version timing ``fn``'s forward and backward: ``fn(q, k, v, scale, initial_state, output_final_state,
+    cu_seqlens) -> (o, final_state)`` with autograd; returns the gradients of q, k, v and the initial state."""
+    def run(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, held=None):
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        h0 = None if initial_state is None else initial_state.detach().requires_grad_()
+        base = torch.cuda.memory_allocated() if held is not None else 0
+        o, ht = fn(*leaves, scale, h0, dht is not None, cu_seqlens)
+        if held is not None:  # what autograd keeps for the backward beyond the outputs themselves
+            held["bytes"] = torch.cuda.memory_allocated() - base - sum(x.numel() * x.element_size() for x in
+                                                                     (o, ht) if x is not None)
+        outs, grads = (o, ht) if dht is not None else (o,), (do, dht) if dht is not None else (do,)
+        torch.autograd.backward(outs, grads)
+        return [x.grad for x in leaves] + ([h0.grad] if h0 is not None else [])
+
+    def extras(inputs: dict) -> dict:
+        held: dict = {}
+        run(**inputs, held=held)
+        size = sum(inputs[n].numel() * inputs[n].element_size() for n in ("q", "k", "v"))
+        return {"held_bytes": held["bytes"], "held_fraction": held["bytes"] / size}
+
+    return run, extras
+
+
+def _ours(q, k, v, scale, h0, final, cu):
+    return chunk_linear_attn(q, k, v, scale, h0, final, normalize=False, cu_seqlens=cu)
+
+
+def _fla(q, k, v, scale, h0, final, cu):
+    fla = importlib.import_module("fla.ops.linear_attn")
+    return fla.chunk_linear_attn(q, k, v, scale, h0, final, normalize=False, cu_seqlens=cu)
+
+
+def _torch_chunked(q, k, v, scale, h0, final, cu):
+    return chunked_forward(q, k, v, scale, h0)
+
+
+def _short_fixed(p: Problem) -> str | None:
+    if p.params["varlen"]:
+        return "varlen: a python loop over sequences"
+    return "T > 16k: every chunk state and score tile kept for autograd" if p.params["T"] > 16384 else None
+
+
+def versions() -> list[Version]:
+    out = []
+    for name, fn, skip in (("torch eager (chunked) fwd+bwd", _torch_chunked, _short_fixed),
+                           ("fla chunk fwd+bwd", _fla, None), ("chunk_linear_attn fwd+bwd", _ours, None)):
+        if name.startswith("fla") and not (ON_GPU and importlib.util.find_spec("fla") is not None):
+            continue
+        run, extras = fwd_bwd(fn)
+        out.append(Version(name, run, skip=skip or (lambda p: None), output=_flat, extras=extras))
+    return out

@@ -1,0 +1,238 @@
+"""Your score: every visible and hidden-style check of a lesson, run on your own notebook, points per exercise.
+
+Two ways in. The last cell of each lesson calls :func:`score_here` on the notebook's own variables: it runs each
+graded cell's check, hidden ones included, and reuses the outcome of any check the cells above already ran on the
+same objects, so after a top-to-bottom run it takes no time. From a shell, ``python -m kernels.score [LESSON ...]``
+(``make score``) executes your saved notebooks (``my-work/``, else ``course/``) with the graded cells as the grader
+restores them, in a fresh kernel, and prints the same table. Speed checks and GPU-only cases count only on a GPU;
+without one their points are listed apart, as points that need a GPU. A class hands work in through nbgrader
+(README: "Handing in work"); this score is what its autograder would give, on your machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import pathlib
+import re
+import sys
+from dataclasses import dataclass, field
+
+__all__ = ["Line", "Score", "score_here", "score_notebook", "main"]
+
+_CHECK = re.compile(r"""check\(\s*["'](?P<id>[^"']+)["']""")
+
+
+@dataclass
+class Line:
+    """One graded cell: its exercise, points, whether they count here, and the outcome."""
+
+    cell: str
+    exercise: str
+    points: float
+    hidden: bool
+    needs_gpu: bool  # a speed check, graded on a GPU only
+    passed: bool
+    why: str = ""
+
+
+@dataclass
+class Score:
+    lesson: str
+    where: str
+    lines: list[Line] = field(default_factory=list)
+
+    @property
+    def earned(self) -> float:
+        return sum(ln.points for ln in self.lines if ln.passed and not self._deferred(ln))
+
+    @property
+    def possible_here(self) -> float:
+        return sum(ln.points for ln in self.lines if not self._deferred(ln))
+
+    @property
+    def total(self) -> float:
+        return sum(ln.points for ln in self.lines)
+
+    @property
+    def on_gpu(self) -> bool:
+        from .device import ON_GPU
+
+        return ON_GPU
+
+    def _deferred(self, ln: Line) -> bool:
+        return ln.needs_gpu and not self.on_gpu
+
+    def table(self) -> str:
+        rows = {}
+        for ln in self.lines:
+            rows.setdefault(ln.exercise, []).append(ln)
+        width = max([len(e) for e in rows] + [8])
+        out = [f"{self.lesson}: your score {'on this GPU' if self.on_gpu else 'here'} ({self.where})"]
+        for ex, lines in rows.items():
+            deferred = [ln for ln in lines if self._deferred(ln)]
+            counted = [ln for ln in lines if not self._deferred(ln)]
+            if counted:
+                got = sum(ln.points for ln in counted if ln.passed)
+                parts = " + ".join(f"{ln.points:g}{' hidden' if ln.hidden else ''}" for ln in counted)
+                why = next((ln.why for ln in counted if not ln.passed and ln.why), "")
+                if not why and not self.on_gpu and _part_on_gpu(f"{self.lesson}.{ex}"):
+                    why = "(its speed part is graded on a GPU)"
+                out.append(f"  {ex:<{width}} {got:>4g} / {sum(ln.points for ln in counted):<4g} ({parts})"
+                           + (f"  {why}" if why else ""))
+            if deferred:
+                out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs a GPU: "
+                           "speed is not graded in the interpreter")
+        more = self.total - self.possible_here
+        tail = f"; {more:g} more need a GPU ({self.total:g} in all)" if more else ""
+        out.append(f"  {'total':<{width}} {self.earned:>4g} / {self.possible_here:<4g}{tail}")
+        return "\n".join(out)
+
+
+def _graded(lesson: str):
+    """(cell id, exercise id, points, hidden, source) for each graded cell of the lesson, hidden tests included."""
+    from .course import solution_notebook
+
+    out = []
+    for cell in solution_notebook(lesson).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade"):
+            continue
+        source = "\n".join(ln for ln in cell.source.splitlines() if not ln.strip().startswith("###"))
+        found = _CHECK.search(source)
+        exercise = found.group("id") if found else meta["grade_id"]
+        out.append((meta["grade_id"], exercise, float(meta.get("points", 0)), "hidden=True" in source, source))
+    return out
+
+
+def _needs_gpu(exercise: str) -> bool:
+    """A speed exercise (``<lesson>.<name>_speed``): its points are graded on a GPU only."""
+    return exercise.endswith("_speed")
+
+
+def _part_on_gpu(exercise: str) -> bool:
+    """An exercise graded here whose check also has a speed part that only a GPU grades."""
+    from .checks.spec import get
+
+    try:
+        return not _needs_gpu(exercise) and get(exercise).performance is not None
+    except Exception:  # noqa: BLE001 (an exercise the registry does not know: graded like any other)
+        return False
+
+
+def _first_line(text: str) -> str:
+    text = text.strip()
+    return (text.splitlines() or [""])[0][:160]
+
+
+def _cached_check(namespace_check):
+    """``check`` that reuses the outcome of the same check already run in this process on the same objects."""
+    from . import checks
+
+    def check(exercise_id, *objects, hidden=False):
+        seen = checks.history.get((exercise_id, hidden))
+        if seen is not None and len(seen[0]) == len(objects) and all(a is b for a, b in zip(seen[0], objects)):
+            if seen[1]:
+                raise checks.CheckFailed(seen[1])
+            return None
+        return namespace_check(exercise_id, *objects, hidden=hidden)
+
+    return check
+
+
+def score_here(lesson: str, namespace: dict, *, show: bool = True) -> Score:
+    """Run every graded cell's check of ``lesson`` on the objects in ``namespace`` (a notebook's ``globals()``),
+    reusing outcomes the notebook already has; print the table and return the :class:`Score`."""
+    from .checks import check as real_check
+    from .checks.engine import GRADING_ENV
+    from .device import MODE
+
+    score = Score(lesson, MODE)
+    if os.environ.get(GRADING_ENV):
+        if show:
+            print("(the grader scores this notebook itself; nothing to do here)")
+        return score
+    check = _cached_check(namespace.get("check", real_check))
+    for cell, exercise, points, hidden, source in _graded(lesson):
+        ns = dict(namespace, check=check)
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink):
+                exec(compile(source, f"<{lesson}:{cell}>", "exec"), ns)  # noqa: S102 (the lesson's own check cell)
+            passed, why = True, ""
+        except NameError as e:
+            passed, why = False, f"not defined yet: {e}"
+        except Exception as e:  # noqa: BLE001 (a failed check, or the student's code raising)
+            passed, why = False, _first_line(str(e)) or type(e).__name__
+        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), passed, why))
+    if show:
+        print(score.table())
+    return score
+
+
+def score_notebook(lesson: str, path: pathlib.Path) -> Score:
+    """Execute the notebook at ``path`` as the grader would (locked cells and hidden tests put back, graded cells
+    only) in a fresh kernel, and score each graded cell by whether it raised."""
+    import nbformat
+
+    from .course import solution_notebook
+    from .course.run import execute, graded_only, restore_locked
+    from .device import MODE
+
+    nb = graded_only(restore_locked(nbformat.read(path, as_version=4), solution_notebook(lesson)))
+    run = execute(nb, lesson=lesson, copy="yours")
+    score = Score(lesson, f"{MODE}, {path}")
+    for cell, exercise, points, hidden, _ in _graded(lesson):
+        why = run.errors.get(cell, "")
+        if cell not in {c.get("id") for c in run.nb.cells}:
+            why = "this graded cell is missing from your notebook"
+        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), not why,
+                                _first_line(why.split(": ", 1)[-1]) if why else ""))
+    return score
+
+
+def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
+    from .course import COURSE
+
+    for folder in (work, COURSE):
+        path = folder / f"{lesson}.ipynb"
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"no notebook for {lesson} in {work} or {COURSE}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .course import lesson_ids
+    from .course.workcopy import WORK
+
+    ap = argparse.ArgumentParser(prog="python -m kernels.score", description=__doc__.splitlines()[0])
+    ap.add_argument("lessons", nargs="*", help="lesson ids or numbers (default: all)")
+    ap.add_argument("--work", default=str(WORK), help="your notebooks' folder (default: my-work, else course/)")
+    args = ap.parse_args(argv)
+    try:
+        lessons = lesson_ids(args.lessons or None)
+    except Exception as e:  # noqa: BLE001
+        print(e, file=sys.stderr)
+        return 2
+    earned = possible = total = 0.0
+    for lesson in lessons:
+        try:
+            path = _notebook_for(lesson, pathlib.Path(args.work))
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 1
+        print(f"running {path} ...", flush=True)
+        s = score_notebook(lesson, path)
+        print(s.table(), flush=True)
+        earned, possible, total = earned + s.earned, possible + s.possible_here, total + s.total
+    if len(lessons) > 1:
+        more = total - possible
+        print(f"all lessons: {earned:g} / {possible:g}" + (f"; {more:g} more need a GPU ({total:g} in all)"
+                                                         if more else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The learner's path around the lessons: plots that show, a lab that starts, a working copy that survives."""
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import nbformat
+import pytest
+
+from kernels.course import COURSE, ROOT, lesson_ids, solution_notebook
+from kernels.course.run import execute
+from kernels.course.workcopy import WORK, sync
+
+
+def _cells(lesson, ids):
+    nb = solution_notebook(lesson)
+    keep = [c for c in nb.cells if c.get("id") in ids]
+    assert [c.id for c in keep] == [i for i in ids], "a cell this test runs was renamed"
+    out = nbformat.v4.new_notebook(metadata=nb.metadata)
+    out.cells = keep
+    return out
+
+
+@pytest.mark.slow
+def test_the_roofline_plot_shows_after_the_widgets_are_imported():
+    # the L2 widget cell imports kernels.viz before the roofline cell plots with pyplot
+    nb = _cells("01_memory_hierarchy", ["setup", "copy_measure", "l2_widget", "roofline"])
+    run = execute(nb, lesson="01_memory_hierarchy", copy="solution")
+    assert not run.errors, run.errors
+    roofline = run.nb.cells[-1]
+    kinds = [o.get("output_type") for o in roofline.outputs]
+    images = [o for o in roofline.outputs if "image/png" in o.get("data", {})]
+    assert images, f"the roofline cell drew no image; its outputs: {kinds}"
+
+
+def test_the_working_copy_survives_a_changed_course(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "my-work"
+    course.mkdir()
+    (course / "00_a.ipynb").write_text("lesson a, v1")
+    (course / "01_b.ipynb").write_text("lesson b, v1")
+    said = sync(work, course)
+    assert len(said) == 2 and (work / "00_a.ipynb").read_text() == "lesson a, v1"
+    (work / "00_a.ipynb").write_text("lesson a, v1 + my answers")
+    # the course is regenerated: both lessons change, a new one appears
+    (course / "00_a.ipynb").write_text("lesson a, v2")
+    (course / "01_b.ipynb").write_text("lesson b, v2")
+    (course / "02_c.ipynb").write_text("lesson c, v1")
+    said = "\n".join(sync(work, course))
+    assert (work / "00_a.ipynb").read_text() == "lesson a, v1 + my answers", "the learner's work was overwritten"
+    assert (work / "updates" / "00_a.ipynb").read_text() == "lesson a, v2"
+    assert "00_a.ipynb changed in the course" in said
+    assert (work / "01_b.ipynb").read_text() == "lesson b, v2", "an untouched copy should follow the course"
+    assert (work / "02_c.ipynb").read_text() == "lesson c, v1"
+    assert sync(work, course) == [], "a second sync with nothing new should say nothing"
+    (work / "00_a.ipynb").unlink()  # starting a lesson afresh
+    sync(work, course)
+    assert (work / "00_a.ipynb").read_text() == "lesson a, v2"
+
+
+def test_the_working_copy_of_the_real_course_is_outside_git(tmp_path):
+    assert WORK.parent == ROOT and WORK.name == "my-work"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(WORK / "00_setup.ipynb")], cwd=ROOT)
+    assert ignored.returncode == 0, "my-work/ must be git-ignored"
+    sync(tmp_path / "w")
+    assert sorted(p.name for p in (tmp_path / "w").glob("*.ipynb")) == sorted(p.name for p in COURSE.glob("*.ipynb"))
+
+
+def _make_lab(*args):
+    return subprocess.run(["make", "-n", "-o", ".venv/.installed", "lab", *args], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_make_lab_allows_root_only_as_root_and_opens_the_working_copy():
+    as_root, as_user = _make_lab("USER_ID=0"), _make_lab("USER_ID=1000")
+    assert "--allow-root" in as_root and "--allow-root" not in as_user
+    assert "--notebook-dir=my-work" in as_user and "kernels.course.workcopy my-work" in as_user
+
+
+@pytest.mark.slow
+def test_make_lab_serves(tmp_path):
+    port, token = _free_port(), secrets.token_hex(8)
+    args = f"--IdentityProvider.token={token} --ServerApp.ip=127.0.0.1 --ServerApp.port_retries=0"
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(["make", "-o", ".venv/.installed", "lab", f"WORK={tmp_path / 'w'}", f"PORT={port}",
+                             f"LAB_ARGS={args}"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/api/status",
+                                             headers={"Authorization": f"token {token}"})
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    assert r.status == 200
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError((tmp_path / "lab.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+        assert (tmp_path / "w" / "00_setup.ipynb").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _heading_points(lesson):
+    """{exercise heading: (points it states, points of the graded cells under it)}."""
+    import re
+
+    out, current = {}, None
+    for cell in solution_notebook(lesson).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+            if line.startswith("## Exercise"):
+                stated = re.search(r"\(([^)]*points[^)]*)\)\s*$", line)
+                nums = [int(n) for n in re.findall(r"\d+", stated.group(1))] if stated else []
+                current = line
+                out[current] = [sum(nums), 0]
+        if cell.cell_type == "code" and meta.get("grade") and current:
+            out[current][1] += int(meta.get("points", 0))
+    return out
+
+
+LESSONS_00_05 = [name for name in lesson_ids() if name[:2] in {"00", "01", "02", "03", "04", "05"}]
+
+
+@pytest.mark.parametrize("lesson", LESSONS_00_05)
+def test_every_exercise_heading_states_its_points(lesson):
+    for heading, (stated, graded) in _heading_points(lesson).items():
+        assert stated == graded, f"{lesson}: {heading!r} states {stated} points, its graded cells give {graded}"
+
+
+@pytest.mark.parametrize("lesson", LESSONS_00_05)
+def test_every_lesson_ends_with_its_score(lesson):
+    last = solution_notebook(lesson).cells[-1]
+    assert last.cell_type == "code" and f'score_here("{lesson}", globals())' in last.source
+
+
+def _notebook_function(source, name):
+    """A function defined as a notebook cell defines it (in ``__main__``), where the checks expect answers."""
+    import linecache
+
+    filename = f"<cell {name} {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), ns)  # noqa: S102
+    return ns[name]
+
+
+_sector_bytes = _notebook_function("""
+def sector_bytes(n, stride, itemsize):
+    if n <= 0:
+        return 0
+    step = stride * itemsize
+    return 32 * n if step >= 32 else 32 * ((n - 1) * step // 32 + 1)
+""", "sector_bytes")
+
+
+def test_the_score_counts_points_per_exercise_and_reuses_checks_already_run(capsys):
+    from kernels.checks import check
+    from kernels.score import score_here
+
+    check("01_memory_hierarchy.sector_bytes", _sector_bytes)  # the notebook's own check cell, already run
+    calls = []
+
+    def counting(exercise, *objects, hidden=False):
+        calls.append((exercise, hidden))
+        return check(exercise, *objects, hidden=hidden)
+
+    score = score_here("01_memory_hierarchy", {"check": counting, "sector_bytes": _sector_bytes})
+    table = capsys.readouterr().out
+    by_cell = {ln.cell: ln for ln in score.lines}
+    assert by_cell["check_sectors"].passed and by_cell["check_sectors_hidden"].passed
+    assert not by_cell["check_copy"].passed and "not defined yet" in by_cell["check_copy"].why
+    assert ("01_memory_hierarchy.sector_bytes", False) not in calls, "a check already run was run again"
+    assert ("01_memory_hierarchy.sector_bytes", True) in calls
+    assert score.earned == 2 and "sector_bytes" in table and "total" in table
+    if not score.on_gpu:
+        assert score.possible_here == 9 and score.total == 11 and "needs a GPU" in table
+
+
+def test_the_score_names_what_failed(capsys):
+    from kernels.score import score_here
+
+    # the bytes asked for, not the sectors delivered
+    wrong = _notebook_function("def sector_bytes(n, stride, itemsize):\n    return n * itemsize\n", "sector_bytes")
+    score = score_here("01_memory_hierarchy", {"sector_bytes": wrong}, show=False)
+    line = next(ln for ln in score.lines if ln.cell == "check_sectors")
+    assert not line.passed and "sector_bytes" in line.why
+
+
+@pytest.mark.slow
+def test_make_score_runs_the_saved_notebook(tmp_path):
+    from kernels.score import main
+
+    work = tmp_path / "my-work"
+    work.mkdir()
+    nbformat.write(solution_notebook("00_setup"), work / "00_setup.ipynb")
+    out = subprocess.run([sys.executable, "-m", "kernels.score", "00", "--work", str(work)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "total" in out.stdout and "8 / 8" in out.stdout, out.stdout
+    assert main(["99"]) == 2

@@ -1,0 +1,54 @@
+"""Speed requirements without a GPU (grader/policy.py) and the flag on a handed-in instructor notebook."""
+
+import json
+
+import pytest
+
+from grader.grade import CellResult, CheckResult, NotebookResult
+
+
+def _result():
+    perf = CheckResult("90_grader_fixture.block_choice", False, True, "passed (partly not graded)", ["✓ ok"],
+                       not_graded=["performance: not graded under the interpreter (it is graded on a GPU)"])
+    plain = CheckResult("90_grader_fixture.cumsum", False, True, "passed", ["✓ ok"])
+    failed = CheckResult("90_grader_fixture.block_choice", True, False, "failed", ["wrong"],
+                         not_graded=["performance: not graded under the interpreter (it is graded on a GPU)"])
+    cells = [CellResult("speed", 3, 3, [perf]), CellResult("plain", 1, 1, [plain]), CellResult("bad", 2, 0, [failed])]
+    return NotebookResult("s", "90_grader_fixture", cells, mode="interpreter")
+
+
+@pytest.mark.parametrize("policy,score,max_shown", [("zero", 1, 6), ("exclude", 1, 3), ("award", 4, 6)])
+def test_speed_policy(policy, score, max_shown):
+    from grader import policy as pol
+    from grader.run import table
+
+    r = _result()
+    pol.apply([r], policy)
+    assert r.score == score
+    assert r.max_score - pol.excluded_points(r) == max_shown
+    assert f"speed policy {policy}" in r.notes[-1]
+    if policy != "award":
+        assert not r.cells[0].passed and r.cells[0].message.startswith(("needs a GPU", "excluded"))
+    assert f"{score:g}/{max_shown:g}" in table([r])
+    with pytest.raises(ValueError, match="speed policy"):
+        pol.apply([r], "free")
+
+
+def test_speed_points(fixture_source):
+    from grader.policy import speed_points
+
+    assert speed_points(fixture_source) == 3
+
+
+def test_instructor_source_is_flagged(fixture_source, fixture_release):
+    import re
+
+    from grader.collect import flag_solutions
+
+    assert flag_solutions(fixture_source, fixture_source).startswith("flagged: this is the instructor's source")
+    assert flag_solutions(fixture_release, fixture_source) == ""
+    copied = json.loads(json.dumps(fixture_source))
+    for c in copied["cells"]:
+        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        c["source"] = re.sub(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", "# mine", src)
+    assert "solution code" in flag_solutions(copied, fixture_source)

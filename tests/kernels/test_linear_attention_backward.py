@@ -1,0 +1,159 @@
+"""The backward pass of chunked linear attention: ``chunked_bwd.py``'s two passes and ``chunk_linear_attn``'s
+autograd against float64 autograd of the token-by-token recurrence (lengths that are not chunk multiples, packed
+sequences with an empty one, initial and final states, ``normalize=True``), every element written, nothing kept
+between forward and backward but the inputs; on the GPU against fla-core's gradients on the same inputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_linear_attention import poison  # noqa: F401  (the fixture: NaN-filled buffers with guard bands)
+
+from kernels.device import DEVICE, ON_GPU
+from kernels.linear_attention import chunk_linear_attn
+from kernels.linear_attention.chunked_bwd import chunked_backward
+from kernels.linear_attention.reference import recurrent_linear_attention, reference_backward
+from kernels.testing import assert_close, check_bad_input, randn, rel_error, tolerance
+
+#: name -> (B, T, H, K, V, dtype, cu_seqlens, initial/final states)
+CASES = {
+    "fp32 T37 K32 V48 state": (1, 37, 2, 32, 48, torch.float32, None, True),
+    "fp16 B2 T100": (2, 100, 2, 32, 32, torch.float16, None, False),
+    "bf16 varlen K24 V40 state": (1, 100, 2, 24, 40, torch.bfloat16, [0, 37, 37, 90, 100], True),
+    "fp32 varlen": (1, 53, 3, 16, 16, torch.float32, [0, 1, 20, 53], False),
+}
+
+
+def _tol(dtype) -> float:
+    return tolerance(dtype, tf32=ON_GPU)
+
+
+def _case(B, T, H, K, V, dtype, cu, state, *, seed):
+    N = B if cu is None else len(cu) - 1
+    q, k, v, do = (randn(B, T, H, d, dtype=dtype, seed=seed + i) for i, d in enumerate((K, K, V, V)))
+    h0 = randn(N, H, K, V, seed=seed + 4) if state else None
+    dht = randn(N, H, K, V, seed=seed + 5) if state else None
+    cu = None if cu is None else torch.tensor(cu, dtype=torch.int64, device=DEVICE)
+    return dict(q=q, k=k, v=v, do=do, scale=K ** -0.5, initial_state=h0, dht=dht, cu_seqlens=cu)
+
+
+def _check(name, got, ref, tol):
+    for part, a, r in zip(("dq", "dk", "dv", "dh0"), got, ref):
+        if r is None:
+            assert a is None, part
+            continue
+        assert a.shape == r.shape, (part, a.shape, r.shape)
+        assert_close(f"{name} {part}", r, a, tol)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_chunked_backward(name, poison):  # noqa: F811
+    c = _case(*CASES[name], seed=10)
+    got = chunked_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                           c["cu_seqlens"], need_dh0=c["initial_state"] is not None)
+    for p in poison:
+        p.check("a gradient buffer")
+    ref = reference_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                             c["cu_seqlens"], recurrent=True)
+    _check(name, got, ref, _tol(c["q"].dtype))
+    assert got[0].dtype == c["q"].dtype and (got[3] is None or got[3].dtype == torch.float32)
+
+
+def _grads(fn, c, normalize, z0=None):
+    """Gradients of ``Σ o·do + Σ final_state·dht (+ Σ z_state·dz)`` through ``fn`` (chunk_linear_attn's API)."""
+    leaves = [x.detach().clone().requires_grad_() for x in (c["q"], c["k"], c["v"])]
+    h0 = c["initial_state"].clone().requires_grad_()
+    z = None if z0 is None else z0.clone().requires_grad_()
+    o, ht = fn(*leaves, c["scale"], (h0, z) if normalize else h0, True, normalize, c["cu_seqlens"])
+    loss = (o.double() * c["do"].double()).sum()
+    if normalize:
+        ht, zt = ht
+        loss = loss + (zt.double() * c["dz"].double()).sum()
+    loss = loss + (ht.double() * c["dht"].double()).sum()
+    loss.backward()
+    return [x.grad for x in leaves + [h0] + ([z] if normalize else [])]
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_api_gradients(normalize):
+    """``chunk_linear_attn`` is differentiable with fla's signature: q, k, v, both parts of the initial state, and
+    the final state's gradient flowing back; a packed batch whose last sequence is not a chunk multiple."""
+    c = _case(1, 70, 2, 32, 32, torch.float32, [0, 3, 3, 70], True, seed=20)
+    z0 = None
+    if normalize:  # positive features, as a normalised attention is fed
+        c.update(q=c["q"].abs(), k=c["k"].abs())
+        z0 = randn(3, 1, 2, 32, seed=26).abs()
+        c["dz"] = randn(3, 1, 2, 32, seed=27)
+    got = _grads(chunk_linear_attn, c, normalize, z0)
+    f64 = {n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for n, x in c.items()}
+    ref = _grads(recurrent_linear_attention, f64, normalize, None if z0 is None else z0.double())
+    for name, a, r in zip(("dq", "dk", "dv", "dh0", "dz0"), got, ref):
+        assert_close(name, r, a, _tol(torch.float32))
+
+
+def test_saves_only_inputs():
+    """Between forward and backward autograd holds q, k, v and the initial state, the caller's own tensors."""
+    c = _case(1, 40, 2, 16, 16, torch.float32, None, True, seed=30)
+    q, k, v, h0 = (c[n].clone().requires_grad_() for n in ("q", "k", "v", "initial_state"))
+    o, _ = chunk_linear_attn(q, k, v, initial_state=h0, normalize=False, output_final_state=True)
+    node = o.grad_fn
+    saved = node.saved_tensors
+    assert len(saved) == 4 and all(s.data_ptr() == x.data_ptr() for s, x in zip(saved, (q, k, v, h0)))
+
+
+def test_no_state_no_final():
+    """Without states: no ``dh0``, and the final state's gradient is taken as zero."""
+    c = _case(1, 50, 2, 16, 32, torch.float16, None, False, seed=40)
+    q, k, v = (c[n].clone().requires_grad_() for n in ("q", "k", "v"))
+    o, ht = chunk_linear_attn(q, k, v, normalize=False)
+    assert ht is None
+    o.backward(c["do"])
+    ref = reference_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], recurrent=True)
+    _check("no state", (q.grad, k.grad, v.grad, None), ref, _tol(torch.float16))
+
+
+def test_bad_inputs():
+    c = _case(1, 20, 2, 16, 16, torch.float32, None, False, seed=50)
+    args = (c["q"], c["k"], c["v"])
+    check_bad_input(chunked_backward, *args, c["do"][..., :8], 0.25, match="do must match")
+    check_bad_input(chunked_backward, *args, c["do"].half(), 0.25, match="do must match")
+    check_bad_input(chunked_backward, *args, c["do"], 0.25, dht=torch.zeros(2, 2, 16, 16, device=DEVICE),
+                    match="dht must have")
+
+
+# On the GPU: the issue's shapes at a length that is not a chunk multiple, against fla-core's own backward.
+
+def _fla_grads(c, normalize=False):
+    fla = pytest.importorskip("fla.ops.linear_attn")
+    return _grads(fla.chunk_linear_attn, c, normalize)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", ["B2 T4000", "varlen"])
+def test_gpu_gradients_vs_fla(dtype, shape):
+    """Gradient error against float64 no worse than fla's on the same inputs (or within the dtype's tolerance)."""
+    cu = [0, 1000, 1001, 3100, 4000] if shape == "varlen" else None
+    c = _case(1 if cu else 2, 4000, 8, 128, 128, dtype, cu, True, seed=60)
+    c.update(q=c["q"] * 0.5, k=c["k"] * 0.5)
+    ours = _grads(chunk_linear_attn, c, False)
+    theirs = _fla_grads(c)
+    ref = reference_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                             c["cu_seqlens"], chunk_size=256)
+    for name, a, b, r in zip(("dq", "dk", "dv", "dh0"), ours, theirs, ref):
+        ea, eb = rel_error(a, r), rel_error(b, r)
+        print(f"{shape} {dtype} {name}: ours {ea:.2e}, fla {eb:.2e}")
+        assert ea <= max(_tol(dtype), 1.5 * eb), (name, ea, eb)
+
+
+@pytest.mark.gpu
+def test_gpu_agrees_with_fla_recurrent():
+    """fla's own autograd test, with ours in the place of its chunk kernel: forward and backward against
+    ``fused_recurrent_linear_attn`` (normalize=False, fp32 inputs, initial and final states)."""
+    fla = pytest.importorskip("fla.ops.linear_attn")
+    c = _case(2, 1000, 4, 64, 64, torch.float32, None, True, seed=70)
+    ours = _grads(chunk_linear_attn, c, False)
+    theirs = _grads(fla.fused_recurrent_linear_attn, c, False)
+    for name, a, b in zip(("dq", "dk", "dv", "dh0"), ours, theirs):
+        assert_close(name, b, a, _tol(torch.float32))

@@ -673,6 +673,9 @@ class _Remote:
                 return self._back(m.get("value")), m.get("ops") or {}
 
     def _out(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.is_meta:  # shape and dtype only (no memory to send)
+            return {"__meta__": {"shape": list(obj.shape), "stride": list(obj.stride()),
+                                 "dtype": str(obj.dtype).replace("torch.", "")}, "ptr": obj.data_ptr()}
         if isinstance(obj, torch.Tensor):
             return {"__cuda__" if obj.is_cuda else "__cpu__": obj, "ptr": obj.data_ptr()}
         if isinstance(obj, dict):

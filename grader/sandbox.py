@@ -96,6 +96,8 @@ def _environment() -> list[str]:
             continue
         if str(path).startswith(("/usr/", "/proc", "/dev")) or str(path) == "/":
             continue
+        if path in _never_bound() or _inside(_ROOT, path):  # /tmp itself, a home, the checkout's parents
+            continue
         out.append(str(path))
     exe = pathlib.Path(sys.executable)
     for p in (exe.parent, exe.resolve().parent):
@@ -108,6 +110,19 @@ def _environment() -> list[str]:
         if not any(_inside(pathlib.Path(p), pathlib.Path(k)) for k in kept):
             kept.append(p)
     return kept
+
+
+def _never_bound() -> set[pathlib.Path]:
+    """Folders on ``sys.path`` that hold far more than Python packages: the temp folder, homes, and the folder of
+    the script that started the grader (``python /somewhere/script.py`` puts it first on ``sys.path``)."""
+    out = {pathlib.Path(tempfile.gettempdir()).resolve(), pathlib.Path.home().resolve(), pathlib.Path("/root"),
+           pathlib.Path("/home")}
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main:
+        folder = pathlib.Path(main).resolve().parent
+        if folder.name not in ("site-packages", "dist-packages"):
+            out.add(folder)
+    return out
 
 
 def _inside(path: pathlib.Path, folder: pathlib.Path) -> bool:

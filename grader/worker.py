@@ -285,6 +285,14 @@ def _incoming(obj, ch, ptrs):
             t = t.to("cuda") if "__cuda__" in obj else t
             ptrs[t.data_ptr()] = int(obj["ptr"])
             return t
+        if "__meta__" in obj:
+            m = obj["__meta__"]
+            dtype = getattr(torch, str(m.get("dtype")), None)
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError("an argument of unknown dtype")
+            t = torch.empty_strided(m["shape"], m["stride"], dtype=dtype, device="meta")
+            ptrs[t.data_ptr()] = int(obj["ptr"])
+            return t
         if "__ns__" in obj:
             from types import SimpleNamespace
 

@@ -257,3 +257,16 @@ def test_memory_limit(cfg):
     else:
         assert any("MemoryError" in (m.get("error") or "") for m in events), events
     w.close()
+
+
+def test_the_sandbox_never_binds_tmp_homes_or_the_checkouts_parents(monkeypatch):
+    """``python /tmp/script.py`` puts /tmp first on sys.path: binding it would show the host's /tmp (other runs'
+    files) read-only in place of the worker's private one. Only package folders are bound."""
+    import tempfile
+
+    from grader.sandbox import _environment
+
+    for p in (tempfile.gettempdir(), str(ROOT.parent), str(pathlib.Path.home()), str(ROOT)):
+        monkeypatch.syspath_prepend(p)
+    env = _environment()
+    assert not {tempfile.gettempdir(), str(ROOT.parent), str(pathlib.Path.home()), str(ROOT)} & set(env), env

@@ -1,10 +1,13 @@
-"""``python -m grader <command>``: build, collect, autograde, feedback, export, report, lint, demo, redteam.
+"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint,
+demo, redteam.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
-another): ``build`` the student notebooks from ``solutions/``; ``collect`` a folder of submissions
-(``<dir>/<student>/*.ipynb``) or an LMS zip; ``autograde`` them in the sandbox (on the GPU when there is one,
-in the interpreter otherwise; the report says which); ``feedback`` (HTML per student); ``export`` (CSV);
-``report`` (the summary table again). ``lint`` checks that every graded cell of every lesson is gradable.
+another; ``grader/GUIDE.md`` walks through a term): ``build`` the student notebooks from ``solutions/``;
+``collect`` a folder of submissions (``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard,
+Gradescope; ``--roster``), never losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the
+sandbox (on the GPU when there is one, in the interpreter otherwise, under ``--speed-policy``) with the term's
+seed; ``feedback`` (HTML per student); ``export`` (the class CSV); ``report`` (the term's table).
+``remove-student`` takes a student out; ``lint`` checks that every graded cell of every lesson is gradable.
 """
 
 from __future__ import annotations
@@ -118,6 +121,10 @@ def _remove_student(args) -> int:
 
 
 def _autograde(args) -> int:
+    if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
+        from .distributed import main
+
+        return main(args, _course(args))
     import kernels  # noqa: F401
     from kernels.device import MODE, describe
 
@@ -146,14 +153,33 @@ def _autograde(args) -> int:
         for n in r.notes:
             if n.startswith("flagged"):
                 print(f"  {r.student}/{r.lesson}: {n}")
+    from .leaderboard import from_results_dir, write
+
+    write(from_results_dir(root), root / "reports")  # the speed-graded exercises' ranking (grader/README.md)
     for r in results:
         for c in r.cells:
             if not c.passed:
                 print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
     for f in failures:
-        print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
+        print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
+              f"{_failure_log(root, f)})", file=sys.stderr)
     print(f"graded {len(results)} notebook(s) in {time.time() - t0:.0f} s ({MODE})")
     return 1 if failures else 0
+
+
+def _one_line(log: str) -> str:
+    """The line of an nbgrader log that says what went wrong (not "see the above traceback")."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if "see the above traceback" not in ln.lower() and not ln.startswith(("File ", "^"))]
+    errors = [ln for ln in useful if "Error" in ln or "error" in ln] or useful
+    return (errors[-1] if errors else "no reason given")[:300]
+
+
+def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
+    path = root / "reports" / "nbgrader-failures" / f"{failure[0]}-{failure[1]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(failure[2])
+    return path
 
 
 def _feedback(args) -> int:
@@ -242,6 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
                    help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
                    "leave them out of the totals, or award them")
+    g = p.add_argument_group("on a Dask cluster (grader/README.md)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="grade on the Dask scheduler at ADDRESS (tcp://host:8786)")
+    g.add_argument("--cluster", choices=["local-gpus", "slurm", "local"],
+                   help="grade on a cluster made here: one worker per GPU of this host (dask-cuda), Slurm jobs "
+                        "(dask-jobqueue, --cluster-config), or --workers local worker processes")
+    g.add_argument("--cluster-config", metavar="FILE", help="--cluster slurm: SLURMCluster options (YAML)")
+    g.add_argument("--workers", type=int, help="workers (local: processes, default 2; local-gpus: the first N "
+                                              "GPUs; slurm: jobs, default the config's)")
+    g.add_argument("--slots-per-worker", type=int, help="submissions a worker grades at once (default 3 on a GPU, "
+                                                        "1 in the interpreter)")
+    g.add_argument("--redo", action="store_true", help="grade again what an earlier run recorded")
+    g.add_argument("--connect-timeout", type=float, default=20.0, help="seconds to reach the scheduler (20)")
     p.set_defaults(fn=_autograde)
     p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")
     p.set_defaults(fn=_feedback)

@@ -185,6 +185,9 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         differ = [(k, v, book.get(k)) for k, v in ((( r.student, r.lesson), r.score) for r in results)
                   if book.get(k) is None or abs(book[k] - v) > 1e-9]
         html = sorted(str(p.relative_to(root)) for p in (root / "feedback").rglob("*.html"))
+        leaks = [h for h in html if "BEGIN HIDDEN TESTS" in (root / h).read_text(errors="replace")]
+        if leaks:
+            failures = failures + [("feedback", "", f"hidden tests' source in {leaks[:3]}")]
         summary.update(nbgrader={"autograde_failures": failures, "feedback_failures": fb, "csv": str(csv),
                                  "feedback_html": len(html), "gradebook_differs": differ})
         print(f"nbgrader: gradebook recorded {len(book)} submissions, {len(html)} feedback pages, CSV {csv.name}")

@@ -23,7 +23,7 @@ import torch
 
 from kernels.checks import engine, provenance
 from kernels.checks.spec import CheckFailed, get
-from kernels.device import ON_GPU
+from kernels.device import ON_GPU, describe
 
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
 from .sandbox import SandboxConfig, SetupError, Worker, WorkerDied, bwrap_path
@@ -94,6 +94,7 @@ class NotebookResult:
     # where ``seconds`` went: starting workers, running the notebook's cells, waiting for the GPU (other slots'
     # work or timing), stopping workers; the rest is the checks themselves
     phases: dict[str, float] = field(default_factory=dict)
+    where: str = ""  # the machine that graded it (``kernels.device.describe()``: the GPU model, the versions)
 
     @property
     def score(self) -> float:
@@ -241,7 +242,7 @@ class Grader:
             session.close()
             session.phase("stop", stopping)
         return NotebookResult(student, lesson, cells, notes=session.notes, seconds=time.time() - t0,
-                              isolation=session.isolation, phases=dict(session.phases))
+                              isolation=session.isolation, phases=dict(session.phases), where=describe())
 
 
 class _Session:

@@ -21,7 +21,7 @@ import time
 from .collect import Submission, collect_folder, read_notebook
 
 __all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
-           "autograde", "feedback", "export", "gradebook_scores"]
+           "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
@@ -165,6 +165,10 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason.
     """
     sources = sources_of(root)
+    if not sources:
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
+    if not pathlib.Path(folder).is_dir():
+        raise ValueError(f"{folder} is not a folder of submissions (<student>/<lesson>.ipynb)")
     collected = collect_folder(folder, sources)
     known = load_roster(root, roster)
     if known is not None:
@@ -273,6 +277,8 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
     from . import lms
 
     names = sorted(sources_of(root))
+    if not names:
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
     found, skipped = lms.entries(source, names, roster=load_roster(root, roster), named_regexp=_named_regexp(),
                                  max_bytes=max_bytes)
     chosen, older = lms.select(found)
@@ -363,7 +369,7 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`). The
     master seed is the term's (``reports/seed.json``; ``settings.seed`` or ``new_seed`` replace it), so that a
     regrade is reproducible; what a regrade changed is in :data:`last_run` and ``reports/history.jsonl``."""
-    from . import classbook, nbexec, policy
+    from . import classbook, policy
     from .grade import Grader, Settings
     from .run import grade_class
 
@@ -378,23 +384,62 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     last_run.clear()
     last_run.update(seed=settings.seed, seed_line=seed_line, speed_policy=speed_policy,
                     changes=classbook.record_changes(root, results, settings.seed))
+    failures = record(root, subs, results)
+    return results, failures, grader.sandbox.uid_base
+
+
+def submission_digest(sub: Submission) -> str:
+    """The sha256 of the collected notebook file (``"none"`` when nothing was submitted): which version a result
+    grades, so a re-run can tell a graded submission from one collected again since."""
+    import hashlib
+
+    if sub.notebook is None or not sub.path or not pathlib.Path(sub.path).exists():
+        return "none"
+    return hashlib.sha256(pathlib.Path(sub.path).read_bytes()).hexdigest()
+
+
+def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) -> list[tuple[str, str, str]]:
+    """This process alone writes the records: each result (in ``subs``' order) to ``reports/results``, then
+    ``nbgrader autograde`` (which takes the verdicts from :data:`nbexec.PREGRADED`) or an explicit 0 for a
+    notebook that was not submitted. ``a``: an :func:`api` to reuse. Returns nbgrader's failures as
+    (student, lesson, log)."""
+    from . import nbexec
+
     out = nbexec.results_dir(root)
-    for r in results:
+    paths = {}
+    for sub, r in zip(subs, results):
         nbexec.PREGRADED[(r.student, r.lesson, r.lesson)] = r
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(r.as_dict(), indent=1, default=str))
+        paths[(r.student, r.lesson)] = p
+        p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub)), indent=1, default=str))
     failures = []
-    a = api(root)
+    a = a or api(root)
     for sub, r in zip(subs, results):
+        ok = True
         if sub.notebook is None:
             _record_zero(root, r, "; ".join(sub.notes) or "not submitted")
-            continue
-        with _quiet() as log:
-            res = a.autograde(r.lesson, r.student, force=True, create=True)
-        if not res.get("success"):
-            failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))
-    return results, failures, grader.sandbox.uid_base
+        else:
+            with _quiet() as log:
+                res = a.autograde(r.lesson, r.student, force=True, create=True)
+            if not res.get("success"):
+                ok = False
+                failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))
+        p = paths[(r.student, r.lesson)]
+        p.write_text(json.dumps(dict(json.loads(p.read_text()), recorded=ok), indent=1))
+    return failures
+
+
+def recorded(root: pathlib.Path, sub: Submission) -> bool:
+    """Whether this version of the submission was graded and recorded in the gradebook by an earlier run."""
+    from . import nbexec
+
+    p = nbexec.results_dir(root) / sub.student / f"{sub.lesson}.json"
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(d.get("recorded")) and d.get("submission_sha256") == submission_digest(sub)
 
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:

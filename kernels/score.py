@@ -78,13 +78,11 @@ class Score:
                 got = sum(ln.points for ln in counted if ln.passed)
                 parts = " + ".join(f"{ln.points:g}{' hidden' if ln.hidden else ''}" for ln in counted)
                 why = next((ln.why for ln in counted if not ln.passed and ln.why), "")
-                if not why and not self.on_gpu and _part_on_gpu(f"{self.lesson}.{ex}"):
-                    why = "(its speed part is graded on a GPU)"
                 out.append(f"  {ex:<{width}} {got:>4g} / {sum(ln.points for ln in counted):<4g} ({parts})"
                            + (f"  {why}" if why else ""))
             if deferred:
-                out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs a GPU: "
-                           "speed is not graded in the interpreter")
+                out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs a GPU: a speed "
+                           "requirement, not graded in the interpreter")
         more = self.total - self.possible_here
         tail = f"; {more:g} more need a GPU ({self.total:g} in all)" if more else ""
         out.append(f"  {'total':<{width}} {self.earned:>4g} / {self.possible_here:<4g}{tail}")
@@ -108,16 +106,12 @@ def _graded(lesson: str):
 
 
 def _needs_gpu(exercise: str) -> bool:
-    """A speed exercise (``<lesson>.<name>_speed``): its points are graded on a GPU only."""
-    return exercise.endswith("_speed")
-
-
-def _part_on_gpu(exercise: str) -> bool:
-    """An exercise graded here whose check also has a speed part that only a GPU grades."""
+    """An exercise whose check has a speed requirement: only a GPU can grade it, and without one the grader's
+    default speed policy scores its cells 0 (``grader/policy.py``); so does this score."""
     from .checks.spec import get
 
     try:
-        return not _needs_gpu(exercise) and get(exercise).performance is not None
+        return get(exercise).performance is not None
     except Exception:  # noqa: BLE001 (an exercise the registry does not know: graded like any other)
         return False
 

@@ -2,7 +2,8 @@
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
-#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward
+#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe dask multi
+#           learner
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
@@ -64,13 +65,14 @@ run_stage() {  # stage name, time limit in seconds
     bench-la-general) FLA_CACHE_RESULTS=0 timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} --warm "${LA_WARM:-10}" \
                         --only chunk_linear_attn "norm on tensor cores" "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
                         || echo "bench-la-general failed ($?)" ;;
-    # the backward pass: its GPU tests (gradients against float64 and fla's), then forward + backward timed beside
-    # fla's at B=4 H=16 D=128 bf16, T=4k..64k (kernels/linear_attention/bench_backward.py)
-    backward) timeout $(( limit / 3 )) python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=10 \
-                tests/kernels/test_linear_attention_backward.py > results/gpu/pytest-backward.log 2>&1
-              echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla" results/gpu/pytest-backward.log | tail -30
-              timeout $(( limit * 2 / 3 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
-                --budget $(( limit * 2 / 3 - 60 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)" ;;
+    # the backward pass: its GPU tests and lesson 07's (gradients against float64 and fla's, the lesson's speed
+    # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py)
+    backward) timeout $(( limit * 2 / 5 )) python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=10 \
+                tests/kernels/test_linear_attention_backward.py tests/checks/lessons/test_l07_backward.py \
+                > results/gpu/pytest-backward.log 2>&1
+              echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla|backward_speed" results/gpu/pytest-backward.log | tail -30
+              timeout $(( limit * 3 / 5 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
+                --budget $(( limit * 3 / 5 - 70 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)" ;;
     # every fused family against float64, a process per case (one CUDA fault costs one case), a few under memcheck
     la-check) timeout "$limit" python3 scripts/gpu_la_check.py --budget $(( limit - 35 )) --jobs "${LA_CHECK_JOBS:-12}" \
                 --sanitize "${LA_SANITIZE:-3}" > results/gpu/la-check.log 2>&1; echo "la-check exit $?"
@@ -86,11 +88,16 @@ run_stage() {  # stage name, time limit in seconds
     tune) timeout "$limit" python3 scripts/tune_linear_attention.py --budget $(( limit - 10 )) || echo "tune failed ($?)" ;;
     tune-sweep) timeout "$limit" python3 scripts/tune_linear_attention.py --sweep-only --budget $(( limit - 10 )) \
                 || echo "tune failed ($?)" ;;
+    backward-probe) timeout "$limit" python3 scripts/gpu_backward_probe.py --budget $(( limit - 40 )) \
+                      || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
     notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;
     course) timeout "$limit" python3 scripts/gpu_course.py || echo "course failed ($?)" ;;
+    # lessons 00-05's quoted numbers: the capstone speed check (chunks of 16 and 64), the prefetching recurrence,
+    # a CUDA graph's launch cost, the changed notebook cells (results/gpu/learner.json)
+    learner) timeout "$limit" python3 scripts/gpu_learner.py --budget $(( limit - 40 )) || echo "learner failed ($?)" ;;
     course-student) timeout "$limit" python3 scripts/gpu_course.py --copy student || echo "course-student failed ($?)" ;;
     course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
@@ -98,6 +105,18 @@ run_stage() {  # stage name, time limit in seconds
     zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" --out results/gpu/zoo.json \
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
+    # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
+    # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
+    dask|multi) (
+        if compgen -G ".dask-wheels/*.whl" > /dev/null; then
+          python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/dask .dask-wheels/*.whl \
+            2>&1 | grep -v "already exists. Specify --upgrade" || true
+          chmod -R a+rX /tmp/dask
+          export PYTHONPATH=$PYTHONPATH:/tmp/dask
+        fi
+        script=scripts/gpu_dask.py; [ "$name" = multi ] && script=scripts/gpu_multi.py
+        timeout "$limit" python3 "$script" > "results/gpu/$name.log" 2>&1; echo "$name exit $?"
+        grep -vE "^grading \[" "results/gpu/$name.log" | tail -25 ) ;;
     *) echo "unknown stage $name" ;;
   esac
 }

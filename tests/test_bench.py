@@ -112,3 +112,44 @@ def test_warm_up_in_child_processes(tmp_path):
     (group,) = saved["warm"]["groups"]
     assert group["returncode"] == 0 and group["rows"] == [r["problem"] for r in saved["rows"]]
     assert saved["complete"] and saved["rows"][0]["versions"]["chunk_linear_attn"]["status"] == "ok"
+
+
+def test_graph_launch_needs_a_gpu():
+    from kernels.bench import graph_launch_us
+    from kernels.device import ON_GPU
+
+    if ON_GPU:
+        pytest.skip("measured on the GPU (test_graph_launch_replays_the_launches)")
+    with pytest.raises(RuntimeError, match="needs a GPU"):
+        graph_launch_us(lambda: None)
+
+
+@pytest.mark.gpu
+def test_graph_launch_replays_the_launches():
+    """Eager calls and graph replays both run the launches: every one adds to the accumulator."""
+    import torch
+
+    from kernels.bench import graph_launch_us
+
+    acc = torch.zeros(1024, device="cuda")
+    got = graph_launch_us(lambda: acc.add_(1.0), launches=10)
+    torch.cuda.synchronize()
+    assert got["launches"] == 10 and got["eager_us"] > 0 and got["graph_us"] > 0
+    # 3 warm-up calls, then at least one eager timing and one replay of 10 launches each
+    assert acc.min().item() >= 3 + 10 + 10
+
+
+def test_normaliser_cost_pairs_rows():
+    """The report sets each normalising row beside the same row without the normaliser, per version."""
+    from kernels.linear_attention.bench import _normaliser_cost
+
+    def row(norm, T, times):
+        return {"problem": f"{norm} T{T}", "normalize": norm, "B": 4, "T": T, "H": 16, "K": 128, "V": 128,
+                "dtype": "bfloat16", "precision": None, "varlen": False, "state": False,
+                "versions": {n: {"status": "ok", "ms": ms} for n, ms in times.items()}}
+
+    ours, mma = "chunk_linear_attn", "norm on tensor cores"  # the second is timed on normalising rows only
+    rows = [row(True, 16, {ours: 0.8, mma: 0.4}), row(False, 16, {ours: 0.35}), row(True, 64, {ours: 3.0})]
+    lines = _normaliser_cost(rows)
+    assert lines[1:] == [f"  True T16: {ours} 2.29x, {mma} 1.14x"]  # no raw row at T64: left out
+    assert _normaliser_cost(rows[2:]) == []

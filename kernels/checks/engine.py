@@ -560,8 +560,11 @@ def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
     mm_dtype = case.dtype if case.dtype in (torch.float16, torch.bfloat16) else torch.float32
     rate = _fastest(f"matmul {mm_dtype}", matmul_rate(mm_dtype)) if flops else 0
     floor_ms = max(nbytes / bw * 1e3, flops / rate * 1e3 if rate else 0.0)
-    return {"student_ms": student["ms"], "baseline_ms": baseline["ms"], "floor_ms": floor_ms, "bandwidth_Bps": bw,
-            "launches": student["launches"], "faults": faults, "mismatch": mismatch, "case": case.label}
+    out = {"student_ms": student["ms"], "baseline_ms": baseline["ms"], "floor_ms": floor_ms, "bandwidth_Bps": bw,
+           "launches": student["launches"], "faults": faults, "mismatch": mismatch, "case": case.label}
+    if perf.target is not None:
+        out["target_ms"], out["target_name"] = perf.target(inputs, case, floor_ms)
+    return out
 
 
 def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
@@ -585,6 +588,13 @@ def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
     if speedup < perf.min_speedup:
         return [f"too slow at {timing['case']}: {s:.4f} ms vs {perf.baseline_name}'s {b:.4f} ms, a speedup of "
                 f"{speedup:.2f}x; at least {perf.min_speedup:g}x is required (floor {floor:.4f} ms)"]
+    if perf.target is not None:
+        t = timing.get("target_ms")
+        if not (isinstance(t, (int, float)) and t > 0 and math.isfinite(t)):
+            return [f"timing failed (no time to beat: {t!r})"]
+        if s > t:
+            return [f"too slow at {timing['case']}: {s:.4f} ms; it must beat {timing.get('target_name')} "
+                    f"({t:.4f} ms; floor {floor:.4f} ms, so yours is {s / floor:.1f}x the floor)"]
     return []
 
 

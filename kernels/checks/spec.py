@@ -62,6 +62,8 @@ class Performance:
     ``baseline_ms / student_ms >= min_speedup`` (``min_speedup=0.4``: at least 40% of the baseline's speed), and
     may not beat the hardware floor ``max(bytes / bandwidth, flops / rate)`` (``floor(case) -> (bytes, flops)``)
     by more than ``slack``: that means skipped work or a timing bug. ``case`` is the timed size (a GPU size).
+    ``target(inputs, case, floor_ms) -> (ms, what)``, if given, is a time the student's median must also beat,
+    measured or derived on the timed inputs (another library's kernel, a multiple of the floor).
     """
 
     case: Case
@@ -70,6 +72,7 @@ class Performance:
     floor: Callable[[Case], tuple[int, int]]
     baseline_name: str = "the naive version"
     slack: float = 1.25
+    target: Callable[[dict, Case, float], tuple[float, str]] | None = None
     warmup: int = 10
     rep: int = 50
 

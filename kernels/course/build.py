@@ -47,6 +47,7 @@ LESSONS = (
     "03_tiled_sram",
     "04_chunked_linear_attention",
     "05_ptx_export_rust",
+    "07_backward",
 )
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -188,4 +188,33 @@ def report(result: dict) -> str:
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     title = ("relative error vs float64 (+ intermediates in device memory during one call: MiB, and the fraction "
              "of the inputs' size; held: kept by autograd from forward to backward, as a fraction of q, k, v)")
-    return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines])
+    return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines] + _normaliser_cost(rows))
+
+
+def _normaliser_cost(rows: list[dict]) -> list[str]:
+    """What normalize=True costs: each normalising row's time over the same row's without it (target ≤ 1.15x),
+    for every version timed on both (a normalising-only version over the default's raw time)."""
+    def ms(r, name):
+        e = r["versions"].get(name, {})
+        return e.get("ms") if e.get("status") == "ok" else None
+
+    def same(r):
+        return tuple(str(r.get(k)) for k in _SAME)
+
+    raw = {same(r): r for r in rows if r.get("normalize") is False}
+    out = []
+    for r in rows:
+        twin = raw.get(same(r)) if r.get("normalize") else None
+        if twin is None:
+            continue
+        cells = []
+        for name in r["versions"]:
+            base = ms(twin, name) or ms(twin, "chunk_linear_attn")
+            if ms(r, name) and base:
+                cells.append(f"{name} {ms(r, name) / base:.2f}x")
+        if cells:
+            out.append(f"  {r['problem']}: " + ", ".join(cells))
+    return ["normalize=True over normalize=False, same row (target ≤ 1.15x):", *out] if out else []
+
+
+_SAME = ("B", "T", "H", "K", "V", "dtype", "precision", "varlen", "state")

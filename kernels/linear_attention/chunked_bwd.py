@@ -187,10 +187,13 @@ def _strides(x: torch.Tensor) -> tuple[int, int, int]:
 
 
 def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, *,
-                     need_dh0: bool = False, num_stages: int | None = None):
+                     need_dh0: bool = False, num_stages: int | None = None, num_warps: int | None = None,
+                     passes: tuple[str, ...] = ("dq", "dkdv")):
     """Gradients of ``o = chunked_linear_attention(q, k, v, scale, initial_state)`` (unnormalised) and of its
     final state: ``(dq, dk, dv, dh0)``, dq/dk/dv in q's dtype and ``dh0`` [N, H, K, V] fp32 (None unless
-    ``need_dh0``). do: [B, T, H, V]; dht: the final state's gradient [N, H, K, V] or None (zero)."""
+    ``need_dh0``). do: [B, T, H, V]; dht: the final state's gradient [N, H, K, V] or None (zero).
+    ``num_stages``, ``num_warps`` and ``passes`` (which of the two run; the other's outputs stay unwritten) are
+    for measurements (``scripts/gpu_backward_probe.py``)."""
     p = check_inputs(q, k, v, scale, initial_state, False, cu_seqlens)
     if do.shape != v.shape or do.dtype != q.dtype:
         raise ValueError(f"do must match v's shape {tuple(v.shape)} and q's dtype {q.dtype}, got "
@@ -206,6 +209,7 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
             dh0.copy_(dht if dht is not None else torch.zeros_like(dh0))
         return dq, dk, dv, dh0
     BT, BK, BV, BKA, BVA, warps = _blocks(p.K, p.V, q.dtype)
+    warps = num_warps or warps
     # the dq pass has one program per K block and sequence·head, the dk/dv pass twice as many at K = V: two
     # stages let two of its programs share an SM, so all of them are resident at once (PERF.md)
     stages_dq = num_stages or (1 if INTERPRET else 2 if warps == 8 else 3)
@@ -213,13 +217,16 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
     precision = float32_precision() if q.dtype == torch.float32 else None
     upcast = upcast_for_dot(q.dtype)
     varlen = cu_seqlens is not None
-    _chunked_dq_kernel[(triton.cdiv(p.K, BK), p.N * p.H)](
-        k, v, do, dq, initial_state, cu_seqlens,
-        p.T, p.H, float(scale),
-        *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
-        K=p.K, V=p.V, BT=BT, BK=BK, BVA=BVA, USE_H0=initial_state is not None, IS_VARLEN=varlen, UPCAST=upcast,
-        PRECISION=precision, num_warps=warps, num_stages=stages_dq,
-    )
+    if "dq" in passes:
+        _chunked_dq_kernel[(triton.cdiv(p.K, BK), p.N * p.H)](
+            k, v, do, dq, initial_state, cu_seqlens,
+            p.T, p.H, float(scale),
+            *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
+            K=p.K, V=p.V, BT=BT, BK=BK, BVA=BVA, USE_H0=initial_state is not None, IS_VARLEN=varlen,
+            UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dq,
+        )
+    if "dkdv" not in passes:
+        return dq, dk, dv, dh0
     nk = triton.cdiv(p.K, BK)
     dht = dht.contiguous() if dht is not None else None
     _chunked_dkdv_kernel[(nk + triton.cdiv(p.V, BV), p.N * p.H)](

@@ -11,6 +11,7 @@ from .grid import grid_explorer
 from .memory import coalescing_view, working_set_view
 from .ptx import parse_ptx, ptx_explorer, sample_ptx
 from .recurrence import recurrence_stepper
+from .sweeps import backward_sweeps
 from .tiles import access_explorer, matmul_tile_explorer, tile_explorer
 from .tracer import Access, Launch, OutOfBounds, Trace, trace
 from .view import View
@@ -23,5 +24,6 @@ __all__ = [
     "recurrence_stepper",
     "tile_explorer", "matmul_tile_explorer",
     "chunk_flow", "chunk_state_explorer",
+    "backward_sweeps",
     "ptx_explorer", "parse_ptx", "sample_ptx",
 ]

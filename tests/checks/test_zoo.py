@@ -55,7 +55,7 @@ def test_the_entries_only_a_gpu_times_compile_for_sm90():
     import subprocess
     import sys
 
-    only = ["--only", "copy_speed", "--only", "fused_speed", "--only", "tile_choice"]
+    only = ["--only", "copy_speed", "--only", "fused_speed", "--only", "tile_choice", "--only", "chunked_speed"]
     proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--compile", *only], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -230,3 +230,21 @@ def test_wrong_notebook_and_remove_student(tmp_path, fixture_source):
     done = workflow.remove_student(root, "dave")
     assert not (root / "submitted" / "dave").exists() and any("moved" in d for d in done)
     assert list((root / "backups" / "removed").glob("dave-*/submitted/00_setup"))
+
+
+def test_collect_command(tmp_path, fixture_source, capsys):
+    """What an instructor sees: a line per notebook with what collect did, every skipped file with its reason,
+    a clear error for a course with no lessons built."""
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    archive = _zip(tmp_path / "lms.zip", {f"alice_{fx}.ipynb": (fixture_source, (2026, 12, 1, 10, 0, 0)),
+                                          f"alice_{fx} (1).ipynb": (_v(fixture_source, 1), (2026, 12, 1, 11, 0, 0)),
+                                          "readme.txt": ("hi", (2026, 12, 1, 10, 0, 0))})
+    assert main(["--course", str(root), "collect", str(archive)]) == 0
+    out = capsys.readouterr().out
+    assert f"alice {fx}" in " ".join(out.split()) and "new" in out
+    assert "skipped readme.txt: not a notebook" in out and f"skipped alice_{fx}.ipynb: an earlier upload" in out
+    assert main(["--course", str(tmp_path / "nothing"), "collect", str(archive)]) == 2
+    assert "make grade-build" in capsys.readouterr().err

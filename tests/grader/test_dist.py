@@ -64,7 +64,7 @@ def test_installs_and_runs_lesson_00(dist, tmp_path):
 
     venv = tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(venv)], check=True)  # its own pip, before the borrowed packages
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
     purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -76,8 +76,8 @@ def test_installs_and_runs_lesson_00(dist, tmp_path):
                             "--no-index", "-w", str(wheels), str(dist)], capture_output=True, text=True, timeout=300,
                            env=clean)
     assert built.returncode == 0, built.stderr[-3000:]
-    pip = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, wheels.glob("*.whl"))],
-                         capture_output=True, text=True, timeout=300, env=clean)
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", purelib,
+                          *map(str, wheels.glob("*.whl"))], capture_output=True, text=True, timeout=300, env=clean)
     assert pip.returncode == 0, pip.stderr[-3000:]
     release = json.loads((dist / "notebooks" / "00_setup.ipynb").read_text())
     answers = {c["metadata"].get("nbgrader", {}).get("grade_id"): c["source"]

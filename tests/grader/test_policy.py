@@ -52,3 +52,10 @@ def test_instructor_source_is_flagged(fixture_source, fixture_release):
         src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
         c["source"] = re.sub(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", "# mine", src)
     assert "solution code" in flag_solutions(copied, fixture_source)
+
+
+def test_feedback_hides_hidden_tests():
+    from grader.hidetests import LINE, hide
+
+    src = "### BEGIN HIDDEN TESTS\ncheck('00_setup.vector_add', add_kernel, hidden=True)\n### END HIDDEN TESTS"
+    assert hide(src) == LINE and hide("check('x', f)") == "check('x', f)"

@@ -65,15 +65,31 @@ def test_wrong_output_fails(monkeypatch):
     assert r["status"] == "FAIL" and any(p.startswith("o: relative error") for p in r["problems"])
 
 
-def test_a_dying_child_costs_its_case_alone(tmp_path):
-    """Each case in a process of its own: one that aborts (as on a CUDA fault) is a CRASH with its last words,
-    the other passes, and both are in the JSON."""
-    good = _first(norm=True, dtype="bf16", K=64, V=64, shape="large").name
+def test_children_fail_alone_and_memcheck_decides(tmp_path, monkeypatch):
+    """Each case in a process of its own: one that aborts (as on a CUDA fault) is a CRASH with its last words, the
+    others are unharmed. Under compute-sanitizer (a stand-in here that runs the case and prints memcheck's
+    summary) the summary decides: no errors passes, errors (exit 99) is SANITIZER; the numbers are kept beside."""
+    import os
+    import stat
+
+    good, bad = (_first(norm=n, dtype="bf16", K=64, V=64, shape="large").name for n in (True, False))
+    tool = tmp_path / "bin" / "compute-sanitizer"
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\nshift 6\ncase "$*" in *raw*) bad=1;; *) bad=0;; esac\n"$@" || exit $?\n'
+                    'if [ $bad = 1 ]; then echo "========= Invalid __global__ read of size 4"; '
+                    'echo "========= ERROR SUMMARY: 1 error"; exit 99; fi\necho "========= ERROR SUMMARY: 0 errors"\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "la-check.json"
-    r = la_check.run_all([good, "selftest-abort"], out=out, tiny=True, jobs=2, timeout=120)
+    r = la_check.run_all([good, "selftest-abort"], out=out, tiny=True, jobs=4, sanitize=[good, bad], timeout=120)
     saved = json.loads(out.read_text())
     assert saved["cases"][good]["status"] == "pass"
     crash = saved["cases"]["selftest-abort"]
     assert crash["status"] == "CRASH" and "aborting on purpose" in crash["stderr_tail"]
-    assert r["summary"] == {"pass": 1, "CRASH": 1} and saved["complete"]
+    ok, fault = saved["sanitized"][good], saved["sanitized"][bad]
+    assert ok["status"] == "pass" and ok["numeric_status"] == "pass" and "0 errors" in ok["sanitizer"]
+    assert fault["status"] == "SANITIZER" and fault["numeric_status"] == "pass"
+    assert "Invalid __global__ read" in fault["problems"][0]
+    assert r["summary"] == {"pass": 2, "CRASH": 1, "SANITIZER": 1} and saved["complete"]
+    assert "  norm bf16 K64V64 CUDA cores: 1 pass" in la_check.families(saved).splitlines()
     assert torch.get_float32_matmul_precision() == "highest"  # nothing leaked into this process

@@ -13,7 +13,11 @@ from test_linear_attention import poison  # noqa: F401  (the fixture: NaN-filled
 from kernels.device import DEVICE, ON_GPU
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked_bwd import chunked_backward
-from kernels.linear_attention.reference import recurrent_linear_attention, reference_backward
+from kernels.linear_attention.reference import (
+    recurrent_linear_attention,
+    reference_backward,
+    reference_linear_attention,
+)
 from kernels.testing import assert_close, check_bad_input, randn, rel_error, tolerance
 
 #: name -> (B, T, H, K, V, dtype, cu_seqlens, initial/final states)
@@ -65,7 +69,8 @@ def _grads(fn, c, normalize, z0=None):
     leaves = [x.detach().clone().requires_grad_() for x in (c["q"], c["k"], c["v"])]
     h0 = c["initial_state"].clone().requires_grad_()
     z = None if z0 is None else z0.clone().requires_grad_()
-    o, ht = fn(*leaves, c["scale"], (h0, z) if normalize else h0, True, normalize, c["cu_seqlens"])
+    o, ht = fn(*leaves, scale=c["scale"], initial_state=(h0, z) if normalize else h0, output_final_state=True,
+               normalize=normalize, cu_seqlens=c["cu_seqlens"])
     loss = (o.double() * c["do"].double()).sum()
     if normalize:
         ht, zt = ht
@@ -157,3 +162,23 @@ def test_gpu_agrees_with_fla_recurrent():
     theirs = _grads(fla.fused_recurrent_linear_attn, c, False)
     for name, a, b in zip(("dq", "dk", "dv", "dh0"), ours, theirs):
         assert_close(name, b, a, _tol(torch.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_normalized_gradients_vs_fla(dtype):
+    """normalize=True (its division differentiated by torch): gradients of q, k, v, both initial states, against
+    float64 and fla's, on positive features and a packed batch."""
+    fla = pytest.importorskip("fla.ops.linear_attn")
+    c = _case(1, 3000, 4, 64, 64, dtype, [0, 999, 1000, 3000], True, seed=80)
+    c.update(q=torch.nn.functional.elu(c["q"]) + 1, k=torch.nn.functional.elu(c["k"]) + 1)
+    z0 = randn(3, 1, 4, 64, seed=86).abs()
+    c["dz"] = randn(3, 1, 4, 64, seed=87)
+    ours = _grads(chunk_linear_attn, c, True, z0)
+    theirs = _grads(fla.chunk_linear_attn, c, True, z0)
+    f64 = {n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for n, x in c.items()}
+    ref = _grads(lambda *a, **kw: reference_linear_attention(*a, **kw, chunk_size=256), f64, True, z0.double())
+    for name, a, b, r in zip(("dq", "dk", "dv", "dh0", "dz0"), ours, theirs, ref):
+        ea, eb = rel_error(a, r), rel_error(b, r)
+        print(f"normalize {dtype} {name}: ours {ea:.2e}, fla {eb:.2e}")
+        assert ea <= max(_tol(dtype), 1.5 * eb), (name, ea, eb)

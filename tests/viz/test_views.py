@@ -50,6 +50,7 @@ CASES = {
     "matmul_lesson": (lambda: viz.matmul_tile_explorer(), [dict(pid=4), dict(BLOCK_K=32)]),
     "chunks": (lambda: viz.chunk_flow(), [dict(i=3), dict(chunk=32)]),
     "chunk_lesson": (lambda: viz.chunk_state_explorer(), [dict(i=2)]),
+    "backward_sweeps": (lambda: viz.backward_sweeps(), [dict(step=3), dict(show="dk/dv program"), dict(chunk=32)]),
     "ptx": (lambda: viz.ptx_explorer(ptx_text()), [dict(k=3), dict(category="global memory")]),
 }
 
@@ -230,3 +231,13 @@ def test_save_button_writes_the_current_picture(tmp_path, monkeypatch):
     save.click()
     written = tmp_path / "artifacts" / "coalescing_view.png"
     assert written.read_bytes() == view.png()
+
+
+def test_backward_sweeps_gradients_match_autograd():
+    """The chunked gradients the view draws are autograd's, and each program's chunk is named in the caption."""
+    view = viz.backward_sweeps(T=50, chunk=16)
+    view.set(step=1)
+    assert "dq program uses S entering chunk 1" in view.caption and "for chunk 2" in view.caption
+    for part in ("dq", "dk", "dv"):
+        err = float(view.caption.split(f"{part} ")[-1].split(",")[0].rstrip("."))
+        assert err < 1e-12, view.caption

@@ -13,9 +13,9 @@ from torch.overrides import TorchFunctionMode
 
 from ...device import pick
 from ...testing import randn
-from ..spec import Case, CheckFailed, Exercise, register
+from ..spec import Case, CheckFailed, Exercise, Performance, register
 
-__all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "recurrent", "intra_chunk"]
+__all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "CHUNKED_SPEED", "recurrent", "intra_chunk"]
 
 
 def recurrent(q, k, v, scale):
@@ -265,4 +265,106 @@ CHUNKED_FWD = Exercise(
     points=(4, 3),
 )
 
-register(CHUNKED_TORCH, INTRA_CHUNK, CHUNKED_FWD)
+
+# ---- the capstone's speed: exercise 3 at the H200 table's size, with the learner's chunk size ------------------
+
+_CHUNK_KEYS = ("BT", "BV", "num_warps", "num_stages")
+
+
+def _chunk_rule(values, hidden):
+    c = values[0]
+    if not isinstance(c, dict):
+        return f"CHUNK must be a dict with keys {', '.join(_CHUNK_KEYS)}; got a {type(c).__name__}"
+    missing = [k for k in _CHUNK_KEYS if k not in c]
+    extra = [k for k in c if k not in _CHUNK_KEYS]
+    if missing or extra:
+        return f"CHUNK needs exactly the keys {', '.join(_CHUNK_KEYS)} (missing {missing}, unknown {extra})"
+    for k in _CHUNK_KEYS:
+        if isinstance(c[k], bool) or not isinstance(c[k], int) or c[k] < 1:
+            return f"{k}={c[k]!r} must be a positive integer"
+    for k in ("BT", "BV"):
+        if c[k] not in (16, 32, 64, 128):
+            return f"{k}={c[k]} must be 16, 32, 64 or 128 (a power of two, and tl.dot needs at least 16)"
+    if c["num_warps"] not in (1, 2, 4, 8, 16):
+        return f"num_warps={c['num_warps']} must be a power of two up to 16"
+    if c["num_stages"] > 6:
+        return f"num_stages={c['num_stages']} is more stages than the loop can use; at most 6"
+    return None
+
+
+def _speed_run(args, inputs, outputs, case):
+    chunk, kernel = args
+    why = _chunk_rule((chunk,), False)
+    if why:  # refused before any launch, so the compile-ahead step says the same
+        raise CheckFailed(why)
+    q, k, v, o = inputs["q"], inputs["k"], inputs["v"], outputs["o"]
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    BK = max(16, triton.next_power_of_2(K))
+    kernel[(triton.cdiv(V, chunk["BV"]), B * H)](
+        q, k, v, o, T, H, K, V, inputs["scale"], *_strides(q), *_strides(k), *_strides(v), *_strides(o),
+        BT=chunk["BT"], BK=BK, BV=chunk["BV"], PRECISION=case.precision or "ieee", num_warps=chunk["num_warps"],
+        num_stages=chunk["num_stages"])
+
+
+def _package_forward(args, inputs, outputs, case):
+    from ...linear_attention import chunk_linear_attn
+
+    o, _ = chunk_linear_attn(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"], normalize=False)
+    outputs["o"].copy_(o)
+
+
+def _fla():
+    try:
+        from fla.ops.linear_attn import chunk_linear_attn
+    except Exception:  # noqa: BLE001 (fla-core not installed, or not importable here)
+        return None
+    return chunk_linear_attn
+
+
+#: Without fla-core, the time to beat is this multiple of the HBM floor.
+FLOOR_MULTIPLE = 2.5
+
+
+def _capstone_target(inputs, case, floor_ms):
+    fla = _fla()
+    if fla is None:
+        return FLOOR_MULTIPLE * floor_ms, f"{FLOOR_MULTIPLE:g}x the HBM floor (fla-core is not installed here)"
+    from ...bench import time_ms
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    ms = time_ms(lambda: fla(q, k, v, scale=inputs["scale"], normalize=False), warmup=10, rep=50)
+    return ms, "fla-core's chunk_linear_attn"
+
+
+_CAPSTONE = Case("B=4 T=16384 H=16 K=V=128 bf16 with your CHUNK", dict(B=4, T=16384, H=16, K=128, V=128),
+                 torch.bfloat16)
+
+CHUNKED_SPEED = Exercise(
+    id="04_chunked_linear_attention.chunked_speed",
+    magnitude=True,
+    args=("value", "kernel"),
+    signature="check('04_chunked_linear_attention.chunked_speed', CHUNK, chunked_attention_kernel) with CHUNK = "
+              "dict(BT=, BV=, num_warps=, num_stages=)",
+    description="the fused chunked forward with your chunk size at B=4 T=16384 H=16 D=128 bf16: faster than "
+                "fla-core's chunk_linear_attn where it is installed, else within 2.5x of the HBM floor (GPU only)",
+    make_inputs=_inputs,
+    outputs=_o_shape,
+    run=_speed_run,
+    reference=lambda inputs, case: {"o": recurrent(inputs["q"], inputs["k"], inputs["v"], inputs["scale"])},
+    rule=_chunk_rule,
+    visible=[Case("B=1 T=70 H=2 K=32 V=48 fp32 with your CHUNK", dict(B=1, T=70, H=2, K=32, V=48),
+                  precision="ieee")],
+    performance=Performance(
+        case=_CAPSTONE,
+        baseline=_package_forward,
+        baseline_name="the package's chunk_linear_attn",
+        min_speedup=0.0,
+        floor=lambda case: (case["B"] * case["T"] * case["H"] * (2 * case["K"] + 2 * case["V"]) * 2,
+                            4 * case["B"] * case["T"] * case["H"] * case["K"] * case["V"]),
+        target=_capstone_target,
+    ),
+    points=(3, 0),
+)
+
+register(CHUNKED_TORCH, INTRA_CHUNK, CHUNKED_FWD, CHUNKED_SPEED)

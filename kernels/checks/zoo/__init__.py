@@ -31,7 +31,7 @@ __all__ = ["Entry", "LESSONS", "OBJECTS", "entries", "build", "grade_entry", "gr
 
 #: The lessons with a zoo, by lesson id (the module is ``kernels.checks.zoo.l<lesson id>``).
 LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
-           "05_ptx_export_rust")
+           "05_ptx_export_rust", "07_backward")
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them.
 OBJECTS = {
@@ -51,8 +51,13 @@ OBJECTS = {
     "04_chunked_linear_attention.chunked_torch": ("chunked_attention_torch",),
     "04_chunked_linear_attention.intra_chunk": ("intra_chunk_kernel",),
     "04_chunked_linear_attention.chunked_fwd": ("chunked_attention_kernel",),
+    "04_chunked_linear_attention.chunked_speed": ("CHUNK", "chunked_attention_kernel"),
     "05_ptx_export_rust.predict_launch": ("predict_launch",),
     "05_ptx_export_rust.build_launch": ("build_launch",),
+    "07_backward.backward_torch": ("chunked_backward_torch",),
+    "07_backward.dq": ("dq_kernel",),
+    "07_backward.dkdv": ("dkdv_kernel",),
+    "07_backward.autograd": ("linear_attention",),
 }
 
 _PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="compile the entries for sm_90 instead of grading")
     args = parser.parse_args(argv)
     if args.compile:
-        return _compile(args)
+        return _compile(args) if _triton_compiles() else _compile_fresh(sys.argv[1:] if argv is None else argv)
 
     import kernels  # noqa: F401
     from kernels.checks.spec import get
@@ -91,6 +91,26 @@ def _report(out: pathlib.Path, rows: list[dict], order: dict, t0: float, finishe
     tmp.write_text(json.dumps(report, indent=1, default=str) + "\n")
     tmp.replace(out)
     return report
+
+
+def _triton_compiles() -> bool:
+    """Whether Triton's own ``@jit`` helpers were built compiled in this process. Triton decides when it is first
+    imported, and ``python -m kernels.checks.zoo`` imports it through this package after ``kernels`` has set
+    TRITON_INTERPRET=1 (without a GPU): its helpers are then interpreted functions, and every compile fails."""
+    import triton.language.standard as standard
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(standard.cdiv, JITFunction)
+
+
+def _compile_fresh(argv: list[str]) -> int:
+    """Run ``--compile`` in a fresh process that imports Triton first, with the interpreter off."""
+    import os
+    import subprocess
+
+    code = ("import os, sys; os.environ['TRITON_INTERPRET'] = '0'; import triton; "
+            "from kernels.checks.zoo.__main__ import main; sys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, *argv], env=dict(os.environ, TRITON_INTERPRET="0")).returncode
 
 
 def _compile(args) -> int:

@@ -239,4 +239,21 @@ FUSED_ENTRIES = [
            why="64-bit head offsets"),
 ]
 
-ENTRIES = CHUNKED_TORCH + INTRA_CHUNK + FUSED_ENTRIES
+_CHUNK = dict(BT=64, BV=64, num_warps=4, num_stages=2)
+
+
+def _speed(name, chunk, **kw):
+    return Entry("04_chunked_linear_attention.chunked_speed", name, FUSED, namespace=(("CHUNK", chunk),), **kw)
+
+
+CHUNKED_SPEED = [
+    _speed("solution", _CHUNK, wrong=False, why="chunks of 64, 64 value columns a program, 4 warps, 2 stages"),
+    _speed("chunk-16", {**_CHUNK, "BT": 16}, where=("gpu",), fault="too slow",
+           why="the chunk size the lesson tried first: correct, and a chain of 1024 chunks (1.29 ms on the H200)"),
+    _speed("chunk-48", {**_CHUNK, "BT": 48}, fault="must be 16, 32, 64 or 128",
+           why="a chunk of 48 tokens: not a power of two, so no tl.arange"),
+    _speed("no-stages", {"BT": 64, "BV": 64, "num_warps": 4}, fault="needs exactly the keys",
+           why="leaves num_stages out"),
+]
+
+ENTRIES = CHUNKED_TORCH + INTRA_CHUNK + FUSED_ENTRIES + CHUNKED_SPEED

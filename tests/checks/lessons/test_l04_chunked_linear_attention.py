@@ -120,3 +120,29 @@ def test_broken_kernels_fail(source, name, exercise, old, new, words):
 def test_gpu_hidden_cases_bf16_and_large(cell, name, exercise):
     out = grade(f"04_chunked_linear_attention.{exercise}", kernel(CELLS[cell], name), hidden=True)
     assert out.passed and not out.not_graded, out.message
+
+
+TUNED = dict(BT=64, BV=64, num_warps=4, num_stages=2)
+
+
+def test_capstone_checks_the_chunk_and_runs_the_kernel_with_it():
+    ok = grade("04_chunked_linear_attention.chunked_speed", TUNED, kernel(FUSED, "chunked_attention_kernel"))
+    assert ok.passed, ok.message
+    fails(grade("04_chunked_linear_attention.chunked_speed", {**TUNED, "BT": 24},
+                kernel(FUSED, "chunked_attention_kernel")), "BT=24 must be 16, 32, 64 or 128")
+    broken = kernel(edit(FUSED, "(o * scale)", "o"), "chunked_attention_kernel")
+    fails(grade("04_chunked_linear_attention.chunked_speed", TUNED, broken), "relative error")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chunk, passes", [(16, False), (64, True)])
+def test_gpu_capstone_fails_chunks_of_16_and_passes_chunks_of_64(chunk, passes):
+    """At B=4 T=16k H=16 D=128 bf16 the lesson's kernel takes 1.29 ms with chunks of 16 and 0.55 ms with 64
+    (fla-core 0.76 ms, 2.5x the floor 0.63 ms): the first must fail the capstone's speed check, the second pass."""
+    out = grade("04_chunked_linear_attention.chunked_speed", {**TUNED, "BT": chunk},
+                kernel(FUSED, "chunked_attention_kernel"))
+    print(f"chunks of {chunk}: {out.perf}")
+    if passes:
+        assert out.passed and not out.not_graded, out.message
+    else:
+        fails(out, "too slow")

@@ -1,0 +1,347 @@
+"""Lesson 07 (backward): the gradients of chunked linear attention in torch, the dq kernel, the dk/dv kernel
+walking chunks backwards, and the ``torch.autograd.Function`` tying a forward to them.
+
+Layout as in lesson 04: q, k [B, T, H, K], v, do [B, T, H, V]; causal, unnormalised, no states. References are
+float64 autograd of the token-by-token recurrence. The torch exercise runs under a torch-function counter that
+refuses autograd (the exercise is to write the gradients) and a token-by-token or quadratic answer; the autograd
+exercise must route its gradient through a custom ``torch.autograd.Function`` that saves only its inputs.
+"""
+
+import importlib.util
+import math
+
+import torch
+import triton
+
+from ...device import pick
+from ...testing import randn
+from ..spec import Case, CheckFailed, Exercise, Performance, register
+from .l04_chunked_linear_attention import _Counter, _tensor, recurrent
+
+__all__ = ["BACKWARD_TORCH", "DQ", "DKDV", "AUTOGRAD", "BACKWARD_SPEED", "gradients"]
+
+
+def gradients(q, k, v, do, scale) -> dict:
+    """``dq, dk, dv`` of ``Σ o · do`` by float64 autograd of the recurrence (float64 in, float64 out)."""
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    with torch.enable_grad():
+        o = recurrent(*leaves, scale)
+        grads = torch.autograd.grad(o, leaves, do)
+    return {"o": o.detach(), "dq": grads[0], "dk": grads[1], "dv": grads[2]}
+
+
+def _inputs(case, gen):
+    B, T, H, K, V = (case[n] for n in "BTHKV")
+    dt = case.dtype
+    if case.get("strided"):
+        # q, k, v, do as views of one [B, T, H, 2K + 2V + 3] buffer
+        buf = randn(B, T, H, 2 * K + 2 * V + 3, gen=gen, dtype=dt, device="cpu", scale=0.5)
+        out = {"q": buf[..., :K], "k": buf[..., K:2 * K], "v": buf[..., 2 * K:2 * K + V],
+               "do": buf[..., 2 * K + V:2 * K + 2 * V]}
+    else:
+        layouts = case.get("layouts", ("contiguous",) * 4)
+        out = {n: _tensor(lay, B, T, H, d, dt, gen) for n, d, lay in zip(("q", "k", "v", "do"), (K, K, V, V),
+                                                                          layouts)}
+    out["scale"] = K ** -0.5
+    return out
+
+
+def _reference(names):
+    def ref(inputs, case):
+        g = gradients(inputs["q"], inputs["k"], inputs["v"], inputs["do"], inputs["scale"])
+        return {n: g[n] for n in names}
+
+    return ref
+
+
+# ---- exercise 1: the chunked backward in torch -----------------------------------------------------------------
+
+class _NoAutograd(_Counter):
+    """The operation counter of lesson 04, refusing autograd: the exercise is to write the gradients."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("backward", "grad", "vjp", "jacobian", "vjp_fn"):
+            raise CheckFailed("your function called autograd (backward or torch.autograd.grad): this exercise asks "
+                              "you to write the gradients chunk by chunk yourself")
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _torch_run(args, inputs, outputs, case):
+    (fn,) = args
+    q, k, v, do, scale = (inputs[n] for n in ("q", "k", "v", "do", "scale"))
+    chunk = case["chunk"]
+    B, T, H = q.shape[:3]
+    chunks = math.ceil(T / chunk)
+    budget = 80 * chunks * B * H + 200
+    with _NoAutograd(max(chunk, q.shape[-1], v.shape[-1])) as counter:
+        got = fn(q, k, v, do, scale, chunk_size=chunk)
+    if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(g, torch.Tensor) for g in got)):
+        raise CheckFailed("chunked_backward_torch must return the tuple (dq, dk, dv) of tensors")
+    if counter.widest is not None:
+        raise CheckFailed(f"an intermediate of shape {counter.widest} appeared: with T={T} and chunk_size={chunk} "
+                          "that is a T x T matrix, i.e. quadratic attention; build only chunk x chunk blocks")
+    if counter.calls > budget:
+        raise CheckFailed(f"{counter.calls} torch operations for T={T} in chunks of {chunk} (at most {budget}); "
+                          "a loop over chunks needs a few dozen per chunk. A loop over tokens is the recurrence, "
+                          "not the chunked form")
+    out = dict(zip(("dq", "dk", "dv"), got))
+    for n, g in out.items():
+        if g.dtype != q.dtype:
+            raise CheckFailed(f"{n} has dtype {g.dtype}; return it in q's dtype {q.dtype}")
+    return out
+
+
+BACKWARD_TORCH = Exercise(
+    id="07_backward.backward_torch",
+    magnitude=True,
+    args=("function",),
+    signature="chunked_backward_torch(q, k, v, do, scale, chunk_size=64) -> (dq, dk, dv), with q, k [B, T, H, K], "
+              "v, do [B, T, H, V]",
+    description="the gradients of causal, unnormalised linear attention in plain torch, one iteration per chunk",
+    make_inputs=_inputs,
+    run=_torch_run,
+    reference=_reference(("dq", "dk", "dv")),
+    tolerance=lambda case: 1e-10 if case.dtype == torch.float64 else 1e-5,
+    visible=[
+        Case("B=2 T=150 H=2 K=16 V=24 chunk 64 float64", dict(B=2, T=150, H=2, K=16, V=24, chunk=64), torch.float64,
+             purpose="ends in a chunk of 22 tokens"),
+        Case("B=1 T=77 H=2 K=8 V=8 chunk 16 float32", dict(B=1, T=77, H=2, K=8, V=8, chunk=16)),
+    ],
+    hidden=[
+        Case("B=1 T=1 H=1 K=4 V=4 chunk 16 float64", dict(B=1, T=1, H=1, K=4, V=4, chunk=16), torch.float64),
+        Case("B=2 T=128 H=2 K=12 V=20 chunk 32 (exact multiple) float64",
+             dict(B=2, T=128, H=2, K=12, V=20, chunk=32), torch.float64),
+        Case("B=2 T=101 H=3 K=16 V=16 chunk 64, q/k/v/do views of one buffer, float32",
+             dict(B=2, T=101, H=3, K=16, V=16, chunk=64, strided=True)),
+    ],
+    points=(3, 2),
+    forbid=("fla", "torch.autograd"),
+)
+
+
+# ---- exercises 2 and 3: the kernels ----------------------------------------------------------------------------
+
+def _pow2(n):
+    return max(16, triton.next_power_of_2(n))
+
+
+def _strides(x):
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def _opts(case):
+    return {"num_warps": case["num_warps"]} if case.get("num_warps") else {}
+
+
+def _dq_launch(kernel, inputs, dq, case):
+    k, v, do = inputs["k"], inputs["v"], inputs["do"]
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    BK = case.get("BK", _pow2(K))
+    kernel[(triton.cdiv(K, BK), B * H)](k, v, do, dq, T, H, K, V, inputs["scale"], *_strides(k), *_strides(v),
+                                        *_strides(do), *_strides(dq), BT=case["BT"], BK=BK, BV=_pow2(V),
+                                        PRECISION=case.precision or "ieee", **_opts(case))
+
+
+def _dkdv_launch(kernel, inputs, dk, dv, case):
+    q, k, v, do = inputs["q"], inputs["k"], inputs["v"], inputs["do"]
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, inputs["scale"], *_strides(q), *_strides(k), *_strides(v),
+                     *_strides(do), *_strides(dk), *_strides(dv), BT=case["BT"], BK=_pow2(K), BV=_pow2(V),
+                     PRECISION=case.precision or "ieee", **_opts(case))
+
+
+def _dq_run(args, inputs, outputs, case):
+    _dq_launch(args[0], inputs, outputs["dq"], case)
+
+
+def _dkdv_run(args, inputs, outputs, case):
+    _dkdv_launch(args[0], inputs, outputs["dk"], outputs["dv"], case)
+
+
+def _shapes(names):
+    def shapes(case, inputs):
+        dims = {"dq": case["K"], "dk": case["K"], "dv": case["V"]}
+        return {n: ((case["B"], case["T"], case["H"], dims[n]), case.dtype) for n in names}
+
+    return shapes
+
+
+_DQ_SIG = ("dq_kernel(k_ptr, v_ptr, do_ptr, dq_ptr, T, H, K, V, scale, stride_kb, stride_kt, stride_kh, stride_vb, "
+           "stride_vt, stride_vh, stride_ob, stride_ot, stride_oh, stride_qb, stride_qt, stride_qh, BT: tl.constexpr, "
+           "BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr), launched on grid (cdiv(K, BK), B * H) "
+           "with BV >= V")
+_DKDV_SIG = ("dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, T, H, K, V, scale, stride_qb, stride_qt, "
+             "stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, "
+             "stride_oh, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, BT: tl.constexpr, "
+             "BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr), launched on grid (B * H,) with BK >= K "
+             "and BV >= V")
+
+
+def _cases(hidden: bool, dq: bool):
+    if not hidden:
+        return [
+            Case("B=1 T=37 H=2 K=16 V=16 BT=16 fp32, k a strided view, v [B, H, T, V] storage",
+                 dict(B=1, T=37, H=2, K=16, V=16, BT=16, layouts=("contiguous", "wide", "heads", "contiguous")),
+                 precision="ieee",
+                 purpose="gives q, k, v, do and the outputs different strides and a last chunk of 5 tokens: address "
+                         "each tensor through its own strides, mask the rows past T"),
+            Case("B=2 T=50 H=1 K=20 V=24 BT=16 fp16, q [B, H, T, K] storage, do a strided view"
+                 + (", BK=16" if dq else ""),
+                 dict(B=2, T=50, H=1, K=20, V=24, BT=16, layouts=("heads", "contiguous", "contiguous", "wide"),
+                      **({"BK": 16} if dq else {})), torch.float16,
+                 purpose="has K and V below their blocks" + (" and two K blocks" if dq else "")
+                         + " and a last chunk of 2 tokens: mask columns past K and V and rows past T"),
+        ]
+    return [
+        Case("B=1 T=1 H=1 K=16 V=16 BT=16 fp32", dict(B=1, T=1, H=1, K=16, V=16, BT=16), precision="ieee"),
+        Case("B=2 T=70 H=3 K=33 V=40 BT=32 fp32, q/k/v/do views of one buffer" + (", BK=16" if dq else ""),
+             dict(B=2, T=70, H=3, K=33, V=40, BT=32, strided=True, **({"BK": 16} if dq else {})), precision="ieee",
+             purpose="has " + ("three K blocks, the last with one column, and " if dq else "") + "K, V past a "
+                     "power of two"),
+        Case("B=1 T=64 H=2 K=16 V=16 BT=32 fp16, a whole number of chunks", dict(B=1, T=64, H=2, K=16, V=16, BT=32),
+             torch.float16, purpose="is a whole number of chunks"),
+        Case("B=2 T=33 H=2 K=24 V=40 BT=16 fp32, q and v strided views, k [B, H, T, K] storage",
+             dict(B=2, T=33, H=2, K=24, V=40, BT=16, layouts=("wide", "heads", "wide", "contiguous")),
+             precision="ieee", purpose="ends in a chunk of one token"),
+        Case("B=2 T=100 H=2 K=64 V=64 BT=32 bf16", dict(B=2, T=100, H=2, K=64, V=64, BT=32), torch.bfloat16,
+             gpu_only=True),
+    ] + pick(cpu=[], gpu=[
+        Case("B=2 T=1000 H=8 K=128 V=128 BT=64 bf16" + (" BK=64" if dq else ""),
+             dict(B=2, T=1000, H=8, K=128, V=128, BT=64, num_warps=8, **({"BK": 64} if dq else {})),
+             torch.bfloat16),
+    ])
+
+
+DQ = Exercise(
+    id="07_backward.dq",
+    magnitude=True,
+    args=("kernel",),
+    signature=_DQ_SIG,
+    description="dq = scale · (dO S_[c]ᵀ + (dO Vᵀ ⊙ causal mask) K), the state S rebuilt chunk by chunk, forwards",
+    make_inputs=_inputs,
+    outputs=_shapes(("dq",)),
+    run=_dq_run,
+    reference=_reference(("dq",)),
+    visible=_cases(False, True),
+    hidden=_cases(True, True),
+    points=(3, 2),
+)
+
+DKDV = Exercise(
+    id="07_backward.dkdv",
+    magnitude=True,
+    args=("kernel",),
+    signature=_DKDV_SIG,
+    description="dk, dv from the state gradient dS carried from the last chunk to the first",
+    make_inputs=_inputs,
+    outputs=_shapes(("dk", "dv")),
+    run=_dkdv_run,
+    reference=_reference(("dk", "dv")),
+    visible=_cases(False, False),
+    hidden=_cases(True, False),
+    points=(4, 3),
+)
+
+
+# ---- exercise 4: the autograd.Function -------------------------------------------------------------------------
+
+def _autograd_run(args, inputs, outputs, case):
+    (fn,) = args
+    q, k, v = (inputs[n].detach().requires_grad_() for n in ("q", "k", "v"))
+    with torch.enable_grad():
+        o = fn(q, k, v, inputs["scale"])
+    if not isinstance(o, torch.Tensor):
+        raise CheckFailed(f"linear_attention returned a {type(o).__name__}; return the output tensor o")
+    node = o.grad_fn
+    if not isinstance(node, torch.autograd.function.BackwardCFunction):
+        what = "no gradient at all (o does not require grad)" if node is None else type(node).__name__
+        raise CheckFailed(f"o's gradient comes from {what}: return YourFunction.apply(q, k, v, scale), so that "
+                          "autograd calls your backward")
+    for t in node.saved_tensors:
+        if t is not None and not any(t.data_ptr() == x.data_ptr() and t.shape == x.shape for x in (q, k, v)):
+            raise CheckFailed(f"your Function saved a tensor of shape {tuple(t.shape)} that is not one of q, k, v: "
+                              "save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
+                              "states chunk by chunk")
+    o.backward(inputs["do"])
+    return {"o": o.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+AUTOGRAD = Exercise(
+    id="07_backward.autograd",
+    magnitude=True,
+    args=("function",),
+    signature="linear_attention(q, k, v, scale) -> o, differentiable through your torch.autograd.Function "
+              "(forward: the chunked forward; backward: your dq and dk/dv kernels)",
+    description="a torch.autograd.Function that saves only q, k, v and runs the two backward kernels",
+    make_inputs=_inputs,
+    run=_autograd_run,
+    reference=_reference(("o", "dq", "dk", "dv")),
+    visible=[Case("B=2 T=45 H=2 K=16 V=32 fp32", dict(B=2, T=45, H=2, K=16, V=32), precision="ieee")],
+    hidden=[Case("B=1 T=70 H=3 K=24 V=16 fp32, q/k/v views of one buffer",
+                 dict(B=1, T=70, H=3, K=24, V=16, strided=True), precision="ieee"),
+            Case("B=1 T=130 H=2 K=32 V=32 fp16", dict(B=1, T=130, H=2, K=32, V=32), torch.float16)],
+    points=(3, 2),
+    forbid=("fla",),
+)
+
+
+# ---- exercise 4 on a GPU: the two kernels against fla's backward -------------------------------------------------
+
+_FLA = importlib.util.find_spec("fla") is not None
+_TIMED = Case("B=4 T=4096 H=16 K=128 V=128 BT=64 BK=64 bf16",
+              dict(B=4, T=4096, H=16, K=128, V=128, BT=64, BK=64, num_warps=8), torch.bfloat16)
+
+
+def _speed_run(args, inputs, outputs, case):
+    _dq_launch(args[0], inputs, outputs["dq"], case)
+    _dkdv_launch(args[1], inputs, outputs["dk"], outputs["dv"], case)
+
+
+def _fla_baseline(args, inputs, outputs, case):
+    from fla.ops.simple_gla.chunk import chunk_simple_gla_bwd
+
+    q, k, v, do = (inputs[n] for n in ("q", "k", "v", "do"))
+    dq, dk, dv, _, _ = chunk_simple_gla_bwd(q, k, v, None, None, None, do, None, inputs["scale"])
+    for n, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        outputs[n].copy_(g)
+
+
+def _package_baseline(args, inputs, outputs, case):
+    from ...linear_attention.chunked_bwd import chunked_backward
+
+    q, k, v, do = (inputs[n] for n in ("q", "k", "v", "do"))
+    dq, dk, dv, _ = chunked_backward(q, k, v, do, inputs["scale"])
+    for n, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        outputs[n].copy_(g)
+
+
+def _floor(case):
+    B, T, H, K, V = (case[n] for n in "BTHKV")
+    return B * T * H * (3 * K + 4 * V) * 2, 2 * B * T * H * (4 * K * V + case["BT"] * (K + V))
+
+
+BACKWARD_SPEED = Exercise(
+    id="07_backward.backward_speed",
+    magnitude=True,
+    args=("kernel", "kernel"),
+    signature=_DQ_SIG.split(", launched")[0] + " and " + _DKDV_SIG.split(", launched")[0]
+    + ", timed together at B=4 T=4096 H=16 D=128 bf16 (GPU only)",
+    description="your two backward kernels at least as fast as fla-core's chunked backward (GPU only)",
+    make_inputs=_inputs,
+    outputs=_shapes(("dq", "dk", "dv")),
+    run=_speed_run,
+    reference=_reference(("dq", "dk", "dv")),
+    visible=[Case("B=1 T=40 H=2 K=16 V=16 BT=16 fp32", dict(B=1, T=40, H=2, K=16, V=16, BT=16), precision="ieee")],
+    performance=Performance(
+        case=_TIMED,
+        baseline=_fla_baseline if _FLA else _package_baseline,
+        baseline_name="fla-core's chunk_simple_gla_bwd" if _FLA else "the package's chunked_backward",
+        min_speedup=1.0 if _FLA else 0.5,
+        floor=_floor,
+    ),
+    points=(2, 0),
+)
+
+register(BACKWARD_TORCH, DQ, DKDV, AUTOGRAD, BACKWARD_SPEED)

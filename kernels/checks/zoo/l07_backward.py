@@ -1,0 +1,454 @@
+"""Lesson 07's zoo: the chunked backward in torch, the dq kernel, the dk/dv kernel, the autograd.Function."""
+
+import types
+
+from ...device import INTERPRET
+from .. import provenance
+from . import Entry
+from .l02_naive_hbm_loops import edit
+
+__all__ = ["ENTRIES"]
+
+TORCH = '''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    starts = list(range(0, T, chunk_size))
+    state = q.new_zeros(B, H, K, V)
+    for t0 in starts:
+        kc, vc, doc = (x[:, :, t0:t0 + chunk_size] for x in (k, v, do))
+        p = (doc @ vc.transpose(-1, -2)).tril()
+        dq[:, :, t0:t0 + chunk_size] = scale * (doc @ state.transpose(-1, -2) + p @ kc)
+        state = state + kc.transpose(-1, -2) @ vc
+    dstate = q.new_zeros(B, H, K, V)
+    for t0 in reversed(starts):
+        qc, kc, vc, doc = (x[:, :, t0:t0 + chunk_size] for x in (q, k, v, do))
+        a = (kc @ qc.transpose(-1, -2)).triu()
+        b = (vc @ doc.transpose(-1, -2)).triu()
+        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
+        dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
+        dstate = dstate + scale * qc.transpose(-1, -2) @ doc
+    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+'''
+
+
+def _torch(name, *pairs, source=None, **kw):
+    return Entry("07_backward.backward_torch", name, source or edit(TORCH, *pairs), **kw)
+
+
+_DKDV_TORCH = ('''        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
+        dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
+        dstate = dstate + scale * qc.transpose(-1, -2) @ doc
+''', '''        dstate = dstate + scale * qc.transpose(-1, -2) @ doc
+        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
+        dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
+''')
+
+BACKWARD_TORCH = [
+    _torch("autograd", source='''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    with torch.enable_grad():
+        S = torch.cumsum(leaves[1][..., :, None] * leaves[2][..., None, :], dim=1)
+        o = scale * torch.einsum("bthk,bthkv->bthv", leaves[0], S)
+        o.backward(do)
+    return tuple(x.grad for x in leaves)
+''', fault="autograd", why="lets autograd differentiate a forward instead of writing the gradients"),
+    _torch("token-loop", source='''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    S = q.new_zeros(B, H, K, v.shape[-1])
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    for t in range(T):
+        S = S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        dq[:, t] = scale * (S @ do[:, t, :, :, None])[..., 0]
+    dH = torch.zeros_like(S)
+    for t in range(T - 1, -1, -1):
+        dH = dH + scale * q[:, t, :, :, None] * do[:, t, :, None, :]
+        dk[:, t] = (dH @ v[:, t, :, :, None])[..., 0]
+        dv[:, t] = (dH.transpose(-1, -2) @ k[:, t, :, :, None])[..., 0]
+    return dq, dk, dv
+''', fault="tokens", why="the token-level formulas, one token at a time"),
+    _torch("forward-mask-in-backward",
+           "a = (kc @ qc.transpose(-1, -2)).triu()", "a = (kc @ qc.transpose(-1, -2)).tril()",
+           "b = (vc @ doc.transpose(-1, -2)).triu()", "b = (vc @ doc.transpose(-1, -2)).tril()",
+           fault="relative error", why="the forward's lower-triangular mask for dk and dv"),
+    _torch("dS-updated-before-use", *_DKDV_TORCH, fault="relative error",
+           why="adds the chunk's own Q^T dO to dS before using it: the chunk counts twice, once unmasked"),
+    _torch("scale-twice", "dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)",
+           "dk[:, :, t0:t0 + chunk_size] = scale * (vc @ dstate.transpose(-1, -2) + scale * (b @ qc))",
+           fault="relative error", why="scales dk's state term again, although dS already carries the scale"),
+    _torch("dS-never-carried", "        dstate = dstate + scale * qc.transpose(-1, -2) @ doc\n", "",
+           fault="relative error", why="never carries dS to the earlier chunks"),
+    _torch("float64-result", "return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)",
+           "return dq.transpose(1, 2).double(), dk.transpose(1, 2).double(), dv.transpose(1, 2).double()",
+           fault="dtype", why="returns float64 whatever the inputs were"),
+    _torch("einsum", source='''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    starts = list(range(0, T, chunk_size))
+    S = q.new_zeros(B, H, K, v.shape[-1])
+    dqs, dks, dvs = [], [], []
+    for t0 in starts:
+        kc, vc, doc = k[:, t0:t0 + chunk_size], v[:, t0:t0 + chunk_size], do[:, t0:t0 + chunk_size]
+        p = torch.einsum("bthv,bshv->bhts", doc, vc).tril()
+        dqs.append(scale * (torch.einsum("bthv,bhkv->bthk", doc, S) + torch.einsum("bhts,bshk->bthk", p, kc)))
+        S = S + torch.einsum("bthk,bthv->bhkv", kc, vc)
+    dH = torch.zeros_like(S)
+    for t0 in reversed(starts):
+        qc, kc, vc, doc = (x[:, t0:t0 + chunk_size] for x in (q, k, v, do))
+        a = torch.einsum("bshk,buhk->bhsu", kc, qc).triu()
+        b = torch.einsum("bshv,buhv->bhsu", vc, doc).triu()
+        dks.insert(0, torch.einsum("bshv,bhkv->bshk", vc, dH) + scale * torch.einsum("bhsu,buhk->bshk", b, qc))
+        dvs.insert(0, torch.einsum("bshk,bhkv->bshv", kc, dH) + scale * torch.einsum("bhsu,buhv->bshv", a, doc))
+        dH = dH + scale * torch.einsum("buhk,buhv->bhkv", qc, doc)
+    return torch.cat(dqs, 1), torch.cat(dks, 1), torch.cat(dvs, 1)
+''', wrong=False, why="einsum in the [B, T, H, D] layout, chunks concatenated"),
+    _torch("batch-head-loop", source='''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
+    B, T, H, K = q.shape
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    for b in range(B):
+        for h in range(H):
+            qh, kh, vh, oh = q[b, :, h], k[b, :, h], v[b, :, h], do[b, :, h]
+            S = qh.new_zeros(K, vh.shape[-1])
+            for t0 in range(0, T, chunk_size):
+                c = slice(t0, t0 + chunk_size)
+                dq[b, c, h] = scale * (oh[c] @ S.T + (oh[c] @ vh[c].T).tril() @ kh[c])
+                S = S + kh[c].T @ vh[c]
+            dH = torch.zeros_like(S)
+            for t0 in reversed(range(0, T, chunk_size)):
+                c = slice(t0, t0 + chunk_size)
+                dk[b, c, h] = vh[c] @ dH.T + scale * (vh[c] @ oh[c].T).triu() @ qh[c]
+                dv[b, c, h] = kh[c] @ dH + scale * (kh[c] @ qh[c].T).triu() @ oh[c]
+                dH = dH + scale * qh[c].T @ oh[c]
+    return dq, dk, dv
+''', wrong=False, why="a loop over batch and head around the two chunk loops"),
+    _torch("solution", wrong=False, why="the lesson's two loops"),
+]
+
+_DQ_HEAD = '''@triton.jit
+def dq_kernel(k_ptr, v_ptr, do_ptr, dq_ptr, T, H, K, V, scale,
+              stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+              stride_ob, stride_ot, stride_oh, stride_qb, stride_qt, stride_qh,
+              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+'''
+
+DQ = _DQ_HEAD + '''    i_k = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
+    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
+    do_base = do_ptr + i_b * stride_ob + i_h * stride_oh
+    dq_base = dq_ptr + i_b * stride_qb + i_h * stride_qh
+    offs_c = tl.arange(0, BT)
+    offs_k = i_k * BK + tl.arange(0, BK)
+    offs_v = tl.arange(0, BV)
+    causal = offs_c[:, None] >= offs_c[None, :]
+    state = tl.zeros((BV, BK), dtype=tl.float32)
+    for t0 in range(0, T, BT):
+        offs_t = t0 + offs_c
+        mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+        mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_k, other=0.0)
+        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_v, other=0.0)
+        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)
+        p = tl.where(causal, tl.dot(do, tl.trans(v), input_precision=PRECISION), 0.0)
+        dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)
+        dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)
+        tl.store(dq_base + offs_t[:, None] * stride_qt + offs_k[None, :], (dq * scale).to(dq_ptr.dtype.element_ty),
+                 mask=mask_k)
+        state = tl.dot(tl.trans(v), k, state, input_precision=PRECISION)
+'''
+
+
+def _dq(name, *pairs, **kw):
+    return Entry("07_backward.dq", name, edit(DQ, *pairs), **kw)
+
+
+_DQ_UPDATE = "        state = tl.dot(tl.trans(v), k, state, input_precision=PRECISION)\n"
+_DQ_READ = "        dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)\n"
+
+DQ_ENTRIES = [
+    _dq("no-causal-mask", "p = tl.where(causal, tl.dot(do, tl.trans(v), input_precision=PRECISION), 0.0)",
+        "p = tl.dot(do, tl.trans(v), input_precision=PRECISION)", fault="relative error",
+        why="no mask inside the chunk: each token takes gradient from later ones too"),
+    _dq("backward-mask", "causal = offs_c[:, None] >= offs_c[None, :]", "causal = offs_c[:, None] <= offs_c[None, :]",
+        fault="relative error", why="the dk/dv pass's transposed mask in the dq pass"),
+    _dq("state-updated-before-use", _DQ_UPDATE, "", _DQ_READ, _DQ_UPDATE + _DQ_READ, fault="relative error",
+        why="adds the chunk to the state before reading it: the chunk counts twice, once unmasked"),
+    _dq("no-scale", "(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)",
+        fault="relative error", why="forgets the scale"),
+    _dq("scale-twice", "dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)",
+        "dq = tl.dot((p * scale).to(k.dtype), k, dq, input_precision=PRECISION)", fault="relative error",
+        why="scales the intra-chunk scores and then the whole sum again"),
+    _dq("rows-unmasked-last-chunk", "mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)",
+        "mask_k = offs_k[None, :] < K", "mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)",
+        "mask_v = offs_v[None, :] < V", fault="out of bounds",
+        why="masks the columns but not the rows past T: the last chunk reads and writes past the end"),
+    _dq("k-block-offset-forgotten", "offs_k = i_k * BK + tl.arange(0, BK)", "offs_k = tl.arange(0, BK)",
+        fault="not written|relative error", why="every K block's program computes the first block"),
+    _dq("skips-last-chunk", "for t0 in range(0, T, BT):", "for t0 in range(0, T - BT, BT):", fault="not written",
+        why="stops one chunk early"),
+    _dq("v-strides-for-k", "k = tl.load(k_base + offs_t[:, None] * stride_kt",
+        "k = tl.load(k_base + offs_t[:, None] * stride_vt", fault="out of bounds|relative error",
+        why="walks k with v's token stride"),
+    _dq("state-plus-equals", _DQ_UPDATE, "        state += tl.dot(tl.trans(v), k, input_precision=PRECISION)\n",
+        wrong=False, why="state += Vᵀ K"),
+    _dq("two-dots-added", _DQ_READ + "        dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)\n",
+        "        inter = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)\n"
+        "        dq = inter + tl.dot(p.to(k.dtype), k, input_precision=PRECISION)\n", wrong=False,
+        why="the inter- and intra-chunk terms as two dots, added"),
+    _dq("int64-heads", "    i_b = i_bh // H\n    i_h = i_bh % H\n",
+        "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n", wrong=False,
+        why="64-bit head offsets"),
+    _dq("scale-on-do", "(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)",
+        "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n",
+        "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n"
+        "        do = (do.to(tl.float32) * scale).to(do.dtype)\n", wrong=False,
+        why="scales do once as it is loaded"),
+]
+
+_DKDV_HEAD = '''@triton.jit
+def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, T, H, K, V, scale,
+                stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+                stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+'''
+
+DKDV = _DKDV_HEAD + '''    i_bh = tl.program_id(0)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
+    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
+    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
+    do_base = do_ptr + i_b * stride_ob + i_h * stride_oh
+    dk_base = dk_ptr + i_b * stride_dkb + i_h * stride_dkh
+    dv_base = dv_ptr + i_b * stride_dvb + i_h * stride_dvh
+    offs_c = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = tl.arange(0, BV)
+    later = offs_c[:, None] <= offs_c[None, :]
+    dstate = tl.zeros((BK, BV), dtype=tl.float32)
+    n = tl.cdiv(T, BT)
+    for i in range(0, n):
+        offs_t = (n - 1 - i) * BT + offs_c
+        mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+        mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_k, other=0.0)
+        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_k, other=0.0)
+        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_v, other=0.0)
+        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)
+        a = tl.where(later, tl.dot(k, tl.trans(q), input_precision=PRECISION), 0.0)
+        b = tl.where(later, tl.dot(v, tl.trans(do), input_precision=PRECISION), 0.0)
+        dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale
+        dk = tl.dot(v, tl.trans(dstate).to(v.dtype), dk, input_precision=PRECISION)
+        dv = tl.dot(a.to(do.dtype), do, input_precision=PRECISION) * scale
+        dv = tl.dot(k, dstate.to(k.dtype), dv, input_precision=PRECISION)
+        tl.store(dk_base + offs_t[:, None] * stride_dkt + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty),
+                 mask=mask_k)
+        tl.store(dv_base + offs_t[:, None] * stride_dvt + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty),
+                 mask=mask_v)
+        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale
+'''
+
+
+def _dkdv(name, *pairs, **kw):
+    return Entry("07_backward.dkdv", name, edit(DKDV, *pairs), **kw)
+
+
+_UPDATE = "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale\n"
+_FIRST_USE = "        dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale\n"
+
+DKDV_ENTRIES = [
+    _dkdv("dS-updated-before-use", _UPDATE, "", _FIRST_USE, _UPDATE + _FIRST_USE, fault="relative error",
+          why="adds the chunk's own Q^T dO to dS before using it: the chunk counts twice, once unmasked"),
+    _dkdv("walks-forwards", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = i * BT + offs_c",
+          fault="relative error", why="visits the chunks in the forward order, so dS holds the past, not the future"),
+    _dkdv("forward-mask", "later = offs_c[:, None] <= offs_c[None, :]", "later = offs_c[:, None] >= offs_c[None, :]",
+          fault="relative error", why="the forward's causal mask where the backward needs its transpose"),
+    _dkdv("no-mask", "later = offs_c[:, None] <= offs_c[None, :]", "later = offs_c[:, None] >= 0",
+          fault="relative error", why="no mask inside the chunk"),
+    _dkdv("scale-twice", "dk = tl.dot(v, tl.trans(dstate).to(v.dtype), dk, input_precision=PRECISION)",
+          "dk = tl.dot(v, tl.trans(dstate * scale).to(v.dtype), dk, input_precision=PRECISION)",
+          fault="relative error", why="scales dS again where dk reads it, although the update already scaled it"),
+    _dkdv("rows-unmasked-last-chunk", "mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)",
+          "mask_k = offs_k[None, :] < K", "mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)",
+          "mask_v = offs_v[None, :] < V", fault="out of bounds",
+          why="masks the columns but not the rows: the last chunk, visited first, reads and writes past T"),
+    _dkdv("dS-never-carried", _UPDATE, "", fault="relative error", why="never carries dS to the earlier chunks"),
+    _dkdv("chunk-index-off-by-one", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = (n - i) * BT + offs_c",
+          fault="not written|relative error", why="starts one chunk past the end and never reaches the first"),
+    _dkdv("q-strides-for-k", "k = tl.load(k_base + offs_t[:, None] * stride_kt",
+          "k = tl.load(k_base + offs_t[:, None] * stride_qt", fault="out of bounds|relative error",
+          why="walks k with q's token stride"),
+    _dkdv("dk-dv-masks-swapped",
+          "a = tl.where(later, tl.dot(k, tl.trans(q)", "a = tl.where(later, tl.dot(v, tl.trans(do)",
+          "b = tl.where(later, tl.dot(v, tl.trans(do)", "b = tl.where(later, tl.dot(k, tl.trans(q)",
+          fault="relative error", why="multiplies dk's intra term by K Qᵀ and dv's by V dOᵀ"),
+    _dkdv("scale-on-scores", "a = tl.where(later, tl.dot(k, tl.trans(q), input_precision=PRECISION), 0.0)",
+          "a = tl.where(later, tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale, 0.0)",
+          "b = tl.where(later, tl.dot(v, tl.trans(do), input_precision=PRECISION), 0.0)",
+          "b = tl.where(later, tl.dot(v, tl.trans(do), input_precision=PRECISION) * scale, 0.0)",
+          "dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale",
+          "dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION)",
+          "dv = tl.dot(a.to(do.dtype), do, input_precision=PRECISION) * scale",
+          "dv = tl.dot(a.to(do.dtype), do, input_precision=PRECISION)", wrong=False,
+          why="the scale applied to the masked scores instead of the product"),
+    _dkdv("two-dots-added", "        dv = tl.dot(a.to(do.dtype), do, input_precision=PRECISION) * scale\n"
+          "        dv = tl.dot(k, dstate.to(k.dtype), dv, input_precision=PRECISION)\n",
+          "        dv = tl.dot(k, dstate.to(k.dtype), input_precision=PRECISION)\n"
+          "        dv += tl.dot(a.to(do.dtype), do, input_precision=PRECISION) * scale\n", wrong=False,
+          why="dv as two dots, added"),
+    _dkdv("int64-heads", "    i_b = i_bh // H\n    i_h = i_bh % H\n",
+          "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n", wrong=False,
+          why="64-bit head offsets"),
+]
+
+FORWARD = '''@triton.jit
+def forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
+                   stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+                   stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
+    i_v = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    offs_c = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    causal = offs_c[:, None] >= offs_c[None, :]
+    state = tl.zeros((BK, BV), dtype=tl.float32)
+    for t0 in range(0, T, BT):
+        offs_t = t0 + offs_c
+        mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)
+        mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)
+        q = tl.load(q_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],
+                    mask=mask_k, other=0.0)
+        k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],
+                    mask=mask_k, other=0.0)
+        v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt + offs_v[None, :],
+                    mask=mask_v, other=0.0)
+        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)
+        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)
+        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
+        tl.store(o_ptr + i_b * stride_ob + i_h * stride_oh + offs_t[:, None] * stride_ot + offs_v[None, :],
+                 (o * scale).to(o_ptr.dtype.element_ty), mask=mask_v)
+        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
+'''
+
+# the notebook's given launchers (locked cells), which the autograd answers call
+LAUNCHERS = '''
+def strides(x):
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
+def pow2(n):
+    return max(16, triton.next_power_of_2(n))
+
+
+def launch_dq(k, v, do, scale, chunk=16, block_k=None, precision="ieee", num_warps=4):
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    dq = torch.empty(B, T, H, K, dtype=k.dtype, device=k.device)
+    BK = block_k or pow2(K)
+    dq_kernel[(triton.cdiv(K, BK), B * H)](k, v, do, dq, T, H, K, V, scale, *strides(k), *strides(v), *strides(do),
+                                           *strides(dq), BT=chunk, BK=BK, BV=pow2(V), PRECISION=precision,
+                                           num_warps=num_warps)
+    return dq
+
+
+def launch_dkdv(q, k, v, do, scale, chunk=16, precision="ieee", num_warps=4):
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    dk = torch.empty(B, T, H, K, dtype=q.dtype, device=q.device)
+    dv = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
+    dkdv_kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
+                          *strides(do), *strides(dk), *strides(dv), BT=chunk, BK=pow2(K), BV=pow2(V),
+                          PRECISION=precision, num_warps=num_warps)
+    return dk, dv
+
+
+def precision_for(x):
+    return "ieee" if x.dtype == torch.float32 or not ON_GPU else "tf32"
+
+
+def chunked_forward(q, k, v, scale):
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    o = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
+    BV = min(pow2(V), 64)
+    forward_kernel[(triton.cdiv(V, BV), B * H)](q, k, v, o, T, H, K, V, scale, *strides(q), *strides(k),
+                                                *strides(v), *strides(o), BT=pick(cpu=16, gpu=64), BK=pow2(K),
+                                                BV=BV, PRECISION=precision_for(q))
+    return o
+'''
+
+FUNCTION = '''class ChunkedLinearAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale):
+        o = chunked_forward(q, k, v, scale)
+        ctx.save_for_backward(q, k, v)
+        ctx.scale = scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = ctx.saved_tensors
+        do = do.contiguous()
+        chunk, warps = pick(cpu=16, gpu=64), pick(cpu=4, gpu=8)
+        dq = launch_dq(k, v, do, ctx.scale, chunk=chunk, block_k=min(pow2(q.shape[-1]), 64),
+                       precision=precision_for(q), num_warps=warps)
+        dk, dv = launch_dkdv(q, k, v, do, ctx.scale, chunk=chunk, precision=precision_for(q), num_warps=warps)
+        return dq, dk, dv, None
+
+
+def linear_attention(q, k, v, scale):
+    return ChunkedLinearAttention.apply(q, k, v, scale)
+'''
+
+
+def _notebook() -> tuple:
+    """The names the autograd answers use from the rest of the notebook: the three kernels (rebuilt as the grader
+    rebuilds kernels), the given launchers and the forward."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from ...device import ON_GPU, pick
+
+    prelude = "import triton\nimport triton.language as tl\n"
+    ns = types.ModuleType("__main__").__dict__
+    ns.update(torch=torch, triton=triton, tl=tl, ON_GPU=ON_GPU, pick=pick)
+    for source, name in ((DQ, "dq_kernel"), (DKDV, "dkdv_kernel"), (FORWARD, "forward_kernel")):
+        ns[name] = provenance.load(provenance.from_cells([prelude, source], name), interpret=INTERPRET)
+    exec(compile(LAUNCHERS, "<zoo 07_backward launchers>", "exec"), ns)
+    return tuple((n, ns[n]) for n in ("dq_kernel", "dkdv_kernel", "forward_kernel", "strides", "pow2", "launch_dq",
+                                      "launch_dkdv", "precision_for", "chunked_forward", "ON_GPU", "pick"))
+
+
+_NOTEBOOK = _notebook()
+
+
+def _fn(name, *pairs, source=None, **kw):
+    return Entry("07_backward.autograd", name, source or edit(FUNCTION, *pairs), namespace=_NOTEBOOK, **kw)
+
+
+AUTOGRAD = [
+    _fn("plain-torch", source='''def linear_attention(q, k, v, scale):
+    S = torch.cumsum(k[..., :, None] * v[..., None, :], dim=1)
+    return scale * torch.einsum("bthk,bthkv->bthv", q, S)
+''', fault="YourFunction.apply", why="a differentiable torch forward: autograd's backward, not the kernels"),
+    _fn("saves-the-output", "ctx.save_for_backward(q, k, v)", "ctx.save_for_backward(q, k, v, o)",
+        "q, k, v = ctx.saved_tensors", "q, k, v, _ = ctx.saved_tensors", fault="saved a tensor",
+        why="keeps o for the backward, which never needs it"),
+    _fn("dk-dv-swapped", "return dq, dk, dv, None", "return dq, dv, dk, None", fault="gradient",
+        why="returns the gradients in the wrong order"),
+    _fn("scale-forgotten", "dq = launch_dq(k, v, do, ctx.scale,", "dq = launch_dq(k, v, do, 1.0,",
+        fault="relative error", why="launches the dq kernel without the scale"),
+    _fn("solution", wrong=False, why="the lesson's Function"),
+    _fn("inputs-on-ctx", "ctx.save_for_backward(q, k, v)", "ctx.inputs = (q, k, v)",
+        "q, k, v = ctx.saved_tensors", "q, k, v = ctx.inputs", wrong=False,
+        why="keeps the inputs on ctx instead of save_for_backward: the same tensors"),
+]
+
+ENTRIES = BACKWARD_TORCH + DQ_ENTRIES + DKDV_ENTRIES + AUTOGRAD

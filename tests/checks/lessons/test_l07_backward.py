@@ -1,0 +1,141 @@
+"""Lesson 07's checks: the solutions pass; broken twins (the mask, the order of use and update of dS, the scale),
+a token loop, autograd, and a Function that saves more than its inputs fail with a message that says why."""
+
+import pytest
+import torch
+from lessonkit import assert_fails as fails
+from lessonkit import edit, function, grade, kernel, solution_cells
+
+from kernels.checks.lessons.l07_backward import gradients
+from kernels.checks.provenance import Rejected, check_function_static
+from kernels.linear_attention.reference import reference_backward
+
+CELLS = solution_cells("07_backward")
+TORCH = CELLS["ex1-torch"]
+DQ = CELLS["ex2-dq"]
+DKDV = CELLS["ex3-dkdv"]
+
+AUTOGRAD = '''
+def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    with torch.enable_grad():
+        S = torch.cumsum(leaves[1][..., :, None] * leaves[2][..., None, :], dim=1)
+        o = scale * torch.einsum("bthk,bthkv->bthv", leaves[0], S)
+        o.backward(do)
+    return tuple(x.grad for x in leaves)
+'''
+
+
+def test_reference_is_autograd_of_the_recurrence():
+    q, k = torch.randn(2, 1, 29, 2, 6, dtype=torch.float64)
+    v, do = torch.randn(2, 1, 29, 2, 5, dtype=torch.float64)
+    mine = gradients(q, k, v, do, 0.3)
+    theirs = reference_backward(q, k, v, do, 0.3, chunk_size=8)
+    for name, b in zip(("dq", "dk", "dv"), theirs):
+        torch.testing.assert_close(mine[name], b)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_torch_solution_passes(hidden):
+    fn = function(TORCH, "chunked_backward_torch", {"torch": torch})
+    out = grade("07_backward.backward_torch", fn, hidden=hidden)
+    assert out.passed, out.message
+
+
+def test_torch_twins_fail():
+    def check(src):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}))
+
+    fails(check(AUTOGRAD), "autograd")
+    fails(check(edit(TORCH, "a = (kc @ qc.transpose(-1, -2)).triu()", "a = (kc @ qc.transpose(-1, -2)).tril()")),
+          "relative error")  # the forward's mask in the backward pass
+    fails(check(edit(TORCH, "dstate = dstate + scale * qc", "dstate = dstate + qc")), "relative error")
+
+
+def test_torch_answer_may_not_call_autograd_or_the_package():
+    src = "import torch\nfrom kernels.linear_attention import chunk_linear_attn\n" + TORCH.replace(
+        "    ### BEGIN SOLUTION", "    chunk_linear_attn(q, k, v)")
+    with pytest.raises(Rejected, match=r"kernels\.linear_attention"):
+        check_function_static([src], "chunked_backward_torch", forbid=("fla", "torch.autograd"))
+    grad = "import torch\n" + AUTOGRAD.replace("o.backward(do)", "torch.autograd.grad(o, leaves, do)")
+    with pytest.raises(Rejected, match=r"torch\.autograd"):
+        check_function_static([grad], "chunked_backward_torch", forbid=("fla", "torch.autograd"))
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("cell, name, exercise", [("ex2-dq", "dq_kernel", "dq"), ("ex3-dkdv", "dkdv_kernel", "dkdv")])
+def test_solution_kernels_pass(hidden, cell, name, exercise):
+    out = grade(f"07_backward.{exercise}", kernel(CELLS[cell], name), hidden=hidden)
+    assert out.passed, out.message
+
+
+@pytest.mark.parametrize("source, name, exercise, old, new, words", [
+    (DQ, "dq_kernel", "dq", "offs_c[:, None] >= offs_c[None, :]", "offs_c[:, None] <= offs_c[None, :]",
+     ["relative error"]),  # the backward's mask in the dq pass
+    (DKDV, "dkdv_kernel", "dkdv", "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale\n",
+     "", ["relative error"]),  # dS never carried
+    (DKDV, "dkdv_kernel", "dkdv", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = i * BT + offs_c",
+     ["relative error"]),  # walks forwards
+])
+def test_broken_kernels_fail(source, name, exercise, old, new, words):
+    fails(grade(f"07_backward.{exercise}", kernel(edit(source, old, new), name)), *words)
+
+
+def _lesson_namespace():
+    """The notebook's names an autograd answer relies on: the kernels, the launchers, the forward."""
+    import triton
+    import triton.language as tl
+
+    ns = {"torch": torch, "triton": triton, "tl": tl}
+    from kernels.device import ON_GPU, pick
+
+    ns.update(ON_GPU=ON_GPU, pick=pick)
+    prelude = "import triton\nimport triton.language as tl\n"
+    for cell, name in (("ex2-dq", "dq_kernel"), ("ex3-dkdv", "dkdv_kernel"), ("forward", "forward_kernel")):
+        ns[name] = kernel(CELLS[cell], name, prelude)
+    for cell in ("launch-dq", "launch-dkdv", "forward"):
+        src = CELLS[cell]
+        src = src[:src.index("\ntry:")] if "\ntry:" in src else src
+        src = src[src.index("\ndef chunked_forward"):] if cell == "forward" else src
+        src = src[:src.index("\nq32, k32")] if "\nq32, k32" in src else src
+        exec(compile(src, f"<{cell}>", "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_autograd_solution_passes(hidden):
+    ns = _lesson_namespace()
+    fn = function(CELLS["ex4-function"], "linear_attention", ns)
+    out = grade("07_backward.autograd", fn, hidden=hidden)
+    assert out.passed, out.message
+
+
+def test_autograd_twins_fail():
+    ns = _lesson_namespace()
+    plain = function("def linear_attention(q, k, v, scale):\n"
+                     "    S = torch.cumsum(k[..., :, None] * v[..., None, :], dim=1)\n"
+                     "    return scale * torch.einsum('bthk,bthkv->bthv', q, S)\n", "linear_attention", ns)
+    fails(grade("07_backward.autograd", plain), "YourFunction.apply")
+    keeps = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
+                          "ctx.save_for_backward(q, k, v, o)"), "linear_attention", ns)
+    fails(grade("07_backward.autograd", keeps), "saved a tensor")
+
+
+def test_speed_check_grades_correctness_in_the_interpreter():
+    out = grade("07_backward.backward_speed", kernel(DQ, "dq_kernel"), kernel(DKDV, "dkdv_kernel"))
+    assert out.passed, out.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell, name, exercise", [("ex2-dq", "dq_kernel", "dq"), ("ex3-dkdv", "dkdv_kernel", "dkdv")])
+def test_gpu_hidden_cases_bf16_and_large(cell, name, exercise):
+    out = grade(f"07_backward.{exercise}", kernel(CELLS[cell], name), hidden=True)
+    assert out.passed and not out.not_graded, out.message
+
+
+@pytest.mark.gpu
+@pytest.mark.timed
+def test_gpu_speed_against_fla():
+    out = grade("07_backward.backward_speed", kernel(DQ, "dq_kernel"), kernel(DKDV, "dkdv_kernel"))
+    assert out.passed and out.perf, out.message
+    print(out.message)

@@ -3,7 +3,7 @@
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
 #           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe dask multi
-#           learner
+#           learner lesson06
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
@@ -105,6 +105,8 @@ run_stage() {  # stage name, time limit in seconds
     zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" --out results/gpu/zoo.json \
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
+    # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json
+    lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py --budget $(( limit - 20 )) || echo "lesson06 failed ($?)" ;;
     # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
     # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
     dask|multi) (

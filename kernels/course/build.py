@@ -47,6 +47,7 @@ LESSONS = (
     "03_tiled_sram",
     "04_chunked_linear_attention",
     "05_ptx_export_rust",
+    "06_profile_compile_autotune",
     "07_backward",
 )
 

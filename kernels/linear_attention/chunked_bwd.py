@@ -85,8 +85,14 @@ def _sequence(cu_ptr, pid_nh, H, T, IS_VARLEN: tl.constexpr):
     i_n = pid_nh // H
     i_h = pid_nh % H
     if IS_VARLEN:
-        return 0, i_h, tl.load(cu_ptr + i_n).to(tl.int32), tl.load(cu_ptr + i_n + 1).to(tl.int32)
-    return i_n, i_h, 0, T
+        i_b = i_n * 0
+        bos = tl.load(cu_ptr + i_n).to(tl.int32)
+        eos = tl.load(cu_ptr + i_n + 1).to(tl.int32)
+    else:
+        i_b = i_n
+        bos = T * 0
+        eos = T
+    return i_b, i_h, bos, eos
 
 
 @triton.jit

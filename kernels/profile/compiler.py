@@ -324,7 +324,7 @@ def _specialise(jit_fn, described: list, constexprs: dict, specialize: bool) -> 
 
 
 def _compile_here(source: dict, described: list, constexprs: dict, options: dict, specialize: bool,
-                  arch: int = 90) -> dict:
+                  detail: bool = True, arch: int = 90) -> dict:
     """Compile in this process (one whose Triton is in compiled mode); return :class:`Compiled` as a dict."""
     from ..checks.provenance import aot_compile, load
     from ..checks.spec import CheckFailed
@@ -342,9 +342,13 @@ def _compile_here(source: dict, described: list, constexprs: dict, options: dict
         raise CompileError(str(e)) from None
     notes: list[str] = []
     asm = compiled.asm
-    regs, spill_st, spill_ld = _resources(asm["ptx"], f"sm_{arch}a", notes)
     stages = {k: asm[k] for k in STAGES if k in asm and isinstance(asm[k], str)}
-    stages["sass"] = _sass(asm["cubin"], notes) if "cubin" in asm else ""
+    if detail:
+        regs, spill_st, spill_ld = _resources(asm["ptx"], f"sm_{arch}a", notes)
+        stages["sass"] = _sass(asm["cubin"], notes) if "cubin" in asm else ""
+    else:
+        regs = spill_st = spill_ld = None
+        notes.append("compiled without detail: no registers, spills or SASS")
     md = compiled.metadata
     config = {**{k: v for k, v in constexprs.items()}, **options}
     return Compiled(md.name, config, stages, int(md.shared), regs, spill_st, spill_ld, int(md.num_warps),
@@ -367,16 +371,20 @@ def _source_of(kernel) -> dict:
             cache[n] = provenance._live_binding(n, glb)
         return cache[n]
 
-    ks = provenance._build(fn.__name__, lookup, "the kernel to compile")
+    try:
+        ks = provenance._build(fn.__name__, lookup, "the kernel to compile")
+    except provenance.Rejected as e:
+        raise CompileError(str(e)) from None
     return {"entry": ks.entry, "text": ks.text}
 
 
 _CACHE: dict[str, dict] = {}
 
 
-def compile_many(jobs: list[dict], *, timeout: float = 900) -> list[Compiled]:
+def compile_many(jobs: list[dict], *, detail: bool = True, timeout: float = 900) -> list[Compiled]:
     """Compile several launches, each ``dict(kernel=..., args=[...], num_warps=, num_stages=, specialize=True,
-    **constexprs)``; under the interpreter all of them in one subprocess."""
+    **constexprs)``; under the interpreter all of them in one subprocess. ``detail=False`` skips what takes longest
+    (``ptxas -v`` for registers and spills, ``cuobjdump`` for the SASS): for shared memory and the PTX alone."""
     from ..device import INTERPRET
 
     requests = []
@@ -390,30 +398,31 @@ def compile_many(jobs: list[dict], *, timeout: float = 900) -> list[Compiled]:
         requests.append({"source": _source_of(kernel), "args": describe_args(args), "constexprs": job,
                          "options": options, "specialize": specialize})
     keys = [json.dumps(r, sort_keys=True, default=str) for r in requests]
-    todo = [r for r, k in zip(requests, keys) if k not in _CACHE]
+    todo = {k: dict(r, detail=detail) for r, k in zip(requests, keys)
+            if k not in _CACHE or (detail and not _CACHE[k]["detail"])}
     if todo:
         if INTERPRET:
-            results = _in_subprocess(todo, timeout)
+            results = _in_subprocess(list(todo.values()), timeout)
         else:
-            results = [_answer(r) for r in todo]
-        for r, res in zip(todo, results):
+            results = [_answer(r) for r in todo.values()]
+        for k, res in zip(todo, results):
             if "error" in res:
                 raise CompileError(res["error"])
-            _CACHE[json.dumps(r, sort_keys=True, default=str)] = res
-    return [Compiled(**_CACHE[k]) for k in keys]
+            _CACHE[k] = {"detail": detail, "result": res}
+    return [Compiled(**_CACHE[k]["result"]) for k in keys]
 
 
 def compile_kernel(kernel, args, *, num_warps: int = 4, num_stages: int = 3, specialize: bool = True,
-                   **constexprs) -> Compiled:
+                   detail: bool = True, **constexprs) -> Compiled:
     """Compile one launch of ``kernel`` for sm_90 (see the module's docstring)."""
     return compile_many([dict(kernel=kernel, args=list(args), num_warps=num_warps, num_stages=num_stages,
-                              specialize=specialize, **constexprs)])[0]
+                              specialize=specialize, **constexprs)], detail=detail)[0]
 
 
 def _answer(request: dict) -> dict:
     try:
         return _compile_here(request["source"], request["args"], request["constexprs"], request["options"],
-                             request["specialize"])
+                             request["specialize"], request.get("detail", True))
     except CompileError as e:
         return {"error": str(e)}
 

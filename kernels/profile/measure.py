@@ -151,8 +151,11 @@ def run_ncu(code: str, kernel: str, *, metrics=tuple(NCU_METRICS), timeout: floa
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(__file__).resolve().parents[2]),
                                                           env.get("PYTHONPATH")]))
-        proc = subprocess.run(ncu_command(str(script), kernel, metrics), capture_output=True, text=True,
-                              timeout=timeout, env=env)
+        try:
+            proc = subprocess.run(ncu_command(str(script), kernel, metrics), capture_output=True, text=True,
+                                  timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"ncu took longer than {timeout:.0f} s") from None
     return _parse_ncu_csv(proc.stdout, proc.stderr)
 
 
@@ -194,7 +197,7 @@ def autotune(kernel, configs: list[dict], run_tuned, fresh_args, key: tuple[str,
 
     ``run_tuned(tuned, args)`` launches the autotuned kernel (no meta-parameters: the tuner supplies them);
     ``fresh_args()`` draws new inputs. Returns every config's time as the tuner measured it, the winner, the
-    tuning time, and the winner's median re-measured by :func:`time_ms` on fresh inputs.
+    tuning time, the winner's median re-measured by :func:`time_ms` on fresh inputs, and the tuned kernel.
     """
     _need_gpu("autotune")
     import time
@@ -217,4 +220,4 @@ def autotune(kernel, configs: list[dict], run_tuned, fresh_args, key: tuple[str,
     again = fresh_args()
     remeasured = time_ms(lambda: run_tuned(tuned, again), rep=rep)
     return {"rows": rows, "winner": winner, "tuning_s": tuning_s, "winner_ms": remeasured,
-            "winner_tuned_ms": next((r["ms"] for r in rows if r["config"] == winner), None)}
+            "winner_tuned_ms": next((r["ms"] for r in rows if r["config"] == winner), None), "tuned": tuned}

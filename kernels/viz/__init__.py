@@ -6,8 +6,10 @@ notebook for the live widget (a static PNG where widgets cannot render), drive i
 """
 
 from . import measure
+from .autotune import autotune_scatter, model_rows
 from .chunks import chunk_flow, chunk_state_explorer
 from .grid import grid_explorer
+from .ir import ir_explorer
 from .memory import coalescing_view, working_set_view
 from .ptx import parse_ptx, ptx_explorer, sample_ptx
 from .recurrence import recurrence_stepper
@@ -26,4 +28,5 @@ __all__ = [
     "chunk_flow", "chunk_state_explorer",
     "backward_sweeps",
     "ptx_explorer", "parse_ptx", "sample_ptx",
+    "ir_explorer", "autotune_scatter", "model_rows",
 ]

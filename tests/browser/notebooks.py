@@ -13,7 +13,7 @@ import nbformat
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
-           "05_ptx_export_rust", "07_backward")
+           "05_ptx_export_rust", "06_profile_compile_autotune", "07_backward")
 
 PREAMBLE = f"import sys\nsys.path.insert(0, {str(ROOT)!r})"
 

@@ -272,3 +272,58 @@ def test_slurm_config_file(tmp_path):
             distributed.slurm_options(bad)
     with pytest.raises(SetupError, match="--cluster-config"):
         distributed.connect(cluster="slurm")
+
+
+@pytest.mark.slow  # a real cluster: about 15 s
+def test_no_worker_left_is_an_infrastructure_failure(cluster, course):
+    """Every worker lost and none back within the wait time: the tasks left are named, nothing hangs or is lost."""
+    import threading
+
+    from grader import distributed, workflow
+
+    client = cluster.client(2)
+    names = list(cluster.workers)
+
+    def kill_all():
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(client.processing().values()):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        for name in names:
+            cluster.workers[name].send_signal(signal.SIGKILL)
+
+    t = threading.Thread(target=kill_all, daemon=True)
+    try:
+        t.start()
+        t0 = time.time()
+        out = distributed.autograde(course, client, settings=_settings(), progress=False, timeout=5)
+        waited = time.time() - t0
+    finally:
+        client.close()
+        for name in names:
+            cluster.workers[name].wait(20)
+            cluster.add_worker(name)
+    assert out.infrastructure and waited < 90
+    assert all("no worker left" in why for _, _, why in out.infrastructure)
+    graded = {(r.student, r.lesson) for r in out.results}
+    assert not graded & {(s, lsn) for s, lsn, _ in out.infrastructure}
+    assert set(workflow.gradebook_scores(course)) == graded
+
+
+def test_plan_shares_a_gpu_among_its_slots_and_refuses_mixed_workers():
+    """GPU tasks take 1/nthreads of a worker's GPU: exactly nthreads of them fit at once; bad layouts are refused."""
+    from grader import distributed
+    from grader.grade import SetupError
+
+    gpu = {"mode": "gpu", "resources": {"GPU": 1}, "nthreads": 3}
+    for n in (1, 2, 3, 5, 7, 8):
+        mode, res = distributed.plan({"a": dict(gpu, nthreads=n), "b": dict(gpu, nthreads=n + 1)})
+        free, fit = 1.0, 0
+        while free >= res["GPU"]:
+            free, fit = free - res["GPU"], fit + 1
+        assert mode == "gpu" and fit == n
+    assert distributed.plan({"a": {"mode": "interpreter", "resources": {}, "nthreads": 2}}) == ("interpreter", None)
+    with pytest.raises(SetupError, match="different modes"):
+        distributed.plan({"a": gpu, "b": {"mode": "interpreter", "resources": {}, "nthreads": 1}})
+    with pytest.raises(SetupError, match="--resources GPU=1"):
+        distributed.plan({"a": dict(gpu, resources={})})

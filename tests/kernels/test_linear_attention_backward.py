@@ -182,3 +182,25 @@ def test_gpu_normalized_gradients_vs_fla(dtype):
         ea, eb = rel_error(a, r), rel_error(b, r)
         print(f"normalize {dtype} {name}: ours {ea:.2e}, fla {eb:.2e}")
         assert ea <= max(_tol(dtype), 1.5 * eb), (name, ea, eb)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90_with_every_option():
+    """The interpreter never runs Triton's compiler: packed sequences, both states and K = V (one loop for dk and
+    dv) and K != V (two), compiled for sm_90 as a GPU would (a constexpr branch returning different types once
+    passed the interpreter and failed here)."""
+    from sm90 import compile_for_sm90
+
+    common = dict(USE_DHT=True, STORE_DH0=True, IS_VARLEN=True, UPCAST=False, PRECISION=None)
+    specs = [("kernels.linear_attention.chunked_bwd", "_chunked_dq_kernel",
+              dict(K=128, V=128, BT=64, BK=64, BVA=128, USE_H0=True, IS_VARLEN=True, UPCAST=False, PRECISION=None),
+              dict(num_warps=4, num_stages=3)),
+             ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",
+              dict(K=128, V=128, BT=64, BK=64, BV=64, BKA=128, BVA=128, NK=2, SHARED=True, **common),
+              dict(num_warps=4, num_stages=2)),
+             ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",
+              dict(K=128, V=64, BT=64, BK=64, BV=64, BKA=128, BVA=64, NK=2, SHARED=False, **common),
+              dict(num_warps=4, num_stages=2))]
+    ptx = compile_for_sm90(specs, dtypes=("bf16",), scalars={"h0_ptr": "*fp32", "dht_ptr": "*fp32",
+                                                             "dh0_ptr": "*fp32", "cu_ptr": "*i64", "scale": "fp32"})
+    assert len(ptx) == 3 and all("wgmma" in p for p in ptx.values())

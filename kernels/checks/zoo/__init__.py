@@ -31,7 +31,7 @@ __all__ = ["Entry", "LESSONS", "OBJECTS", "entries", "build", "grade_entry", "gr
 
 #: The lessons with a zoo, by lesson id (the module is ``kernels.checks.zoo.l<lesson id>``).
 LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
-           "05_ptx_export_rust", "07_backward")
+           "05_ptx_export_rust", "06_profile_compile_autotune", "07_backward")
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them.
 OBJECTS = {
@@ -54,6 +54,11 @@ OBJECTS = {
     "04_chunked_linear_attention.chunked_speed": ("CHUNK", "chunked_attention_kernel"),
     "05_ptx_export_rust.predict_launch": ("predict_launch",),
     "05_ptx_export_rust.build_launch": ("build_launch",),
+    "06_profile_compile_autotune.predict_shared": ("predict_shared",),
+    "06_profile_compile_autotune.slow_instruction": ("SLOW_INSTRUCTION",),
+    "06_profile_compile_autotune.fixed": ("fixed_matmul_kernel",),
+    "06_profile_compile_autotune.fixed_speed": ("fixed_matmul_kernel",),
+    "06_profile_compile_autotune.autotune_space": ("SPACE",),
     "07_backward.backward_torch": ("chunked_backward_torch",),
     "07_backward.dq": ("dq_kernel",),
     "07_backward.dkdv": ("dkdv_kernel",),

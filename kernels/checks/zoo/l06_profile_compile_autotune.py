@@ -1,0 +1,181 @@
+"""Plausible answers to lesson 06's exercises: shared-memory formulas, instruction names, fixes, tuning spaces."""
+
+from . import Entry
+
+LESSON = "06_profile_compile_autotune"
+PREDICT = '''def predict_shared(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages):
+    return {body}
+'''
+
+
+def _predict(name, body, **kw):
+    return Entry(f"{LESSON}.predict_shared", name, PREDICT.format(body=body), **kw)
+
+
+_NAMES = {"slow_instruction": "SLOW_INSTRUCTION", "autotune_space": "SPACE"}
+
+
+def _value(exercise, name, source, **kw):
+    """A value answer, written as the cell would write it (``NAME = ...``)."""
+    value = eval(source.split("=", 1)[1].strip(), {"dict": dict})
+    return Entry(f"{LESSON}.{exercise}", name, source, namespace=((_NAMES[exercise], value),), **kw)
+
+
+KERNEL = '''@triton.jit{decorator}
+def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id({pid_m}) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id({pid_n}) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, {k_end}, BLOCK_K):
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ({koff})[None, :] * stride_ak,
+                    mask={mask_a}, other=0.0)
+        b = tl.load(b_ptr + {b_addr},
+                    mask={mask_b}, other=0.0)
+        acc = {dot}
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask={mask_c})
+'''
+_GOOD = dict(decorator="", pid_m="0", pid_n="1", k_end="K", koff="k + ks",
+             mask_a="(rows[:, None] < M) & ((k + ks)[None, :] < K)",
+             b_addr="(k + ks)[:, None] * stride_bk + cols[None, :] * stride_bn",
+             mask_b="((k + ks)[:, None] < K) & (cols[None, :] < N)", dot="tl.dot(a, b, acc)",
+             mask_c="(rows[:, None] < M) & (cols[None, :] < N)")
+_DNS = '(do_not_specialize=["M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", ' \
+       '"stride_cn"])'
+
+
+def _kernel(name, exercise="fixed", **changes):
+    kw = {k: changes.pop(k) for k in list(changes) if k in _GOOD}
+    return Entry(f"{LESSON}.{exercise}", name, KERNEL.format(**{**_GOOD, **kw}), **changes)
+
+
+_INCREMENTS = '''@triton.jit
+def _tile_mask(rows, cols, R, C):
+    return (rows[:, None] < R) & (cols[None, :] < C)
+
+
+@triton.jit
+def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=_tile_mask(rows, ks, M, K - k * BLOCK_K), other=0.0)
+        b = tl.load(b_ptrs, mask=_tile_mask(ks, cols, K - k * BLOCK_K, N), other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=_tile_mask(rows, cols, M, N))
+'''
+
+_SPACE_GOOD = '''SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
+         dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
+         dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
+         dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)]
+'''
+
+ENTRIES = [
+    _predict("one-stage", "(BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2", fault="one stage's tiles",
+             why="counts the tiles once, forgetting the pipeline's copies"),
+    _predict("elements", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N)", fault="counts elements",
+             why="elements, not bytes"),
+    _predict("fp32-bytes", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 4", fault="4 bytes per element",
+             why="takes the accumulator's fp32 for the tiles' fp16"),
+    _predict("stages-minus-one", "max(1, num_stages - 1) * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2",
+             fault="num_stages - 1", why="counts only the loads in flight ahead of the current iteration"),
+    _predict("output-tile", "num_stages * BLOCK_M * BLOCK_N * 4", fault="output tile",
+             why="stages the accumulator instead of the input tiles"),
+    _predict("per-warp", "num_warps * num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2",
+             fault="num_warps does not change it", why="shared memory per warp"),
+    _predict("float", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2.0", fault="expected an int",
+             why="a float number of bytes"),
+    _predict("square-tiles", "num_stages * 2 * BLOCK_M * BLOCK_K * 2", fault="shared memory", visible=False,
+             why="assumes BLOCK_N == BLOCK_M: right for the lesson's square tiles, wrong for 64 x 128"),
+    _predict("bytes", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2", wrong=False,
+             why="the formula"),
+    _predict("bytes-helper", "int(sum(t * 2 for t in (BLOCK_M * BLOCK_K, BLOCK_K * BLOCK_N)) * num_stages)",
+             wrong=False, why="the same, written per tile"),
+    _predict("kib", "(num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 // 1024) * 1024", wrong=False,
+             why="in KiB and back: exact, every tile size here is a multiple of 512 elements"),
+
+    _value("slow_instruction", "vector-load", 'SLOW_INSTRUCTION = "ld.global.v4.b32"', fault="does not occur",
+           why="the fast kernel's load, which the planted one does not have"),
+    _value("slow_instruction", "mma", 'SLOW_INSTRUCTION = "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"',
+           fault="in the fixed one", why="the tensor-core instruction, the same in both"),
+    _value("slow_instruction", "narrow-store", 'SLOW_INSTRUCTION = "st.global.b16"', fault="a store",
+           why="only the planted kernel has it, but it runs once per program"),
+    _value("slow_instruction", "shared-store", 'SLOW_INSTRUCTION = "st.shared.b16"',
+           fault="a store", why="the planted kernel's copy into shared memory, not the wait"),
+    _value("slow_instruction", "cp-async", 'SLOW_INSTRUCTION = "cp.async.cg.shared.global"',
+           fault="does not occur", why="the fixed kernel's instruction"),
+    _value("slow_instruction", "prose", 'SLOW_INSTRUCTION = "the loads are not vectorised"',
+           fault="does not occur", why="a description, not a mnemonic"),
+    _value("slow_instruction", "number", "SLOW_INSTRUCTION = 16", fault="must be a string",
+           why="the width, not the instruction"),
+    _value("slow_instruction", "ptx", 'SLOW_INSTRUCTION = "ld.global.b16"', wrong=False, why="the PTX mnemonic"),
+    _value("slow_instruction", "sass", 'SLOW_INSTRUCTION = "LDG.E.U16"', wrong=False, why="the SASS mnemonic"),
+    _value("slow_instruction", "line", 'SLOW_INSTRUCTION = "@%p1 ld.global.b16 { %rs1 }, [ %rd5 + 0 ];"',
+           wrong=False, why="a whole predicated line of the listing"),
+
+    _kernel("no-k-mask", mask_a="rows[:, None] < M", mask_b="cols[None, :] < N", fault="out of bounds|NaN",
+            why="drops the K masks: K = 70 is not a multiple of 32"),
+    _kernel("no-store-mask", mask_c="rows[:, None] < M", fault="out of bounds",
+            why="masks the store on rows only"),
+    _kernel("row-mask-only-a", mask_a="(k + ks)[None, :] < K", fault="out of bounds|NaN",
+            why="forgets the rows past M in a's last tile"),
+    _kernel("b-strides-swapped", b_addr="(k + ks)[:, None] * stride_bn + cols[None, :] * stride_bk",
+            fault="relative error|out of bounds", why="addresses b with its strides swapped"),
+    _kernel("b-unit-inner-stride", b_addr="(k + ks)[:, None] * stride_bk + cols[None, :]", visible=False,
+            fault="relative error|out of bounds", why="assumes b's columns are contiguous: not for a column-major b"),
+    _kernel("first-k-tile-only", koff="ks", mask_a="(rows[:, None] < M) & (ks[None, :] < K)",
+            b_addr="ks[:, None] * stride_bk + cols[None, :] * stride_bn",
+            mask_b="(ks[:, None] < K) & (cols[None, :] < N)", fault="relative error",
+            why="forgets to advance along K: multiplies the first tiles again and again"),
+    _kernel("skips-last-k-tile", k_end="K - BLOCK_K", fault="relative error",
+            why="stops one tile early, as if K were a multiple of BLOCK_K plus one"),
+    _kernel("no-accumulate", dot="tl.dot(a, b)", fault="relative error",
+            why="overwrites the accumulator: only the last K tile counts"),
+    _kernel("pid-axes-swapped", pid_m="1", pid_n="0", fault="not written|out of bounds|relative error", visible=False,
+            why="takes the row tile from axis 1 of a grid whose axis 0 runs over rows"),
+    _kernel("planted-copy", decorator=_DNS, where=("gpu",), fault="too slow", exercise="fixed_speed",
+            why="the planted kernel itself: right numbers, one-element loads"),
+    _kernel("fixed", why="the fix: the same body, specialised as usual", wrong=False),
+    _kernel("fixed-sizes-only", decorator='(do_not_specialize=["M", "N", "K"])', wrong=False,
+            why="keeps one binary for all sizes but lets the strides specialise"),
+    _kernel("fixed-speed", exercise="fixed_speed", wrong=False, why="the fix, timed on a GPU"),
+    Entry(f"{LESSON}.fixed", "pointer-increments", _INCREMENTS, wrong=False,
+          why="pointers advanced by BLOCK_K each step, a @triton.jit mask helper, a tile-count loop"),
+
+    _value("autotune_space", "too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, "
+           "num_stages=3)]", fault="at least 4", why="one configuration is not a search"),
+    _value("autotune_space", "too-many", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=3) "
+           "for m in (64, 128) for n in (64, 128) for k in (32, 64) for w in (4, 8)]", fault="keep it to 12",
+           why="16 configurations: the first call would compile and time all of them"),
+    _value("autotune_space", "too-much-smem", _SPACE_GOOD.replace("BLOCK_N=256, BLOCK_K=64, num_warps=8, "
+                                                                   "num_stages=3", "BLOCK_N=256, BLOCK_K=128, "
+                                                                   "num_warps=8, num_stages=4"),
+           fault="out of resources", why="4 stages of 128 x 128 + 128 x 256 fp16 tiles: 384 KiB"),
+    _value("autotune_space", "missing-key", _SPACE_GOOD.replace(", num_stages=3)", ")", 1), fault="exactly",
+           why="leaves num_stages to the default"),
+    _value("autotune_space", "odd-block", _SPACE_GOOD.replace("BLOCK_K=32", "BLOCK_K=48"), fault="allowed",
+           why="a block size that is not a power of two"),
+    _value("autotune_space", "one-axis", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, "
+           "num_stages=s) for s in (1, 2, 3, 4)]", fault="vary at least two", why="tunes stages only"),
+    _value("autotune_space", "duplicate", _SPACE_GOOD.replace("BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4",
+                                                              "BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8"),
+           fault="twice", why="the same configuration listed twice"),
+    _value("autotune_space", "tiny-tiles", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=16, num_warps=w, "
+           "num_stages=1) for m in (16, 32) for n in (16, 32) for w in (1, 2)]", fault="slower than the lesson",
+           where=("gpu",), visible=False, why="tiles too small to reuse anything, no pipeline: loses on a GPU"),
+    _value("autotune_space", "good", _SPACE_GOOD, wrong=False, why="Hopper-sized tiles, 3-4 stages"),
+    _value("autotune_space", "tuple-list", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=64, num_warps=w, "
+           "num_stages=s) for (m, n, w, s) in ((128, 128, 8, 3), (128, 128, 4, 4), (128, 256, 8, 3), "
+           "(64, 128, 4, 3), (128, 64, 4, 3))]", wrong=False, why="built by a comprehension"),
+]

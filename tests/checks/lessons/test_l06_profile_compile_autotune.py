@@ -1,0 +1,86 @@
+"""Lesson 06's checks: the solutions pass; a wrong shared-memory formula, instruction or space fails with a message
+that says why; the hints name the mistake. (The zoo grades many more answers; these pin the messages.)"""
+
+import pytest
+from lessonkit import assert_fails as fails
+from lessonkit import edit, function, grade, kernel, solution_cells
+
+from kernels.checks.lessons import l06_profile_compile_autotune as l06
+
+LESSON = "06_profile_compile_autotune"
+CELLS = solution_cells(LESSON)
+
+
+def _space():
+    ns = {"dict": dict}
+    exec(CELLS["ex4-space"], ns)
+    return ns["SPACE"]
+
+
+def test_predict_shared_solution_passes_and_a_one_stage_formula_fails():
+    ok = function(CELLS["ex1-predict"], "predict_shared")
+    out = grade(f"{LESSON}.predict_shared", ok)
+    assert out.passed, out.message
+    one = function(edit(CELLS["ex1-predict"], "return num_stages * ", "return "), "predict_shared")
+    fails(grade(f"{LESSON}.predict_shared", one), "the compiler allocates 98304 B", "one stage's tiles")
+
+
+def test_shared_hints_name_the_mistake():
+    cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
+    want = 3 * (64 * 32 + 32 * 128) * 2
+    assert "one stage's tiles" in l06._shared_hint(cfg, want // 3, want)
+    assert "counts elements" in l06._shared_hint(cfg, want // 2, want)
+    assert "4 bytes per element" in l06._shared_hint(cfg, want * 2, want)
+    assert "num_stages - 1" in l06._shared_hint(cfg, 2 * want // 3, want)
+    assert "output tile" in l06._shared_hint(cfg, 3 * 64 * 128 * 4, want)
+    assert "num_warps does not change it" in l06._shared_hint(cfg, 4 * want, want)
+    assert l06._shared_hint(cfg, 12345, want) == "a stage holds one tile of a and one of b"
+
+
+def test_shared_pool_fits_and_varies():
+    pool = l06.shared_pool()
+    assert len(pool) == 24 and {c["num_stages"] for c in pool} == {1, 2, 3, 4}
+    assert all(c["num_stages"] * (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * 2 <= l06.SMEM_LIMIT
+               for c in pool)
+
+
+@pytest.mark.parametrize("answer, words", [
+    ("ld.global.b16", None), ("LDG.E.U16", None), ("  @%p7 ld.global.b16 %rs1, [ %rd9 + 0 ];", None),
+    ("st.global.b16", ["a store"]), ("ld.global.v4.b32", ["does not occur", "ld instructions"]),
+    ("wgmma.fence.sync.aligned", ["in the fixed one"]), ("LDGSTS.E.BYPASS.128", ["does not occur"]),
+    ("", ["must be a string"]), (None, ["must be a string"]),
+])
+def test_slow_instruction(answer, words):
+    why = l06.instruction_problems(answer)
+    if words is None:
+        assert why is None, why
+    else:
+        assert why and all(w in why for w in words), why
+
+
+def test_space_structure():
+    good = _space()
+    assert l06._structure(good) is None
+    assert "at least 4" in l06._structure(good[:2])
+    assert "keep it to 12" in l06._structure(good * 3)
+    assert "exactly" in l06._structure([{**good[0], "GROUP_M": 8}] + good[1:])
+    assert "allowed" in l06._structure([{**good[0], "BLOCK_K": 48}] + good[1:])
+    assert "twice" in l06._structure([good[0]] + good[:-1])
+    assert "vary at least two" in l06._structure([dict(good[0], num_stages=s) for s in (1, 2, 3, 4)])
+    assert "list of dicts" in l06._structure({"BLOCK_M": 128})
+
+
+def test_space_solution_compiles_and_too_much_shared_memory_is_named():
+    assert l06.space_problems(_space(), measure=False) is None
+    big = _space()[:3] + [dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4)]
+    why = l06.space_problems(big, measure=False)
+    assert "out of resources" in why and "262144 B" in why, why
+
+
+def test_fixed_solution_passes_and_the_stub_is_refused():
+    mine = kernel(CELLS["ex3-kernel"], "fixed_matmul_kernel")
+    out = grade(f"{LESSON}.fixed", mine)
+    assert out.passed, out.message
+    stub = CELLS["ex3-kernel"].split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError()\n"
+    with pytest.raises(AssertionError, match="not implemented yet"):
+        kernel(stub, "fixed_matmul_kernel")

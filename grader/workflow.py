@@ -290,6 +290,10 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
             picked = next((e for e in chosen if (e.student, e.lesson) == (sub.student, sub.lesson)), None)
             if picked is not None:
                 sub.path = picked.name
+    for e in (e for e in chosen if e.lesson is None):  # did its cells make it some lesson's notebook?
+        subs = collected.get(e.student, {})
+        if not any(f"under the name {e.unpacked}" in n for s in subs.values() for n in s.notes):
+            skipped.append(lms.Skipped(e.name, "no lesson id in the name, and its cells are no (other) lesson's"))
     return collected, skipped + older
 
 

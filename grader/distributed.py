@@ -47,7 +47,7 @@ try:  # the worker plugin below must subclass Dask's when Dask is there; this mo
 except ImportError:  # pragma: no cover - exercised where dask is not installed
     _PluginBase = object
 
-__all__ = ["CLUSTERS", "Cluster", "Outcome", "connect", "autograde", "slurm_options", "main"]
+__all__ = ["CLUSTERS", "Cluster", "Outcome", "connect", "plan", "autograde", "slurm_options", "main"]
 
 CLUSTERS = ("local-gpus", "slurm", "local")
 INSTALL = "pip install -e '.[cluster]'"
@@ -295,6 +295,26 @@ def _workers(client, timeout: float) -> dict:
     return info
 
 
+def plan(info: dict) -> tuple[str, dict | None]:
+    """The mode the workers grade in and the resources each task needs, from what :func:`_probe` and the scheduler
+    said of every worker (address -> mode, resources, nthreads); refuses workers that cannot grade one class."""
+    modes = sorted({d["mode"] for d in info.values()})
+    if len(modes) > 1:
+        raise SetupError("the Dask workers grade in different modes (" + "; ".join(
+            f"{a}: {d['mode']}" for a, d in sorted(info.items())) + "): a score must not depend on where a "
+            "submission lands; use workers of one kind; nothing was graded")
+    if modes[0] != "gpu":
+        return modes[0], None
+    gpu = [d for d in info.values() if d.get("resources", {}).get("GPU")]
+    if not gpu:
+        raise SetupError("the Dask workers have GPUs but offer no GPU resource: start each with "
+                         "`--resources GPU=1` (one worker per GPU); nothing was graded")
+    # a GPU worker's threads are its slots on its GPU (the sandbox keeps timing exclusive among them): a task needs
+    # 1/slots of the worker's GPU resource, a hair less so that rounding never leaves a slot idle
+    slots = max(1, min(int(d.get("nthreads", 1)) for d in gpu))
+    return "gpu", {"GPU": 1.0 / slots - 1e-9}
+
+
 def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settings=None, seed: int | None = None,
               problem_timeout: float | None = None, redo: bool = False, progress: bool = True, timeout: float = 60.0,
               on_result: Callable | None = None, speed_policy: str = "zero", new_seed: bool = False) -> Outcome:
@@ -310,17 +330,7 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
 
     t0 = time.time()
     info = _workers(client, timeout)
-    modes = sorted({d["mode"] for d in info.values()})
-    if len(modes) > 1:
-        raise SetupError("the Dask workers grade in different modes (" + "; ".join(
-            f"{a}: {d['mode']}" for a, d in sorted(info.items())) + "): a score must not depend on where a "
-            "submission lands; use workers of one kind; nothing was graded")
-    mode = modes[0]
-    if mode == "gpu":
-        missing = [a for a, d in info.items() if not d["resources"].get("GPU")]
-        if len(missing) == len(info):
-            raise SetupError("the Dask workers have GPUs but offer no GPU resource: start each with "
-                             "`--resources GPU=1` (one worker per GPU); nothing was graded")
+    mode, resources = plan(info)
     sources, releases = workflow.sources_of(root), workflow.releases_of(root)
     subs = [s for s in workflow.submissions(root, lessons, students) if s.lesson in sources]
     earlier = set() if redo else {(s.student, s.lesson) for s in subs if workflow.recorded(root, s)}
@@ -374,12 +384,6 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
 
     futures = {}
     watch = None
-    resources = None
-    if mode == "gpu":
-        # a GPU worker's threads are its slots on its GPU (the sandbox keeps timing exclusive among them): a task
-        # needs 1/slots of the worker's GPU resource, a hair less so that rounding never leaves a slot idle
-        slots = min(d["nthreads"] for d in info.values() if d["resources"].get("GPU"))
-        resources = {"GPU": 1.0 / max(1, slots) - 1e-9}
     submitted = time.time()
     try:
         for s in todo:

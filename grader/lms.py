@@ -46,11 +46,12 @@ class Entry:
 
     name: str  # its path in the download
     student: str  # the course's student id (after the roster)
-    lesson: str
+    lesson: str | None  # None: not in the name (collect finds it by the notebook's cells)
     when: float  # the archive entry's or file's date (epoch seconds, UTC)
     copy: int  # 0 for the first upload, N for a copy mark -N or (N)
     lms: str  # which naming it followed
     read: object = dataclasses.field(repr=False, default=None)  # () -> bytes
+    unpacked: str = ""  # the name unpack gave a file with no lesson in its name
 
 
 @dataclasses.dataclass
@@ -136,14 +137,15 @@ def _lesson_at_end(text: str, lessons: list[str]) -> tuple[str | None, str, int]
 
 def parse(path: str, lessons: list[str], *, named_regexp: str | None = None,
           gradescope: dict[str, list[str]] | None = None) -> tuple[str, str, str, int, list[str]] | str:
-    """(format, lesson, LMS name, copy, keys for the roster) for one file of a download, or why it is skipped."""
+    """(format, lesson, LMS name, copy, keys for the roster) for one file of a download, or why it is skipped.
+
+    A notebook whose name names a student but no lesson (``smithalice_1001_55501_lab.ipynb``) comes back with
+    lesson None: collect then finds its lesson by its cells, as for a folder."""
     p = pathlib.PurePosixPath(path)
     base = p.name
     lesson, _, copy = _lesson_at_end(base, lessons)
     if not base.endswith(".ipynb"):
         return "not a notebook (.ipynb)"
-    if lesson is None:
-        return f"no lesson id at the end of the name (expected one of {', '.join(lessons)})"
     for part in reversed(p.parts[:-1]):
         m = _GRADESCOPE.match(part)
         if m:
@@ -164,6 +166,8 @@ def parse(path: str, lessons: list[str], *, named_regexp: str | None = None,
     m = _CANVAS.match(base)
     if m and _lesson_at_end(m["file"], lessons)[0] == lesson:
         return "canvas", lesson, m["name"], copy, [m["uid"], m["name"]]
+    if lesson is None:
+        return f"no lesson id at the end of the name (expected one of {', '.join(lessons)})"
     if named_regexp:
         m = re.match(named_regexp, _strip_copy(base[: -len(".ipynb")])[0] + ".ipynb")
         if m and "student_id" in m.groupdict():
@@ -255,11 +259,13 @@ def entries(source: pathlib.Path, lessons: list[str], *, roster: Roster | None =
 
 
 def select(found: list[Entry]) -> tuple[list[Entry], list[Skipped]]:
-    """One entry per student and lesson: the newest (archive date, then copy number); the others skipped."""
+    """One entry per student and lesson: the newest (archive date, then copy number); the others skipped.
+    Entries with no lesson in their name are all kept (collect matches them by their cells)."""
     groups: dict[tuple[str, str], list[Entry]] = {}
+    keep, skipped = [e for e in found if e.lesson is None], []
     for e in found:
-        groups.setdefault((e.student, e.lesson), []).append(e)
-    keep, skipped = [], []
+        if e.lesson is not None:
+            groups.setdefault((e.student, e.lesson), []).append(e)
     for (student, lesson), group in sorted(groups.items()):
         group.sort(key=lambda e: (e.when, e.copy))
         best = group[-1]
@@ -280,6 +286,16 @@ def unpack(chosen: list[Entry], folder: pathlib.Path) -> None:
     for e in chosen:
         d = folder / e.student
         d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{e.lesson}.ipynb"
+        if e.lesson is None:  # named after the file, one level down, so that no lesson's name is taken
+            d = d / "unnamed"
+            d.mkdir(exist_ok=True)
+            stem, n = re.sub(r"[^A-Za-z0-9._ ()-]", "_", pathlib.PurePosixPath(e.name).stem)[:80], 0
+            path = d / f"{stem}.ipynb"
+            while path.exists():
+                n += 1
+                path = d / f"{stem}-{n}.ipynb"
+            e.unpacked = path.name
+        else:
+            path = d / f"{e.lesson}.ipynb"
         path.write_bytes(e.read())
         os.utime(path, (e.when, e.when))

@@ -106,7 +106,7 @@ run_stage() {  # stage name, time limit in seconds
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
     # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json
-    lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py || echo "lesson06 failed ($?)" ;;
+    lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py --budget $(( limit - 20 )) || echo "lesson06 failed ($?)" ;;
     # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
     # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
     dask|multi) (

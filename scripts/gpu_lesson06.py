@@ -1,7 +1,8 @@
-"""Lesson 06 on the GPU in one go: its tests, its zoo, and the solution notebook top to bottom.
+"""Lesson 06 on the GPU in one go: its tests, the solution notebook top to bottom, and its zoo.
 
-    python3 scripts/gpu_lesson06.py [--skip-tests] [--skip-zoo] [--zoo-jobs N]
+    python3 scripts/gpu_lesson06.py [--budget SECONDS] [--skip-tests] [--skip-zoo] [--zoo-jobs N]
 
+Each part gets what is left of the budget (the zoo, longest, goes last) and the record is saved after each.
 Writes results/gpu/lesson06.json (date, GPU, versions; per test file its outcome and seconds; the zoo's verdicts;
 the notebook's status, seconds, first errors, and the times it measured: planted vs fixed, the autotune sweep),
 the zoo's own report results/gpu/zoo-lesson06.json, and the executed notebook, with its outputs, to
@@ -31,12 +32,18 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
-def run_tests() -> list[dict]:
+def run_tests(left) -> list[dict]:
     rows = []
     for path in TESTS:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5", path],
-                              cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env())
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5",
+                                   path], cwd=ROOT, capture_output=True, text=True, timeout=max(10, left() - 240),
+                                  env=_env())
+        except subprocess.TimeoutExpired:
+            rows.append({"tests": path, "status": "timeout", "seconds": round(time.perf_counter() - t0, 1)})
+            print(f"{path}: timed out", flush=True)
+            continue
         secs = time.perf_counter() - t0
         tail = proc.stdout.strip().splitlines()[-15:]
         rows.append({"tests": path, "status": "ok" if proc.returncode == 0 else f"failed ({proc.returncode})",
@@ -47,11 +54,17 @@ def run_tests() -> list[dict]:
     return rows
 
 
-def run_zoo(jobs: int) -> dict:
+def run_zoo(jobs: int, left) -> dict:
     report = OUT / "zoo-lesson06.json"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--lesson", LESSON, "--jobs", str(jobs),
-                           "--out", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=900, env=_env())
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--lesson", LESSON, "--jobs", str(jobs),
+                               "--out", str(report)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=max(10, left() - 10), env=_env())
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        print(f"zoo: timed out after {time.perf_counter() - t0:.0f} s", flush=True)
+        return {"status": "timeout", "seconds": round(time.perf_counter() - t0, 1), "tail": out.splitlines()[-20:]}
     secs = time.perf_counter() - t0
     bad = [ln for ln in proc.stdout.splitlines() if ln.startswith("BAD") or ln.startswith("      ")]
     print(f"zoo: exit {proc.returncode} in {secs:.0f} s; {proc.stdout.strip().splitlines()[-1:]}", flush=True)
@@ -72,7 +85,7 @@ def run_notebook(out: pathlib.Path) -> dict:
 
     nb = jupytext.read(ROOT / "solutions" / f"{LESSON}.py")
     t0 = time.perf_counter()
-    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
                                      resources={"metadata": {"path": str(ROOT / "solutions")}})
     client.execute(env=_env())
     secs = time.perf_counter() - t0
@@ -100,6 +113,7 @@ def run_notebook(out: pathlib.Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=560, help="seconds for all of it")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-zoo", action="store_true")
     ap.add_argument("--zoo-jobs", type=int, default=3)
@@ -118,11 +132,16 @@ def main() -> int:
     def save():
         path.write_text(json.dumps(record, indent=1, default=str) + "\n")
 
-    record["tests"] = [] if args.skip_tests else run_tests()
-    save()
-    record["zoo"] = {} if args.skip_zoo else run_zoo(args.zoo_jobs)
+    start = time.perf_counter()
+
+    def left() -> float:
+        return args.budget - (time.perf_counter() - start)
+
+    record["tests"] = [] if args.skip_tests else run_tests(left)
     save()
     record["notebook"] = run_notebook(OUT / "notebooks")
+    save()
+    record["zoo"] = {} if args.skip_zoo else run_zoo(args.zoo_jobs, left)
     save()
     parts = record["tests"] + ([record["zoo"]] if record["zoo"] else []) + [record["notebook"]]
     return 0 if all(r["status"] == "ok" for r in parts) else 1

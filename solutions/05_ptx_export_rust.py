@@ -555,18 +555,17 @@ def load_function(manifest, shared, image="ptx"):
     """Load the exported image into torch's context and return its entry point (once per export)."""
     from cuda.bindings import driver as cu
 
-    ok = _ok
     torch.cuda.init()
-    ok(cu.cuInit(0), "cuInit")
-    context = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")),
+    _ok(cu.cuInit(0), "cuInit")
+    context = _ok(cu.cuDevicePrimaryCtxRetain(_ok(cu.cuDeviceGet(torch.cuda.current_device()), "cuDeviceGet")),
                  "cuDevicePrimaryCtxRetain")  # the context torch's runtime uses
-    ok(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    _ok(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
     data = (OUT / manifest["images"][image]).read_bytes() + (b"\0" if image == "ptx" else b"")
-    module = ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
-    function = ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")
+    module = _ok(cu.cuModuleLoadData(data), "cuModuleLoadData")
+    function = _ok(cu.cuModuleGetFunction(module, manifest["entry"].encode()), "cuModuleGetFunction")
     if shared > 48 * 1024:
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        ok(cu.cuFuncSetAttribute(function, attr, shared), "cuFuncSetAttribute")
+        _ok(cu.cuFuncSetAttribute(function, attr, shared), "cuFuncSetAttribute")
     return function
 
 
@@ -723,6 +722,68 @@ else:
     print({key: report[key] for key in list(report)[:8]})
     print("Rust launch vs float64 reference:", assert_close("rust", ref, o_rust.cuda(), tolerance(torch.bfloat16)))
     print("Rust launch == driver-API launch, bit for bit:", torch.equal(o_rust.cuda(), o_driver))
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-rust-text", "locked": true, "schema_version": 3, "solution": false}
+# ## Exercise 3 · a part of the launcher, in Rust (checked by the crate's tests)
+#
+# Now write some of it yourself. `launch_grid(manifest, sizes)` returns the launch grid the manifest describes:
+# its three `grid` expressions evaluated over the integer constexprs and the problem sizes, each within CUDA's
+# limits (x up to 2³¹ − 1, y and z up to 65535), and an `Err` naming the problem for a missing size, an
+# expression that fails, or a grid outside the limits: what your Python `build_launch` did for the grid, in Rust.
+# The crate gives you what you need: `Manifest` (its fields `constexprs: Vec<(String, Json)>` with
+# `Json::as_i64()`, `sizes: Vec<String>` and `grid: [String; 3]`) and `workbook_launch::expr::evaluate(text,
+# &HashMap<String, i64>) -> Result<i64, ExprError>` (`ExprError.0` is its message).
+#
+# Write the body of the function inside the string below, in place of the two placeholder lines. The cell after
+# it writes your code into a crate of its own beside the workbook's (`artifacts/05_ptx_export_rust/rust-yours`),
+# builds it with `cargo build --offline` and runs the crate's tests (`rust/exercise/grid.rs`): they compare your
+# grid with the launcher's own `Manifest::resolve` for the lesson's kernels, at odd sizes, and check the refusals.
+# No GPU is needed. This exercise is not part of the lesson's points: the tests are your check. Without `cargo`
+# the cell says how to get it and skips.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-rust", "locked": false, "schema_version": 3, "solution": true}
+YOUR_RUST = r"""
+use std::collections::HashMap;
+
+use workbook_launch::expr::evaluate;
+use workbook_launch::Manifest;
+
+/// The launch grid of `manifest` for `sizes`, or why there is none.
+pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> Result<[u32; 3], String> {
+### BEGIN SOLUTION
+    let mut env: HashMap<String, i64> = HashMap::new();
+    for (name, value) in &manifest.constexprs {
+        if let Some(v) = value.as_i64() {
+            env.insert(name.clone(), v);
+        }
+    }
+    for name in &manifest.sizes {
+        let (_, v) = sizes.iter().find(|(k, _)| k == name).ok_or(format!("missing size {name}"))?;
+        env.insert(name.clone(), *v);
+    }
+    let limits = [2_147_483_647i64, 65_535, 65_535];
+    let mut grid = [0u32; 3];
+    for axis in 0..3 {
+        let v = evaluate(&manifest.grid[axis], &env).map_err(|e| e.0)?;
+        if v < 1 || v > limits[axis] {
+            return Err(format!("grid axis {axis} = {v} is outside 1..{}", limits[axis]));
+        }
+        grid[axis] = v as u32;
+    }
+    Ok(grid)
+### END SOLUTION
+}
+"""
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-rust-check", "locked": true, "schema_version": 3, "solution": false}
+from kernels.export.rust_exercise import build_and_test
+
+rust_result = build_and_test(YOUR_RUST, OUT / "rust-yours")
+print(rust_result.message)
+if rust_result.passed is None:
+    print("(skipped)")
+elif rust_result.tests:
+    print("\n".join(f"  {'ok  ' if ok else 'FAIL'} {name}" for name, ok in rust_result.tests.items()))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "no-gpu", "locked": true, "schema_version": 3, "solution": false}
 # > **Without a GPU.** The export, the PTX, the manifest and both exercises work the same on a laptop: Triton

@@ -134,3 +134,40 @@ def test_rust_cli_broken_grid_leaves_nan(binary, exported_vector_add, tmp_path):
     assert p.returncode == 0, p.stderr
     out = torch.frombuffer(bytearray((tmp_path / "o.bin").read_bytes()), dtype=torch.float32)
     assert (out[:1024] == 0).all() and torch.isnan(out[1024:]).all()
+
+
+def _lesson_rust():
+    """Lesson 05's Rust exercise: the solution's source, and the student's (the body replaced by the stub)."""
+    import re
+
+    from kernels.course import solution_notebook
+
+    cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
+    source = re.search(r'r"""\n(.*)"""', cell.source, re.S).group(1)
+    solution = re.sub(r"### (BEGIN|END) SOLUTION\n", "", source)
+    stub = re.sub(r"### BEGIN SOLUTION\n.*### END SOLUTION\n", "# YOUR CODE HERE\nraise NotImplementedError()\n",
+                  source, flags=re.S)
+    return solution, stub
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
+def test_lesson_rust_exercise_passes_the_solution_and_fails_the_stub_and_a_missing_limit(tmp_path):
+    from kernels.export.rust_exercise import build_and_test
+
+    solution, stub = _lesson_rust()
+    good = build_and_test(solution, tmp_path / "good")
+    assert good.passed and len(good.tests) == 3 and all(good.tests.values()), good.message
+    bad = build_and_test(stub, tmp_path / "stub")
+    assert bad.passed is False and "does not build" in bad.message
+    no_limit = build_and_test(solution.replace("if v < 1 || v > limits[axis]", "if v < 1"), tmp_path / "limit")
+    assert no_limit.passed is False and no_limit.tests["a_grid_past_cudas_limits_is_refused"] is False
+    assert "a_grid_past_cudas_limits_is_refused failed" in no_limit.message
+
+
+def test_lesson_rust_exercise_says_how_to_get_cargo(monkeypatch, tmp_path):
+    from kernels.export import rust_exercise
+
+    monkeypatch.setattr(rust_exercise, "cargo", lambda: None)
+    got = rust_exercise.build_and_test("pub fn f() {}", tmp_path)
+    assert got.passed is None and "rustup" in got.message and not (tmp_path / "Cargo.toml").exists()

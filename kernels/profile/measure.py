@@ -151,8 +151,11 @@ def run_ncu(code: str, kernel: str, *, metrics=tuple(NCU_METRICS), timeout: floa
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(__file__).resolve().parents[2]),
                                                           env.get("PYTHONPATH")]))
-        proc = subprocess.run(ncu_command(str(script), kernel, metrics), capture_output=True, text=True,
-                              timeout=timeout, env=env)
+        try:
+            proc = subprocess.run(ncu_command(str(script), kernel, metrics), capture_output=True, text=True,
+                                  timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"ncu took longer than {timeout:.0f} s") from None
     return _parse_ncu_csv(proc.stdout, proc.stderr)
 
 

@@ -121,7 +121,7 @@ def record_reference(path: str | pathlib.Path) -> dict:
     _need_gpu("record_reference()")
     from ..bench import copy_bandwidth
 
-    ws = working_set([2**p for p in range(20, 32)])
+    ws = working_set(DENSE_SIZES)
     st = strided([1, 2, 4, 8, 16, 32])
     record = {"device": ws["device"], "date": ws["date"], "l2_bytes": ws["l2_bytes"],
               "copy_bandwidth": copy_bandwidth(), "source": "kernels.viz.measure.record_reference",

@@ -227,9 +227,20 @@ def test_wrong_notebook_and_remove_student(tmp_path, fixture_source):
     assert got["dave"]["00_setup"].notebook is None
     note = got["dave"]["00_setup"].notes[-1]
     assert note.startswith("not the 00_setup notebook:") and f"it is {fx}'s" in note
+    from nbgrader.api import Gradebook
+
+    from grader.late import parse_date, set_due
+
+    db = f"sqlite:///{root / 'gradebook.db'}"
+    set_due(db, "00_setup", parse_date("2026-12-01 00:00"))
+    set_due(db, "00_setup", parse_date("2026-12-02 00:00"), student="dave")  # dave in the gradebook, with a submission
     done = workflow.remove_student(root, "dave")
     assert not (root / "submitted" / "dave").exists() and any("moved" in d for d in done)
     assert list((root / "backups" / "removed").glob("dave-*/submitted/00_setup"))
+    assert any("gradebook" in d for d in done)
+    with Gradebook(db) as gb:
+        assert [s.id for s in gb.students] == []
+    assert workflow.remove_student(root, "dave") == []  # again: nothing to do
 
 
 def test_collect_command(tmp_path, fixture_source, capsys):
@@ -248,3 +259,22 @@ def test_collect_command(tmp_path, fixture_source, capsys):
     assert "skipped readme.txt: not a notebook" in out and f"skipped alice_{fx}.ipynb: an earlier upload" in out
     assert main(["--course", str(tmp_path / "nothing"), "collect", str(archive)]) == 2
     assert "make grade-build" in capsys.readouterr().err
+
+
+def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):
+    """A Canvas upload named anything (``..._mylab.ipynb``) is found by its cells; one that is no lesson's is
+    listed as skipped with its reason."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    archive = _zip(tmp_path / "canvas.zip", {
+        "smithbob_1004_55510_mylab.ipynb": (fixture_source, (2026, 12, 1, 10, 0, 0)),
+        "smithbob_1004_55511_scratch.ipynb": (_EMPTY, (2026, 12, 1, 10, 0, 0)),
+    })
+    got, skipped = workflow.collect_lms(root, archive)
+    assert got["smithbob"][fx].notebook is not None and got["smithbob"][fx].status == "new"
+    assert any("under the name" in n for n in got["smithbob"][fx].notes)
+    why = {s.name: s.reason for s in skipped}
+    scratch = "smithbob_1004_55511_scratch.ipynb"
+    assert list(why) == [scratch] and "no lesson id" in why[scratch]

@@ -308,3 +308,22 @@ def test_no_worker_left_is_an_infrastructure_failure(cluster, course):
     graded = {(r.student, r.lesson) for r in out.results}
     assert not graded & {(s, lsn) for s, lsn, _ in out.infrastructure}
     assert set(workflow.gradebook_scores(course)) == graded
+
+
+def test_plan_shares_a_gpu_among_its_slots_and_refuses_mixed_workers():
+    """GPU tasks take 1/nthreads of a worker's GPU: exactly nthreads of them fit at once; bad layouts are refused."""
+    from grader import distributed
+    from grader.grade import SetupError
+
+    gpu = {"mode": "gpu", "resources": {"GPU": 1}, "nthreads": 3}
+    for n in (1, 2, 3, 5, 7, 8):
+        mode, res = distributed.plan({"a": dict(gpu, nthreads=n), "b": dict(gpu, nthreads=n + 1)})
+        free, fit = 1.0, 0
+        while free >= res["GPU"]:
+            free, fit = free - res["GPU"], fit + 1
+        assert mode == "gpu" and fit == n
+    assert distributed.plan({"a": {"mode": "interpreter", "resources": {}, "nthreads": 2}}) == ("interpreter", None)
+    with pytest.raises(SetupError, match="different modes"):
+        distributed.plan({"a": gpu, "b": {"mode": "interpreter", "resources": {}, "nthreads": 1}})
+    with pytest.raises(SetupError, match="--resources GPU=1"):
+        distributed.plan({"a": dict(gpu, resources={})})

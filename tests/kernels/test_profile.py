@@ -170,7 +170,7 @@ def test_proton_and_autotune_on_gpu(tmp_path):
     a, b = randn(1024, 1024, dtype=torch.float16, device=DEVICE), randn(1024, 1024, dtype=torch.float16,
                                                                          device=DEVICE)
     rows = measure.proton_profile(lambda: planted.fixed_matmul(a, b), repeat=5, out_dir=str(tmp_path))
-    assert any("_fixed_matmul_kernel" in r["kernel"] and r["count"] == 5 for r in rows), rows
+    assert any("fixed_matmul" in r["path"] and r["count"] >= 5 and r["time_ms"] > 0 for r in rows), rows
 
     def run(tuned, args):
         x, y, c = args

@@ -57,7 +57,7 @@ lab: $(STAMP)
 	fi; \
 	$(BIN)/jupyter lab --no-browser --port=$(PORT) --notebook-dir=$(WORK) $(LAB_ROOT) $(LAB_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) sandbox-tool
 	@$(BIN)/python -m kernels
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not browser"
@@ -91,7 +91,14 @@ course-check: $(STAMP)
 # make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip [ROSTER=roster.csv];
 # EXPORT=grades.csv.
 .PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
-grade-demo: $(STAMP)
+# The grader's sandbox is bubblewrap (Debian's bubblewrap), installed like chromium when missing.
+.PHONY: sandbox-tool
+sandbox-tool:
+	@command -v bwrap >/dev/null || { apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+	  || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }; } \
+	  || { echo "cannot install bubblewrap: run as root, or apt-get install bubblewrap"; exit 1; }
+
+grade-demo: $(STAMP) sandbox-tool
 	$(BIN)/python -m grader demo
 
 grade-build: $(STAMP)
@@ -100,7 +107,7 @@ grade-build: $(STAMP)
 grade-collect: $(STAMP)
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
-grade-autograde: $(STAMP)
+grade-autograde: $(STAMP) sandbox-tool
 	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L)) $(if $(SPEED),--speed-policy $(SPEED)) $(if $(CLUSTER),--cluster $(CLUSTER)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
 grade-feedback: $(STAMP)

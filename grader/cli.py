@@ -1,4 +1,5 @@
-"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint, demo.
+"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint,
+demo, redteam.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
 another; ``grader/GUIDE.md`` walks through a term): ``build`` the student notebooks from ``solutions/``;
@@ -40,6 +41,23 @@ def _demo(args) -> int:
         reports = [_ROOT / "results" / "gpu"] + ([pathlib.Path(os.environ["OUT"])] if os.environ.get("OUT") else [])
     return run_demo(work, slots=args.slots or (3 if ON_GPU else 2), lessons=args.lessons, students=args.students,
                     direct=args.direct, reports=reports, copies=args.class_of)
+
+
+def _redteam(args) -> int:
+    import kernels  # noqa: F401  (decides GPU or interpreter first)
+    from kernels.device import ON_GPU
+
+    from .redteam import run
+
+    report = pathlib.Path(args.report) if args.report else (_ROOT / "results" / "gpu" / "redteam.json" if ON_GPU
+                                                             else None)
+    summary = run(only=args.students, report=report, slots=args.slots, progress=True)
+    print(summary["table"])
+    for m in summary["mismatches"]:
+        print(f"MISMATCH {m['student']}/{m['lesson']}: {m['score']:g}, want {m['want']:g}: {m['messages'][:2]}")
+    print(f"{len(summary['scores'])} submissions in {summary['seconds']:.0f} s; "
+          f"{len(summary['mismatches'])} mismatch(es)" + (f"; report {report}" if report else ""))
+    return 1 if summary["mismatches"] else 0
 
 
 def _build(args) -> int:
@@ -286,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--class-of", type=int, default=0, metavar="N",
                    help="instead: N students who all submit every lesson's solution (to time a class)")
     d.set_defaults(fn=_demo)
+    r = sub.add_parser("redteam", help="grade the red-team class (crafted attacks on lessons 00 and 02)")
+    r.add_argument("--students", nargs="*", help="only these attacks")
+    r.add_argument("--slots", type=int, default=2)
+    r.add_argument("--report", help="write the JSON report here (on a GPU: results/gpu/redteam.json)")
+    r.set_defaults(fn=_redteam)
     args = ap.parse_args(argv)
     from .grade import SetupError
 

@@ -54,9 +54,17 @@ def read_notebook(path: pathlib.Path, *, max_bytes: int = 50 << 20) -> tuple[dic
     notes: list[str] = []
     try:
         size = path.stat().st_size
-        if size > max_bytes:
-            return None, [f"{path.name} is {size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB limit"]
+        if size > 8 * max_bytes:
+            return None, [f"{path.name} is {size / 2**20:.0f} MiB, over the {8 * max_bytes / 2**20:.0f} MiB limit"]
         raw = json.loads(path.read_bytes().decode("utf-8", "replace"))
+        if size > max_bytes:  # stored outputs (plots, long prints) are cleared below: only the code must fit
+            bare = sum(len(json.dumps(c.get("source", ""))) for c in raw.get("cells", []) if isinstance(c, dict)) \
+                if isinstance(raw, dict) and isinstance(raw.get("cells"), list) else size
+            if bare > max_bytes:
+                return None, [f"{path.name} holds {bare / 2**20:.0f} MiB of code and text, over the "
+                              f"{max_bytes / 2**20:.0f} MiB limit"]
+            notes.append(f"{path.name} is {size / 2**20:.0f} MiB with its stored outputs; they were cleared "
+                         "before grading")
     except (OSError, ValueError) as e:
         return None, [f"{path.name} is not a readable notebook (malformed JSON: {str(e)[:120]})"]
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):

@@ -10,32 +10,27 @@ scores 0 with the reason; its worker is replaced by a fresh one for the next pro
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
-import os
 import pathlib
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+
+import torch
 
 from kernels.checks import engine, provenance
 from kernels.checks.spec import CheckFailed, get
 from kernels.device import ON_GPU, describe
 
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
-from .sandbox import SandboxConfig, Worker, WorkerDied, lockdown
+from .sandbox import SandboxConfig, SetupError, Worker, WorkerDied, bwrap_path
 
 __all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader", "SetupError"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-class SetupError(RuntimeError):
-    """The grading machine cannot grade at all (no submission's fault): said once, before anything is graded."""
 
 
 @dataclass
@@ -50,7 +45,7 @@ class Settings:
     seed: int | None = None
     lesson_paths: list[str] = field(default_factory=list)
     gpu_memory_fraction: float | None = None
-    hide: list[str] = field(default_factory=list)  # more folders workers must not see (a course folder elsewhere)
+    hide: list[str] = field(default_factory=list)  # kept for callers; workers see only an allowlist (bubblewrap)
 
 
 @dataclass
@@ -115,31 +110,6 @@ class NotebookResult:
         return d
 
 
-def _hidden_paths(extra: list[str] = ()) -> tuple[list[str], list[str]]:
-    """What workers must not see (the checkout, the course folder, /tmp, private homes) and what they need from
-    inside those (the Python environment, ``kernels/``; each worker also keeps its own folder)."""
-    hide, keep = [str(_ROOT), tempfile.gettempdir(), *extra], [str(_ROOT / "kernels")]
-    covered = [pathlib.Path(h).resolve() for h in hide[1:]]  # the temp folder and extra folders
-    for p in dict.fromkeys([sys.prefix, sys.base_prefix, *sys.path]):
-        if not p or not pathlib.Path(p).exists():
-            continue
-        path = pathlib.Path(p).resolve()
-        if path == _ROOT or _ROOT in path.parents:
-            prefix = pathlib.Path(sys.prefix).resolve()
-            if path == prefix or prefix in path.parents:
-                keep.append(str(prefix))
-            continue
-        if any(c in path.parents for c in covered):  # packages installed under /tmp, say: bound back, read-only
-            keep.append(str(path))
-            continue
-        for anc in reversed(path.parents):
-            if anc != pathlib.Path("/") and not (anc.stat().st_mode & 0o001):
-                hide.append(str(anc))
-                keep.append(str(path))
-                break
-    return list(dict.fromkeys(hide)), list(dict.fromkeys(keep))
-
-
 class GpuLock:
     """Shared while a slot runs anything on the GPU, exclusive while one slot times a kernel, so that no
     timing overlaps another submission's work (a hung kernel included: it holds the GPU until it is killed)."""
@@ -185,9 +155,8 @@ class Grader:
 
     def __init__(self, settings: Settings | None = None, *, root: pathlib.Path | None = None):
         self.settings = settings or Settings()
-        hide, keep = _hidden_paths(self.settings.hide)
-        self.sandbox = SandboxConfig(mode="gpu" if ON_GPU else "interpreter", hide=hide, keep=keep,
-                                     memory_limit=self.settings.memory_limit,
+        bwrap_path()  # a SetupError naming the fix, before anything else
+        self.sandbox = SandboxConfig(mode="gpu" if ON_GPU else "interpreter", memory_limit=self.settings.memory_limit,
                                      gpu_memory_fraction=self.settings.gpu_memory_fraction,
                                      **({"root": root} if root else {}))
         self.lessons_dir = self.sandbox.root / "lessons"
@@ -199,40 +168,48 @@ class Grader:
                 (self.lessons_dir / f.name).chmod(0o644)
             if d not in sys.path:
                 sys.path.append(d)
-        self.sandbox.paths = [str(self.lessons_dir)]
+        self.sandbox.lessons = str(self.lessons_dir)
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
         self.gpu = GpuLock()
         try:
             self.isolation = self._probe()
         except SetupError:
+            self.sandbox.close()
             if root is None:  # the folder made for this run holds nothing yet
                 shutil.rmtree(self.sandbox.root, ignore_errors=True)
             raise
 
     def _probe(self) -> str:
-        """Start one worker to learn how it is isolated; without mount namespaces, make the private folders
-        unreadable to other uids instead (restored when this process exits)."""
-        w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=self.sandbox.mode, name="probe")
-        how = w.isolation
-        if self.sandbox.mode == "gpu":
-            w.send({"op": "warm"})
-            w.recv(300, what="warming Triton's cache")
-            seed = self.sandbox.root / "triton-seed"
-            shutil.copytree(w.dir / ".triton", seed, dirs_exist_ok=True)
-            self.sandbox.triton_seed = str(seed)
-        w.send({"op": "probe"})
-        err = w.recv(120, what="starting its notebook runner").get("error")
-        w.close()
-        if err:
-            raise SetupError(
-                f"a sandboxed worker (uid {w.uid}, no root rights, {how}) cannot start the notebook runner: "
-                f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be on "
-                "its Python path and readable by all users (after `pip install --target DIR`, say, run "
-                "`chmod -R a+rX DIR`); nothing was graded")
-        if how == "permissions":
-            private = [str(_ROOT / d) for d in ("solutions", "grader", "tests", ".git", "course", "results")]
-            changed = lockdown(private)
-            atexit.register(lambda: [os.chmod(p, m) for p, m in changed])
+        """Start the three sandbox templates (their imports overlap) and one worker of each, to learn that the
+        sandbox uid can run everything a grading run needs; in GPU mode, warm Triton's cache once and seed every
+        later worker with it."""
+        mode = self.sandbox.mode
+        kinds = [("kernel", mode), ("notebook", mode)] + ([("compile", "compile")] if mode == "interpreter" else [])
+        self.sandbox.start(*kinds)
+        how = "?"
+        for kind, m in kinds:
+            w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name=f"probe-{kind}",
+                       startup_timeout=300)
+            how = w.isolation
+            if kind == "kernel" and mode == "gpu":
+                w.send({"op": "warm"})
+                files = w.recv(300, what="warming Triton's cache", cap=128 << 20).get("files") or {}
+                for rel, data in files.items():
+                    dest = (self.sandbox.seed / rel).resolve()
+                    if self.sandbox.seed.resolve() in dest.parents:
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.write_bytes(data.numpy().tobytes())
+                w.close()
+                w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name=f"probe-{kind}")
+            w.send({"op": "probe"})
+            err = w.recv(120, what="starting its notebook runner").get("error")
+            w.close()
+            if err:
+                raise SetupError(
+                    f"a sandboxed worker (uid {w.uid}, no root rights, {how}, {kind}) cannot start: "
+                    f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
+                    "on its Python path and readable by all users (after `pip install --target DIR`, say, run "
+                    "`chmod -R a+rX DIR`); nothing was graded")
         return how
 
     def seed(self, *parts) -> int:
@@ -309,7 +286,7 @@ class _Session:
         mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode}[kind]
         uid = self.g.sandbox.uid_base + 3 * self.slot + {"kernel": 0, "compile": 1, "notebook": 2}[kind]
         t0 = time.time()
-        w = Worker(self.g.sandbox, uid=uid, mode=mode, name=f"slot{self.slot}-{kind}",
+        w = Worker(self.g.sandbox, uid=uid, mode=mode, kind=kind, name=f"slot{self.slot}-{kind}",
                    startup_timeout=self.budget(120))
         self.phase("start", t0)
         self.isolation = self.isolation or w.isolation
@@ -396,6 +373,10 @@ class _Session:
                 r = CheckResult(call.exercise, call.hidden, False, f.status, [f"{call.exercise}: {f}"])
             except WorkerDied as e:
                 r = CheckResult(call.exercise, call.hidden, False, "crashed", [f"{call.exercise}: {e}"])
+            finally:
+                stopping = time.time()
+                self.close()  # a fresh sandbox for every problem: nothing one leaves behind reaches the next
+                self.phase("stop", stopping)
             r.seconds = time.time() - t0
             results.append(r)
             if not r.passed:
@@ -581,33 +562,38 @@ class _Session:
         return res
 
     def run_function(self, ex, cell, n, call, values) -> CheckResult:
+        """The exercise's ``run`` and the judging happen here, in the grader; each call of the student's function
+        goes to the notebook's sandbox (where no reference, check or grader code exists) and only its arguments
+        and return value cross."""
         items, skipped = self._cases(ex, cell, n, call)
-        names = [nm if kind == "function" else None for kind, nm in zip(ex.args, call.names)]
         done = 0
         for item in items:
-            w = self.worker("notebook")
-            w.send({"op": "run", "exercise": ex.id, "names": names, "values": values, "hidden": call.hidden,
-                    "index": item["index"], "inputs": item["cpu"]})
             deadline = time.time() + self.s.problem_timeout
-            while True:
-                try:
-                    m = w.recv(self.budget(max(1.0, deadline - time.time())), what=f"on case {item['case'].label!r}")
-                except WorkerDied as e:
+            args = tuple(_Remote(self, nm, ex.forbid, deadline) if kind == "function" else v
+                         for kind, nm, v in zip(ex.args, call.names, values))
+            label = item["case"].label
+            try:
+                outs, result = engine.run_case(ex, args, item["case"], item["cpu"])
+            except WorkerDied as e:
+                self.drop("notebook")
+                status = "timeout" if "stopped after" in str(e) else "crashed"
+                return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
+            except _Raised as e:
+                if e.cuda:
                     self.drop("notebook")
-                    status = "timeout" if "stopped after" in str(e) else "crashed"
-                    return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
-                if m.get("event") == "case":
-                    continue
-                break
-            if m.get("event") == "error":
-                if m.get("cuda"):
-                    self.drop("notebook")
-                msg = self._error_lines(ex, item["case"].label, m)
-                if (m.get("error") or {}).get("type") == "NameError":
+                if e.error.get("type") == "NameError" and "is not defined" in str(e.error.get("message")):
                     hint = self._name_hint(call.names[0])
-                    msg = [f"{ex.id}: {(m.get('error') or {}).get('message')}{hint}"]
-                return CheckResult(ex.id, call.hidden, False, "failed", msg)
-            problems = self._judge(ex, item, m)
+                    return CheckResult(ex.id, call.hidden, False, "failed",
+                                       [f"{ex.id}: {e.error.get('message')}{hint}"])
+                return CheckResult(ex.id, call.hidden, False, "failed",
+                                   self._error_lines(ex, label, {"error": e.error}))
+            except CheckFailed as e:
+                return CheckResult(ex.id, call.hidden, False, "failed", [f"{ex.id} failed on case {label!r}: {e}"])
+            except Exception as e:  # noqa: BLE001 (the exercise's run choked on what the function returned)
+                return CheckResult(ex.id, call.hidden, False, "failed", [
+                    f"{ex.id} failed on case {label!r}: what your function returned could not be used "
+                    f"({type(e).__name__}: {str(e)[:300]})"])
+            problems = engine.verdict(ex, item["case"], outs, result, item["ref"])
             if problems:
                 return CheckResult(ex.id, call.hidden, False, "failed",
                                    [f"{ex.id} failed on {engine.describe_case(ex, item['case'], item['seed'])}:"]
@@ -616,6 +602,113 @@ class _Session:
         out = engine.Outcome(ex.id, True, cases=done, not_graded=[f"case {s!r} needs a GPU" for s in skipped])
         return CheckResult(ex.id, call.hidden, True, "passed", [engine.summary_line(ex, out)],
                            not_graded=out.not_graded)
+
+
+class _Raised(Exception):
+    """The student's function raised in the sandbox (``error``: type, message, traceback there)."""
+
+    def __init__(self, error: dict, cuda: bool = False):
+        super().__init__(f"{error.get('type')}: {error.get('message')}")
+        self.error, self.cuda = error, cuda
+
+
+def _raised(error: dict, cuda: bool) -> _Raised:
+    """The student's exception, as a :class:`_Raised` that is also the same built-in type when the exercise may
+    expect it (a launch refused with ``ValueError``)."""
+    import builtins
+
+    name = str(error.get("type"))
+    if name in _PASSABLE:
+        e = type(name, (getattr(builtins, name), _Raised), {})(f"{error.get('message')}")
+        e.error, e.cuda = error, cuda
+        return e
+    return _Raised(error, cuda)
+
+
+_PASSABLE = {"ValueError", "TypeError", "KeyError", "IndexError", "ZeroDivisionError", "OverflowError",
+             "AssertionError", "NotImplementedError", "AttributeError", "ArithmeticError", "LookupError"}
+
+
+class _Remote:
+    """Stands in, on the grader's side, for a function of the notebook: calling it sends the arguments to the
+    notebook's sandbox and returns what the function returned there. An exception the exercise may expect (a
+    ``ValueError`` refusing a launch, say) is raised again here as the same built-in type; anything else stops the
+    case as the student's error. Torch calls counted in the sandbox are handed to the exercise's counters
+    (a torch function mode with ``absorb(calls, widest)``) active here."""
+
+    def __init__(self, session: _Session, name: str, forbid, deadline: float):
+        self.session, self.name, self.forbid, self.deadline = session, name, tuple(forbid), deadline
+        self.callbacks: list = []
+
+    def __call__(self, *args, **kwargs):
+        modes = torch.overrides._get_current_function_mode_stack()
+        with torch._C.DisableTorchFunction():  # the channel's own tensor handling is not the student's torch calls
+            value, ops = self._call(args, kwargs)
+        for mode in modes:
+            if hasattr(mode, "absorb"):
+                mode.absorb(int(ops.get("calls") or 0), ops.get("widest"))
+        return value
+
+    def _call(self, args, kwargs):
+        s = self.session
+        w = s.worker("notebook")
+        self.callbacks = []
+        msg = {"op": "call", "name": self.name, "args": self._out(list(args)), "kwargs": self._out(kwargs),
+               "forbid": list(self.forbid)}
+        w.send(msg)
+        while True:
+            m = w.recv(s.budget(max(1.0, self.deadline - time.time())), what=f"in {self.name}")
+            ev = m.get("event")
+            if ev == "callback":
+                fn = self.callbacks[int(m["id"])]
+                try:
+                    value = fn(*self._back(m.get("args") or []))
+                    w.send({"op": "callback_result", "value": self._out(value)})
+                except Exception as e:  # noqa: BLE001 (an allocator refusing a size, say: raised in the sandbox)
+                    w.send({"op": "callback_result", "error": {"type": type(e).__name__, "message": str(e)}})
+                continue
+            if ev == "raised":
+                err = m.get("error") or {}
+                raise _raised(err, bool(m.get("cuda")))
+            if ev == "returned":
+                return self._back(m.get("value")), m.get("ops") or {}
+
+    def _out(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.is_meta:  # shape and dtype only (no memory to send)
+            return {"__meta__": {"shape": list(obj.shape), "stride": list(obj.stride()),
+                                 "dtype": str(obj.dtype).replace("torch.", "")}, "ptr": obj.data_ptr()}
+        if isinstance(obj, torch.Tensor):
+            return {"__cuda__" if obj.is_cuda else "__cpu__": obj, "ptr": obj.data_ptr()}
+        if isinstance(obj, dict):
+            return {str(k): self._out(v) for k, v in obj.items()}
+        if isinstance(obj, tuple):
+            return {"__tuple__": [self._out(v) for v in obj]}
+        if isinstance(obj, list):
+            return [self._out(v) for v in obj]
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        if callable(obj):
+            self.callbacks.append(obj)
+            return {"__callback__": len(self.callbacks) - 1}
+        if hasattr(obj, "__dict__"):
+            return {"__ns__": {k: self._out(v) for k, v in vars(obj).items() if not k.startswith("_")}}
+        raise TypeError(f"grader configuration error: cannot pass a {type(obj).__name__} to the notebook")
+
+    def _back(self, obj):
+        if isinstance(obj, dict):
+            if "__tuple__" in obj:
+                return tuple(self._back(v) for v in obj["__tuple__"])
+            if "__ptr__" in obj:
+                return int(obj["__ptr__"])
+            if "__dtype__" in obj:
+                dt = getattr(torch, str(obj["__dtype__"]), None)
+                if not isinstance(dt, torch.dtype):
+                    raise _Raised({"type": "TypeError", "message": "returned an unknown dtype", "traceback": ""})
+                return dt
+            return {k: self._back(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self._back(v) for v in obj]
+        return obj
 
 
 def _kinds(call: CheckCall) -> tuple[str, ...]:

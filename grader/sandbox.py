@@ -1,40 +1,69 @@
 """Starting, watching and killing sandboxed workers (the trusted side of :mod:`grader.worker`).
 
-Workers are forked from a ``multiprocessing`` fork server that has imported torch and the worker module only
-(no Triton, no CUDA context, nothing of the course), so a fresh worker costs a fork, not an interpreter start.
-Each worker gets a uid of its own (``uid_base + 3 * slot``, ``+ 1`` for the compile worker, ``+ 2`` for the
-notebook's code, so none of them can signal, trace or read another), a private folder
-under the sandbox root, a wall-clock budget per request and a memory ceiling (``RLIMIT_AS`` without a GPU, and
-on every machine a watchdog over the resident memory of all processes of its uid). Killing a worker kills its
-process group and then every process left under its uid, so a daemon a student starts does not outlive it.
-Messages are size-capped and decoded by :mod:`grader.wire` (no pickle).
+The sandbox is bubblewrap (``bwrap``, Debian's ``bubblewrap``), used as an allowlist: a worker's file system holds
+only the Python environment (read-only), the ``kernels`` package (read-only; without ``kernels/checks`` for the
+notebook's code), the worker's own code, ``/proc``, a minimal ``/dev`` (plus the GPU's device nodes in GPU mode)
+and, per worker, a private ``/tmp`` and ``/dev/shm`` of ``tmp_size`` and ``shm_size`` bytes. It has no network,
+its own PID, IPC and UTS namespaces, and dies with the grader. The collect folder, other students' notebooks,
+the instructor's sources, the release and the gradebook are not in it at all.
+
+One bubblewrap *template* per kind of worker (kernels, the sm_90 compile, the notebook's code) imports torch,
+Triton and the package once, as root inside the sandbox; each problem then gets a *fresh* worker forked from it
+(a fraction of a second), which mounts its own ``/tmp`` and ``/dev/shm`` and drops to the slot's uid for good
+before it touches student code. Nothing a problem does (patched functions, files, shared memory, daemons) is seen
+by the next one: the worker is killed with every process of its uid when its problem ends.
+
+Each worker has a wall-clock budget per request and a memory ceiling (``RLIMIT_AS`` without a GPU, and on every
+machine a watchdog over the resident memory of all processes of its uid plus what its ``/tmp`` and ``/dev/shm``
+hold). Messages are size-capped (``message_cap``; a larger one is refused unread) and decoded by
+:mod:`grader.wire` (no pickle).
 """
 
 from __future__ import annotations
 
+import array
+import atexit
 import fcntl
-import multiprocessing
+import glob
+import json
 import os
 import pathlib
 import shutil
 import signal
+import socket
+import struct
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from multiprocessing import popen_forkserver, spawn
-from multiprocessing.context import ForkServerProcess
 
 from . import wire
 
-__all__ = ["SandboxConfig", "Worker", "WorkerDied", "WorkerTimeout", "sweep", "lockdown"]
+__all__ = ["SandboxConfig", "SetupError", "Worker", "WorkerDied", "WorkerTimeout", "sweep", "bwrap_path"]
 
-_CTX = None
-_CTX_LOCK = threading.Lock()
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
 _SIGNALS = {signal.SIGSEGV: "a segmentation fault (SIGSEGV)", signal.SIGBUS: "a bus error (SIGBUS)",
             signal.SIGABRT: "an abort (SIGABRT)", signal.SIGFPE: "a floating-point exception (SIGFPE)",
             signal.SIGILL: "an illegal instruction (SIGILL)", signal.SIGKILL: "SIGKILL",
             signal.SIGTERM: "SIGTERM", signal.SIGXCPU: "the CPU time limit (SIGXCPU)"}
+#: What the notebook's code sees as ``kernels.checks``: ``check`` does nothing there (graded cells are judged by
+#: the grader, never run), and nothing of the checks, their references or the lessons' specs exists.
+_CHECKS_STUB = '''"""Stands in for kernels.checks while a notebook is graded: the grader judges graded cells itself."""
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+def check(exercise_id, *objects, hidden=False):
+    return None
+'''
+
+
+class SetupError(RuntimeError):
+    """The grading machine cannot grade at all (no submission's fault): said once, before anything is graded."""
 
 
 class WorkerDied(RuntimeError):
@@ -45,28 +74,89 @@ class WorkerTimeout(WorkerDied):
     """The worker ran past its budget and was killed."""
 
 
+def bwrap_path() -> str:
+    """The bubblewrap binary, or a :class:`SetupError` that says how to install it."""
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SetupError("the grader's sandbox needs bubblewrap (`bwrap`), which is not installed: "
+                         "`apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`; nothing was "
+                         "graded")
+    return path
+
+
+def _environment() -> list[str]:
+    """The read-only folders a worker needs besides the system: the Python installation, the environment and
+    anything else on ``sys.path`` outside the checkout (never the checkout itself: ``kernels/`` is bound alone)."""
+    out = []
+    for p in dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]):
+        if not p or not os.path.exists(p):
+            continue
+        path = pathlib.Path(p).resolve()
+        if path == _ROOT or (_ROOT in path.parents and not _inside(path, pathlib.Path(sys.prefix).resolve())):
+            continue
+        if str(path).startswith(("/usr/", "/proc", "/dev")) or str(path) == "/":
+            continue
+        if path in _never_bound() or _inside(_ROOT, path):  # /tmp itself, a home, the checkout's parents
+            continue
+        out.append(str(path))
+    exe = pathlib.Path(sys.executable)
+    for p in (exe.parent, exe.resolve().parent):
+        if not str(p).startswith("/usr/"):
+            out.append(str(p))
+    # keep the outermost of nested folders only
+    out = sorted(set(out), key=len)
+    kept: list[str] = []
+    for p in out:
+        if not any(_inside(pathlib.Path(p), pathlib.Path(k)) for k in kept):
+            kept.append(p)
+    return kept
+
+
+def _never_bound() -> set[pathlib.Path]:
+    """Folders on ``sys.path`` that hold far more than Python packages: the temp folder, homes, and the folder of
+    the script that started the grader (``python /somewhere/script.py`` puts it first on ``sys.path``)."""
+    out = {pathlib.Path(tempfile.gettempdir()).resolve(), pathlib.Path.home().resolve(), pathlib.Path("/root"),
+           pathlib.Path("/home")}
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main:
+        folder = pathlib.Path(main).resolve().parent
+        if folder.name not in ("site-packages", "dist-packages"):
+            out.add(folder)
+    return out
+
+
+def _inside(path: pathlib.Path, folder: pathlib.Path) -> bool:
+    return path == folder or folder in path.parents
+
+
 @dataclass
 class SandboxConfig:
     """What every worker of one grading run shares."""
 
     mode: str  # "gpu" or "interpreter"
-    root: pathlib.Path = field(default_factory=lambda: pathlib.Path(tempfile.mkdtemp(prefix="grader-sandbox-")))
-    hide: list[str] = field(default_factory=list)
-    keep: list[str] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
+    root: pathlib.Path | None = None  # a folder of its own by default, removed by close()
+    environment: list[str] = field(default_factory=_environment)
+    lessons: str | None = None  # a folder of extra lesson specs (l90_*.py), bound read-only for kernels and compile
     memory_limit: int = 6 << 30
     uid_base: int = 61000
     output_cap: int = 64 << 10
-    message_cap: int = 1 << 31
+    message_cap: int = 8 << 20
+    tmp_size: int = 256 << 20
+    shm_size: int = 256 << 20
     gpu_memory_fraction: float | None = None
-    triton_seed: str | None = None  # a Triton cache (its compiled CUDA helpers) copied into every new worker
 
     def __post_init__(self):
-        self.root = pathlib.Path(self.root)
+        self.owned = self.root is None
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="grader-sandbox-") if self.root is None else self.root)
         self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o711)
+        os.chmod(self.root, 0o700)
+        self.seed = self.root / "triton-seed"
+        self.seed.mkdir(exist_ok=True)
         self._lock = None
         self.uid_base = self._claim(self.uid_base)
+        self._templates: dict[str, _Template] = {}
+        self._tlock = threading.Lock()
+        atexit.register(self.close)
 
     def _claim(self, first: int) -> int:
         """A range of sandbox uids no other grading run on this machine holds (an flock per range), so two
@@ -83,42 +173,192 @@ class SandboxConfig:
             return base
         raise RuntimeError("every sandbox uid range is held by another grading run")
 
+    def template(self, profile: str, mode: str) -> _Template:
+        key = f"{profile}-{mode}"
+        with self._tlock:
+            t = self._templates.get(key)
+            if t is None or not t.alive():
+                t = _Template(self, profile, mode)
+                self._templates[key] = t
+            return t
 
-def _context():
-    global _CTX
-    with _CTX_LOCK:
-        if _CTX is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["grader.worker"])
-            _CTX = ctx
-    return _CTX
+    def start(self, *kinds: tuple[str, str]) -> None:
+        """Start the templates of ``kinds`` ((profile, mode) pairs) at once, so their imports overlap."""
+        for profile, mode in kinds:
+            self.template(profile, mode)
+
+    def close(self) -> None:
+        with self._tlock:
+            for t in self._templates.values():
+                t.close()
+            self._templates.clear()
+            if self.owned:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
-class _Popen(popen_forkserver.Popen):
-    """Fork-server start whose child does not re-import the grader's ``__main__`` module."""
+class _Template:
+    """One bubblewrap sandbox whose root process has imported everything and forks a worker per request."""
 
-    def _launch(self, process_obj):
-        with _CTX_LOCK:
-            original = spawn.get_preparation_data
+    def __init__(self, cfg: SandboxConfig, profile: str, mode: str):
+        self.cfg, self.profile, self.mode = cfg, profile, mode
+        self.lock = threading.Lock()
+        self.cond = threading.Condition()
+        self.exits: dict[int, int] = {}
+        self.spawned: set[int] = set()
+        self.next_id = 0
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ctrl = ours
+        self.log = open(cfg.root / f"template-{profile}-{mode}.log", "w+b")
+        conf = {"profile": profile, "mode": mode, "env": {"PYTHONPATH": str(_ROOT)}, "ctrl": theirs.fileno()}
+        args = self._bwrap_args() + [sys.executable, "-m", "grader.worker", json.dumps(conf)]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                     pass_fds=(theirs.fileno(),))
+        theirs.close()
+        self.buf = b""
+        self.ready = threading.Event()
+        self.failed: str | None = None
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
-            def preparation(name):
-                data = original(name)
-                data.pop("init_main_from_path", None)
-                data.pop("init_main_from_name", None)
-                return data
+    def _bwrap_args(self) -> list[str]:
+        cfg = self.cfg
+        a = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+             "--unshare-uts", "--unshare-cgroup-try", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID",
+             "--cap-add", "CAP_SETGID", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+             "--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "lib", "lib32", "lib64", "sbin"):
+            p = pathlib.Path("/") / top
+            if p.is_symlink():
+                a += ["--symlink", os.readlink(p), str(p)]
+            elif p.is_dir():
+                a += ["--ro-bind", str(p), str(p)]
+        for e in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+                  "localtime", "hosts"):
+            a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
+        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/dev/shm"]
+        for p in cfg.environment:
+            a += ["--ro-bind", p, p]
+        kernels = _ROOT / "kernels"
+        a += ["--ro-bind", str(kernels), str(kernels)]
+        if self.profile == "notebook":
+            stub = cfg.root / "checks-stub.py"
+            stub.write_text(_CHECKS_STUB)
+            a += ["--tmpfs", str(kernels / "checks"), "--ro-bind", str(stub), str(kernels / "checks" / "__init__.py")]
+        elif cfg.lessons:
+            a += ["--ro-bind", str(cfg.lessons), "/grader/lessons"]
+        for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader
+            a += ["--ro-bind", str(_ROOT / "grader" / f), str(_ROOT / "grader" / f)]
+        a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
+        if self.mode == "gpu":
+            for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
+                a += ["--dev-bind", dev, dev]
+            a += ["--ro-bind", "/sys", "/sys"]
+            for e in ("nvidia", "OpenCL", "vulkan"):
+                a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
+        a += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+              "--setenv", "TRITON_CACHE_DIR", "/tmp/.triton", "--setenv", "OMP_NUM_THREADS", "1",
+              "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg", "--setenv", "KERNELS_GRADING", "1",
+              "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1"]
+        for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+            if k in os.environ:
+                a += ["--setenv", k, os.environ[k]]
+        return _with_parents(a) + ["--"]
 
-            spawn.get_preparation_data = preparation
+    def _read(self) -> None:
+        while True:
             try:
-                super()._launch(process_obj)
-            finally:
-                spawn.get_preparation_data = original
+                data = self.ctrl.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                with self.cond:
+                    self.failed = self.failed or "the sandbox template ended"
+                    self.ready.set()
+                    self.cond.notify_all()
+                return
+            self.buf += data
+            while len(self.buf) >= 4 and len(self.buf) >= 4 + struct.unpack("<I", self.buf[:4])[0]:
+                n = struct.unpack("<I", self.buf[:4])[0]
+                msg, self.buf = json.loads(self.buf[4: 4 + n]), self.buf[4 + n:]
+                with self.cond:
+                    ev = msg.get("event")
+                    if ev == "ready":
+                        self.ready.set()
+                    elif ev == "spawned":
+                        self.spawned.add(msg["id"])
+                    elif ev == "exit":
+                        self.exits[msg["id"]] = msg["status"]
+                    self.cond.notify_all()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self.failed is None
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self.ready.wait(timeout) or self.failed:
+            self.log.flush()
+            self.log.seek(0)
+            tail = self.log.read()[-2000:].decode("utf-8", "replace").strip()
+            self.close()
+            within = "" if self.failed else f" within {timeout:.0f} s"
+            raise SetupError(f"the {self.profile} sandbox (bubblewrap, {self.mode}) did not start{within}: "
+                             f"{tail or self.failed}")
+
+    def spawn(self, request: dict, conn_fd: int, out_fd: int, timeout: float) -> int:
+        self.wait_ready(timeout)
+        with self.lock:
+            ident = self.next_id
+            self.next_id += 1
+            body = json.dumps(dict(request, id=ident)).encode()
+            fds = array.array("i", [conn_fd, out_fd])
+            try:
+                self.ctrl.sendmsg([struct.pack("<I", len(body)) + body],
+                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
+            except OSError as e:
+                raise SetupError(f"the {self.profile} sandbox template is gone ({e})") from None
+        return ident
+
+    def kill(self, ident: int) -> None:
+        body = json.dumps({"op": "kill", "id": ident}).encode()
+        with self.lock:
+            try:
+                self.ctrl.sendall(struct.pack("<I", len(body)) + body)
+            except OSError:
+                pass
+
+    def exit_status(self, ident: int, timeout: float) -> int | None:
+        deadline = time.time() + timeout
+        with self.cond:
+            while ident not in self.exits and time.time() < deadline and self.failed is None:
+                self.cond.wait(max(0.0, deadline - time.time()))
+            return self.exits.pop(ident, None)
+
+    def close(self) -> None:
+        try:
+            self.ctrl.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log.close()
 
 
-class _Process(ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj):
-        _context()
-        return _Popen(process_obj)
+def _with_parents(args: list[str]) -> list[str]:
+    """bubblewrap creates the missing parents of a mount point private to root (0700): declare them 0755 first,
+    so the sandbox uid can reach what is bound below them (and nothing else is in them)."""
+    made: set[str] = {"/", "/usr", "/proc", "/dev", "/tmp", "/etc"}
+    parents: list[str] = []
+    dests = [args[i + 2] for i, x in enumerate(args) if x in ("--ro-bind", "--ro-bind-try", "--bind", "--dev-bind")]
+    dests += [args[i + 1] for i, x in enumerate(args) if x == "--tmpfs"]
+    for d in dests:
+        for anc in reversed(pathlib.PurePosixPath(d).parents):
+            if str(anc) not in made:
+                made.add(str(anc))
+                parents += ["--perms", "0755", "--dir", str(anc)]
+    return args[:1] + parents + args[1:]
 
 
 def _uid_of(pid: str) -> int | None:
@@ -162,8 +402,10 @@ def sweep(uid: int) -> int:
     return killed
 
 
-def _rss(uid: int) -> int:
-    total = 0
+def _memory(uid: int) -> int:
+    """Resident memory of every process of ``uid``, plus what its private /tmp and /dev/shm hold (files there
+    are memory too, whether or not a process maps them)."""
+    total, seen = 0, False
     for pid in _pids_of(uid):
         try:
             with open(f"/proc/{pid}/status") as f:
@@ -171,101 +413,105 @@ def _rss(uid: int) -> int:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) * 1024
                         break
+            if not seen:
+                for d in ("tmp", "dev/shm"):
+                    st = os.statvfs(f"/proc/{pid}/root/{d}")
+                    total += (st.f_blocks - st.f_bfree) * st.f_frsize
+                seen = True
         except (OSError, ValueError):
             continue
     return total
 
 
-def lockdown(paths: list[str]) -> list[tuple[str, int]]:
-    """Without mount namespaces, make private folders unreadable to other uids; returns what to restore."""
-    changed = []
-    for p in paths:
-        try:
-            mode = os.stat(p).st_mode & 0o7777
-        except OSError:
-            continue
-        if mode & 0o007:
-            os.chmod(p, mode & ~0o007)
-            changed.append((p, mode))
-    return changed
-
-
 class Worker:
-    """One sandboxed worker process: ``request`` sends a message, ``events`` yields its replies."""
+    """One sandboxed worker process: ``request`` sends a message, ``events`` yields its replies.
 
-    def __init__(self, cfg: SandboxConfig, *, uid: int, mode: str, name: str, startup_timeout: float = 120):
+    ``kind`` is ``kernel`` (runs rebuilt kernels), ``compile`` (the sm_90 compile) or ``notebook`` (the
+    notebook's code, in a sandbox without ``kernels.checks``)."""
+
+    def __init__(self, cfg: SandboxConfig, *, uid: int, mode: str, name: str, kind: str | None = None,
+                 startup_timeout: float = 120):
         self.cfg = cfg
         self.uid = uid
         self.mode = mode
-        self.dir = cfg.root / name
-        if self.dir.exists():
-            shutil.rmtree(self.dir, ignore_errors=True)
+        self.kind = kind or ("compile" if mode == "compile" else "kernel")
+        self.name = name
         sweep(uid)
-        if cfg.triton_seed:
-            shutil.copytree(cfg.triton_seed, self.dir / ".triton")
-            for path in [self.dir, *self.dir.rglob("*")]:
-                os.lchown(path, uid, uid)
-        ctx = _context()
-        ours, theirs = ctx.Pipe(duplex=True)
-        out_r, out_w = ctx.Pipe(duplex=False)
-        conf = {"mode": mode, "uid": uid, "sandbox": str(self.dir), "hide": cfg.hide, "keep": cfg.keep,
-                "paths": cfg.paths, "address_space": cfg.memory_limit + (8 << 30) if mode != "gpu" else None,
-                "gpu_memory_fraction": cfg.gpu_memory_fraction}
-        from . import worker
-
-        self.proc = _Process(target=worker.main, args=(conf, theirs, out_w), name=f"grader-{name}", daemon=True)
+        self.template = cfg.template(self.kind, mode)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        request = {"uid": uid, "tmp_size": cfg.tmp_size, "shm_size": cfg.shm_size,
+                   "address_space": cfg.memory_limit + (8 << 30) if mode != "gpu" else None,
+                   "gpu_memory_fraction": cfg.gpu_memory_fraction, "profile": self.kind,
+                   "under_tmp": [p for p in cfg.environment if p == "/tmp" or p.startswith("/tmp/")]}
         self.started = time.time()
-        self.proc.start()
-        theirs.close()
-        out_w.close()
+        try:
+            self.ident = self.template.spawn(request, theirs.fileno(), out_w, startup_timeout)
+        finally:
+            theirs.close()
+            os.close(out_w)
         self._out = bytearray()
         self._out_total = 0
         self._drain = threading.Thread(target=self._read_output, args=(out_r,), daemon=True)
         self._drain.start()
         self.conn = ours
-        self.pid = self.proc.pid
+        self._exit: int | None = None
+        self._dead = False
         self.hello = self.recv(startup_timeout, what="starting the sandbox")
         self.isolation = self.hello.get("isolation", "?")
 
     def send(self, message: dict) -> None:
         try:
-            self.conn.send_bytes(wire.encode(message))
+            wire.send_frame(self.conn, wire.encode(message))
         except (OSError, EOFError, BrokenPipeError):
             raise WorkerDied(self._death("while receiving its inputs")) from None
 
-    def recv(self, timeout: float, *, what: str = "") -> dict:
-        """The next message, within ``timeout`` seconds; kills the worker on a timeout, a crash or too much memory."""
+    def _status(self, wait: float) -> int | None:
+        if self._exit is None:
+            self._exit = self.template.exit_status(self.ident, wait)
+        return self._exit
+
+    def recv(self, timeout: float, *, what: str = "", cap: int | None = None) -> dict:
+        """The next message, within ``timeout`` seconds; kills the worker on a timeout, a crash, too much memory
+        or a message over ``cap`` bytes (``message_cap`` by default)."""
+        import select
+
         deadline = time.time() + timeout
+        cap = cap or self.cfg.message_cap
         while True:
             left = deadline - time.time()
             if left <= 0:
                 self.kill()
                 raise WorkerTimeout(f"stopped after {timeout:.0f} s{' ' + what if what else ''}: an infinite loop, "
                                     "a hung kernel or far too much work (the worker was killed)")
-            try:
-                ready = self.conn.poll(min(0.25, left))
-            except (OSError, EOFError):
-                ready = True
+            ready, _, _ = select.select([self.conn], [], [], min(0.25, left))
             if ready:
+                self.conn.settimeout(max(5.0, left))
                 try:
-                    data = self.conn.recv_bytes(self.cfg.message_cap)
+                    data = wire.recv_frame(self.conn, cap)
+                except wire.TooLarge as e:
+                    self.kill()
+                    raise WorkerDied(f"sent {e} (the worker was killed; results are small: return only what the "
+                                     "exercise asks for)") from None
                 except (EOFError, OSError):
                     raise WorkerDied(self._death(what)) from None
+                finally:
+                    self.conn.settimeout(None)
                 try:
                     return wire.decode(data)
                 except wire.WireError as e:
                     self.kill()
                     raise WorkerDied(f"sent a malformed message ({e})") from None
-            if not self.proc.is_alive():
+            if self._status(0) is not None:
                 raise WorkerDied(self._death(what))
-            if self.cfg.memory_limit and _rss(self.uid) > self.cfg.memory_limit:
+            if self.cfg.memory_limit and _memory(self.uid) > self.cfg.memory_limit:
                 self.kill()
                 raise WorkerDied(f"ran out of host memory: more than {self.cfg.memory_limit / 2**30:.1f} GiB "
-                                 f"resident{' ' + what if what else ''} (the worker was killed)")
+                                 f"resident or in /tmp and /dev/shm{' ' + what if what else ''} (the worker was "
+                                 "killed)")
 
     def _death(self, what: str) -> str:
-        self.proc.join(timeout=5)
-        code = self.proc.exitcode
+        code = self._status(5)
         self.kill()
         where = f" {what}" if what else ""
         if code is None:
@@ -280,8 +526,7 @@ class Worker:
             tail = f": {' | '.join(lines[-3:])}" if lines else ""
         return f"the process exited with code {code}{where} (os._exit, sys.exit or a fatal error){tail}"
 
-    def _read_output(self, conn) -> None:
-        fd = conn.fileno()
+    def _read_output(self, fd: int) -> None:
         while True:
             try:
                 chunk = os.read(fd, 1 << 16)
@@ -293,7 +538,7 @@ class Worker:
             room = self.cfg.output_cap - len(self._out)
             if room > 0:
                 self._out += chunk[:room]
-        conn.close()
+        os.close(fd)
 
     def output(self) -> str:
         """What the student's code printed, stdout and stderr together, capped at ``output_cap`` bytes."""
@@ -303,23 +548,18 @@ class Worker:
         return text
 
     def alive(self) -> bool:
-        return self.proc.is_alive()
+        return not self._dead and self._status(0) is None
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(timeout=10)
+        self._dead = True
+        self.template.kill(self.ident)
         sweep(self.uid)
 
     def close(self) -> None:
-        if self.proc.is_alive():
+        if self.alive():
             try:
                 self.send({"op": "stop"})
-                self.proc.join(timeout=5)
+                self._status(5)
             except WorkerDied:
                 pass
         self.kill()
@@ -327,4 +567,3 @@ class Worker:
             self.conn.close()
         except OSError:
             pass
-        shutil.rmtree(self.dir, ignore_errors=True)

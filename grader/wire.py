@@ -13,7 +13,7 @@ import struct
 
 import torch
 
-__all__ = ["WireError", "encode", "decode", "DTYPES"]
+__all__ = ["WireError", "TooLarge", "encode", "decode", "send_frame", "recv_frame", "DTYPES"]
 
 DTYPES = {str(d).replace("torch.", ""): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
                                                      torch.int64, torch.int32, torch.int16, torch.int8,
@@ -105,3 +105,35 @@ def decode(data: bytes) -> dict:
     if not isinstance(body, dict):
         raise WireError("message is not a dict")
     return body
+
+
+class TooLarge(WireError):
+    """A message over the receiver's cap (its size is known; nothing of it was read)."""
+
+    def __init__(self, size: int, cap: int):
+        super().__init__(f"a message of {size / 2**20:.1f} MiB, more than the {cap / 2**20:.1f} MiB allowed")
+        self.size, self.cap = size, cap
+
+
+def send_frame(sock, data: bytes) -> None:
+    """One message on a stream socket: its 8-byte length, then the bytes."""
+    sock.sendall(struct.pack("<Q", len(data)) + data)
+
+
+def _exactly(sock, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("the channel closed")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def recv_frame(sock, cap: int | None = None) -> bytes:
+    """The next message; over ``cap`` bytes raises :class:`TooLarge` before reading any of it."""
+    (n,) = struct.unpack("<Q", _exactly(sock, 8))
+    if cap is not None and n > cap:
+        raise TooLarge(n, cap)
+    return _exactly(sock, n)

@@ -19,6 +19,7 @@ import sys
 import time
 
 from .collect import Submission, collect_folder, read_notebook
+from .repair import restore_metadata
 
 __all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
@@ -170,6 +171,7 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     if not pathlib.Path(folder).is_dir():
         raise ValueError(f"{folder} is not a folder of submissions (<student>/<lesson>.ipynb)")
     collected = collect_folder(folder, sources)
+    releases = releases_of(root)
     known = load_roster(root, roster)
     if known is not None:
         for name in list(collected):
@@ -212,6 +214,7 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
                     if not mine.get(lesson) or sub.notes != ["not submitted"]:
                         mine[lesson] = sub.notes
                 continue
+            sub.notes = list(sub.notes) + restore_metadata(sub.notebook, releases.get(lesson))
             if had and _same(target, sub.notebook):
                 sub.status = "unchanged"
                 continue

@@ -18,6 +18,14 @@ else  # already importable (gpu_batch.sh put /tmp/site on PYTHONPATH): keep that
   export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$ROOT
 fi
 python3 -c "import nbgrader, IPython" || echo "nbgrader or IPython is missing: the demo grades without nbgrader"
+# the sandbox is bubblewrap: on an offline machine without it, unpack the Debian package carried in .gpu-wheels/
+# (`apt-get download bubblewrap` on a networked machine)
+if ! command -v bwrap >/dev/null; then
+  for deb in .gpu-wheels/bubblewrap_*.deb; do
+    [ -f "$deb" ] && dpkg-deb -x "$deb" /tmp/bwrap && export PATH=/tmp/bwrap/usr/bin:$PATH
+  done
+  command -v bwrap >/dev/null && bwrap --version || echo "bubblewrap is missing: the grader cannot sandbox (put its .deb in .gpu-wheels/)"
+fi
 t0=$(date +%s)
 if [ "${TESTS_LIMIT:-240}" != 0 ]; then  # TESTS_LIMIT=0: the demo only
   echo "=== grader GPU tests"
@@ -29,5 +37,10 @@ echo "=== [$(( $(date +%s) - t0 ))s] grader demo class on the GPU ${DEMO_STUDENT
 timeout "${DEMO_LIMIT:-560}" python3 -m grader demo --gpu --report results/gpu "$OUT" \
   ${DEMO_STUDENTS:+--students $DEMO_STUDENTS} ${DEMO_SLOTS:+--slots $DEMO_SLOTS}
 rc=$?
-echo "=== [$(( $(date +%s) - t0 ))s] done (demo exit $rc)"
+echo "=== [$(( $(date +%s) - t0 ))s] red-team class on the GPU (crafted attacks on lessons 00 and 02)"
+timeout "${REDTEAM_LIMIT:-240}" python3 -m grader redteam --report results/gpu/redteam.json
+red=$?
+[ -n "${OUT:-}" ] && cp results/gpu/redteam.json "$OUT/" 2>/dev/null
+echo "=== [$(( $(date +%s) - t0 ))s] done (demo exit $rc, red team exit $red)"
+[ $rc = 0 ] && exit $red
 exit $rc

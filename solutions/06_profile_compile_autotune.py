@@ -465,3 +465,16 @@ check("06_profile_compile_autotune.autotune_space", SPACE, hidden=True)
 #   stride, an export without hints, a size that is not a multiple of 16) and loads become one element wide.
 # - Time with `do_bench`, find the kernels with proton, ask `ncu` why; autotune over a small space, and check the
 #   winner by timing it again.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same objects), and prints your points per exercise and
+# in total. Points for speed are graded on a GPU only; without one they are listed as needing a GPU. From a
+# shell, `make score L=06` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("06_profile_compile_autotune", globals())

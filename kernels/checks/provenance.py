@@ -94,8 +94,17 @@ class KernelSource:
         return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
 
+#: Cell magics that run their cell as ordinary code in the notebook's namespace (what they define is defined).
+_TRANSPARENT_MAGICS = ("capture", "time")
+
+
 def transform_cell(src: str) -> str:
-    """A cell's source as plain Python (IPython magics and shell escapes become calls)."""
+    """A cell's source as plain Python (IPython magics and shell escapes become calls). A ``%%capture`` or
+    ``%%time`` cell is its body: IPython runs it as usual, so the kernel it defines is the notebook's."""
+    lines = src.lstrip("\n").split("\n", 1)
+    head = lines[0].strip()
+    if head.startswith("%%") and head[2:].split(" ")[0] in _TRANSPARENT_MAGICS:
+        return transform_cell(lines[1] if len(lines) > 1 else "")
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:
@@ -283,6 +292,52 @@ def _free_names(fn: ast.FunctionDef) -> list[str]:
     return seen
 
 
+#: What a kernel body may not touch: under the interpreter it runs as Python, so these would let it behave
+#: differently from what the sm_90 compile checked (or run any Python), each refused with a message naming it.
+_DIVERGENT_ATTRS = {
+    "handle": "`.handle`, the interpreter's own tensor object (it exists only when the kernel runs as Python)",
+    "builtins": "`builtins` (Triton's or Python's), which reaches Python code from inside a kernel",
+    "knobs": "`triton.knobs`, Triton's run-time settings",
+    "interpreter": "Triton's interpreter module (an interpreter flag)",
+    "runtime": "`triton.runtime`, Triton's launcher internals",
+    "compiler": "Triton's compiler internals",
+    "backends": "Triton's backend internals",
+    "core": "`tl.core`, Triton's language internals (use the `tl.` functions)",
+    "semantic": "Triton's language internals",
+    "environ": "the process environment (an interpreter flag)",
+}
+_DIVERGENT_WORDS = ("interpret", "handle", "knobs", "builtins", "environ")
+
+
+def _divergence(name: str, fn: ast.FunctionDef) -> None:
+    """Refuse what lets a kernel tell the interpreter from the compiler, or run Python from inside a kernel."""
+    for node in ast.walk(fn):
+        if node is not fn and isinstance(node, (ast.Import, ast.ImportFrom)):
+            raise Rejected(f"{name} imports inside a kernel (`{ast.unparse(node)}`): a kernel may use only `tl`, "
+                           "`triton`, `math` and your own @triton.jit functions, imported at the top of the notebook")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and node is not fn:
+            raise Rejected(f"{name} defines a Python function or class inside the kernel; define @triton.jit "
+                           "helpers at the top level")
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise Rejected(f"{name} uses the Python internal `{node.id}`: a kernel that can run Python is not "
+                           "graded; write it with `tl` operations only")
+        if isinstance(node, ast.Attribute):
+            attr, bare = node.attr, node.attr.strip("_")
+            if attr.startswith("__") or bare in _DIVERGENT_ATTRS or "interpret" in attr.lower():
+                what = _DIVERGENT_ATTRS.get(bare, "Triton's interpreter (an interpreter flag)"
+                                            if "interpret" in attr.lower() else f"the Python internal `{attr}`")
+                raise Rejected(f"{name} uses {what}: a kernel that can tell the interpreter from the compiler, or "
+                               "run Python, is not graded; write it with `tl` operations only")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            for arg in node.args[1:2]:
+                if not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+                    raise Rejected(f"{name} calls {node.func.id} with a name built at run time")
+                low = arg.value.lower()
+                if arg.value.startswith("__") or any(w in low for w in _DIVERGENT_WORDS):
+                    raise Rejected(f"{name} reaches {arg.value!r} by name ({node.func.id}): a kernel that can tell "
+                                   "the interpreter from the compiler is not graded")
+
+
 def _build(entry: str, lookup: Callable[[str], Binding | None], what: str) -> KernelSource:
     b = lookup(entry)
     if b is None:
@@ -303,6 +358,7 @@ def _build(entry: str, lookup: Callable[[str], Binding | None], what: str) -> Ke
             continue
         fb = lookup(name)
         _literal_only(name, fb)
+        _divergence(name, fb.node)
         funcs[name] = fb
         order.append(name)
         for free in _free_names(fb.node):
@@ -363,8 +419,10 @@ def _literal_only(name: str, b: Binding) -> None:
             raise Rejected(f"{name}: a parameter's default must be a literal, got `{ast.unparse(d)}`") from None
     for a in itertools.chain(args.posonlyargs, args.args, args.kwonlyargs):
         ann = a.annotation
+        aliased = isinstance(ann, ast.Attribute) and isinstance(ann.value, ast.Name) and ann.attr in ("constexpr",
+                                                                                                     "tensor")
         if ann is not None and not (isinstance(ann, ast.Constant) and isinstance(ann.value, str)) \
-                and ast.unparse(ann) not in _ANNOTATIONS:
+                and ast.unparse(ann) not in _ANNOTATIONS and not aliased:  # `T.constexpr`: T must be triton's
             raise Rejected(f"{name}: parameter {a.arg} has the annotation `{ast.unparse(ann)}`; use "
                            "`tl.constexpr` or none")
     if fn.returns is not None:
@@ -423,6 +481,13 @@ def check_copies(ks: KernelSource, *, allowed: frozenset[str] = frozenset(),
     for fname, fp in ks.fingerprints.items():
         if fp in package and fp not in allowed and package[fp] not in twins:
             raise Rejected(f"{fname} is a copy of the package's {package[fp]}: write the kernel yourself")
+    normalized = package_normalized()
+    for fname, src in ks.functions.items():
+        hit = normalized.get(normalized_fingerprint(src))
+        if hit and hit[0] not in twins and ks.fingerprints.get(fname) not in allowed:
+            raise Rejected(f"{fname} is a copy of the package's {hit[0]} with only names, constants or no-op "
+                           f"statements changed ({similarity(src, hit[1]):.0%} of its structure is the same, and "
+                           "all of it once those are set aside): write the kernel yourself")
     fp = ks.fingerprints[ks.entry]
     if forbidden and fp in forbidden:
         raise Rejected(f"{ks.entry} is the same kernel as {forbidden[fp]}, which the lesson provides")
@@ -517,6 +582,78 @@ class _Rename(ast.NodeTransformer):
         return node
 
 
+#: Calls that change nothing a kernel computes: a copy with one added is still the copy.
+_NO_OPS = {"debug_barrier", "static_print", "device_print", "static_assert", "device_assert", "print"}
+
+
+class _Normalize(ast.NodeTransformer):
+    """What a trivial edit changes, set aside: every constant is one placeholder and no-op statements
+    (``tl.debug_barrier()``, prints and asserts, ``pass``, a bare constant, ``x = x``) are dropped."""
+
+    def visit_Constant(self, node):
+        return ast.copy_location(ast.Constant("c"), node)
+
+    def visit_BinOp(self, node):  # `0 * 1` where `0` was: constants folded into a constant stay one constant
+        node = self.generic_visit(node)
+        if isinstance(node.left, ast.Constant) and isinstance(node.right, ast.Constant):
+            return ast.copy_location(ast.Constant("c"), node)
+        return node
+
+    @staticmethod
+    def _noop(stmt: ast.stmt) -> bool:
+        if isinstance(stmt, ast.Pass):
+            return True
+        if isinstance(stmt, ast.Expr):
+            v = stmt.value
+            if isinstance(v, ast.Constant):
+                return True
+            f = v.func if isinstance(v, ast.Call) else None
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            return name in _NO_OPS
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            return isinstance(stmt.value, ast.Name) and stmt.value.id == stmt.targets[0].id
+        return False
+
+    def generic_visit(self, node):
+        for field_name in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field_name, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                kept = [s for s in stmts if not self._noop(s)]
+                setattr(node, field_name, kept or ([ast.Pass()] if field_name == "body" else []))
+        return super().generic_visit(node)
+
+
+def _tree(source: str, normalize: bool) -> ast.AST | None:
+    tree = ast.parse(textwrap.dedent(source))
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fn is None:
+        return None
+    fn.decorator_list = []
+    fn.name = "f"
+    fn.returns = None
+    if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(getattr(fn.body[0], "value", None), ast.Constant):
+        fn.body = fn.body[1:] or [ast.Pass()]
+    if normalize:
+        fn = _Normalize().visit(fn)
+    return _Rename().visit(fn)
+
+
+def normalized_fingerprint(source: str) -> str:
+    """:func:`fingerprint` with constants and no-op statements set aside: a copy edited only in those matches."""
+    fn = _tree(source, True)
+    return hashlib.sha256((ast.dump(fn, include_attributes=False) if fn else source).encode()).hexdigest()
+
+
+def similarity(a: str, b: str) -> float:
+    """How much of two functions' structure is the same (0..1), names and comments aside."""
+    import difflib
+
+    ta, tb = _tree(a, False), _tree(b, False)
+    if ta is None or tb is None:
+        return 0.0
+    return difflib.SequenceMatcher(None, ast.unparse(ta).split(), ast.unparse(tb).split(), autojunk=False).ratio()
+
+
 def fingerprint(source: str) -> str:
     """A hash of a function's structure that ignores its name, variable names, docstring and comments."""
     tree = ast.parse(textwrap.dedent(source))
@@ -548,6 +685,25 @@ def package_fingerprints() -> dict[str, str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
                 seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
                 out.setdefault(fingerprint(seg), f"{mod}.{node.name}")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def package_normalized() -> dict[str, tuple[str, str]]:
+    """normalized fingerprint -> (``kernels.<module>.<name>``, its source) for every package ``@triton.jit``."""
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        try:
+            src = path.read_text()
+            tree = ast.parse(src)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        mod = ".".join(path.relative_to(_PACKAGE.parent).with_suffix("").parts)
+        imports = {"triton": "triton", "jit": "triton.jit"}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
+                seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
+                out.setdefault(normalized_fingerprint(seg), (f"{mod}.{node.name}", seg))
     return out
 
 

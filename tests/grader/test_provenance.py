@@ -138,3 +138,41 @@ def test_the_natural_answer_of_a_short_exercise_is_not_a_copy():
     from kernels.checks.lessons.l00_setup import VECTOR_ADD
 
     assert from_cells(cells, "add_kernel", twins=VECTOR_ADD.twins).entry == "add_kernel"
+
+
+_TRICK = "@triton.jit\ndef my_kernel(x_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):\n    {body}\n"
+
+
+@pytest.mark.parametrize("body, match", [
+    ("if hasattr(x_ptr.handle, 'data'):\n        pass", r"`\.handle`"),
+    ("if hasattr(x_ptr, 'handle'):\n        pass", "'handle' by name"),
+    ("tl.core.builtins", "builtins"),
+    ("if triton.runtime.interpreter.is_interpreting():\n        pass", "runtime|interpreter"),
+    ("x = triton.knobs", "knobs"),
+    ("import os", "imports inside a kernel"),
+    ("x = x_ptr.__class__", "Python internal"),
+    ("x = getattr(x_ptr, 'dtype' + '')", "built at run time"),
+])
+def test_refuses_what_lets_a_kernel_diverge_from_its_compile(body, match):
+    """Under the interpreter a kernel runs as Python: the tricks that let it run other code than the sm_90 compile
+    checked (an interpreter flag, the interpreter's tensor handle, Triton's builtins or knobs, an import) are
+    refused by name; a docstring or an assert message that mentions them is not."""
+    with pytest.raises(Rejected, match=match):
+        from_cells([SETUP, _TRICK.format(body=body)], "my_kernel")
+    fine = _TRICK.format(body='"""Each program handles BLOCK_SIZE elements (interpreter or GPU alike)."""\n'
+                              '    tl.device_assert(n >= 0, "n handles no negative sizes")')
+    from_cells([SETUP, fine], "my_kernel")
+
+
+def test_refuses_a_trivially_edited_copy_with_its_similarity():
+    """A package kernel copied with no-op statements added, a constant folded in and every name renamed is still
+    the copy: the normalized comparison sets those aside and the message gives the similarity."""
+    src = inspect.getsource(__import__("kernels.memory.copy", fromlist=["x"])._copy_memory_kernel.fn)
+    edited = (src.replace("_copy_memory_kernel", "my_kernel").replace("offs", "o").replace("pid", "p")
+              .replace("(pid + 1)", "(p + 1)").replace("    o = ", "    tl.debug_barrier()\n    o = ")
+              .replace("axis=0", "axis=0 * 1").replace("    else:", "        pass\n    else:"))
+    with pytest.raises(Rejected, match=r"copy of the package's kernels\.memory\.copy\._copy_memory_kernel with only "
+                                       r"names, constants or no-op statements changed \(\d+% of its structure"):
+        from_cells([SETUP, edited], "my_kernel")
+    real_change = edited.replace("tl.load(x_ptr + o)", "tl.load(x_ptr + o) * 2")
+    from_cells([SETUP, real_change], "my_kernel")  # a kernel that computes something else is its own

@@ -26,14 +26,13 @@ def test_wire_roundtrip_without_pickle():
 
 @pytest.fixture(scope="module")
 def cfg():
-    from grader.grade import _hidden_paths
-
-    hide, keep = _hidden_paths()
-    return SandboxConfig(mode="interpreter", hide=hide, keep=keep, memory_limit=1 << 30, output_cap=4096)
+    box = SandboxConfig(mode="interpreter", memory_limit=1 << 30, output_cap=4096, shm_size=64 << 20)
+    yield box
+    box.close()
 
 
 def _notebook(cfg, source, uid=90, timeout=60):
-    w = Worker(cfg, uid=cfg.uid_base + uid, mode="interpreter", name=f"t{uid}")
+    w = Worker(cfg, uid=cfg.uid_base + uid, mode="interpreter", kind="notebook", name=f"t{uid}")
     w.send({"op": "notebook", "cells": [{"index": 0, "source": source}]})
     while True:
         m = w.recv(timeout)
@@ -41,12 +40,19 @@ def _notebook(cfg, source, uid=90, timeout=60):
             return w
 
 
+def _value(w, name):
+    w.send({"op": "value", "name": name})
+    return w.recv(30).get("value")
+
+
 PROBE = f'''
 import os, socket, glob
 facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.listdir({str(ROOT)!r})),
-         "tmp_listing": sorted(os.listdir("/tmp"))}}
+         "grader_listing": sorted(os.listdir({str(ROOT / "grader")!r})), "tmp_listing": sorted(os.listdir("/tmp")),
+         "top": sorted(os.listdir("/")), "shm": sorted(os.listdir("/dev/shm"))}}
 for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
-             "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc"):
+             "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
+             "{ROOT}/kernels/checks/engine.py", "{ROOT}/kernels/checks/lessons/l00_setup.py"):
     try:
         open(path).read(10)
         facts[path] = "read"
@@ -62,36 +68,67 @@ try:
     facts["write_kernels"] = "wrote"
 except OSError as e:
     facts["write_kernels"] = type(e).__name__
+try:
+    import kernels.checks.engine
+    facts["engine"] = "imported"
+except ImportError as e:
+    facts["engine"] = type(e).__name__
+open("/dev/shm/left-behind", "w").write("x" * 1000)
+open("/tmp/left-behind", "w").write("x")
 '''
 
 
-def test_worker_is_unprivileged_and_cannot_read_the_course(cfg):
-    w = _notebook(cfg, PROBE)
-    w.send({"op": "value", "name": "facts"})
-    facts = w.recv(30)["value"]
-    w.close()
-    assert facts["uid"] == cfg.uid_base + 90 and facts["gid"] == cfg.uid_base + 90
-    assert w.isolation in ("mount and network namespaces", "mount namespace"), w.isolation
-    assert set(facts["root_listing"]) <= {".venv", "kernels"}, facts["root_listing"]
-    kept = {pathlib.Path(p).relative_to("/tmp").parts[0] for p in cfg.keep if p.startswith("/tmp/")}
-    assert set(facts["tmp_listing"]) <= {cfg.root.name} | kept, facts["tmp_listing"]
-    for path, what in facts.items():
+def test_worker_sees_only_its_allowlist(cfg):
+    """bubblewrap's allowlist: the environment and ``kernels`` (without the checks, for the notebook's code), the
+    worker's own three files of ``grader``; no other folder of the checkout, no other student, no network, and a
+    /tmp and /dev/shm that start empty for every worker."""
+    facts = [None, None]
+    for i in range(2):
+        w = _notebook(cfg, PROBE)
+        facts[i] = _value(w, "facts")
+        w.close()
+        assert w.isolation == "bubblewrap", w.isolation
+    first, second = facts
+    assert first["uid"] == cfg.uid_base + 90 and first["gid"] == cfg.uid_base + 90
+    assert set(first["root_listing"]) <= {".venv", "kernels", "grader"}, first["root_listing"]
+    assert first["grader_listing"] == ["__init__.py", "wire.py", "worker.py"], first["grader_listing"]
+    ours = {".ipython", ".triton"}  # IPython's and Triton's folders, made by the worker itself
+    assert set(first["tmp_listing"]) <= ours and first["shm"] == [], first
+    assert set(second["tmp_listing"]) <= ours and second["shm"] == [], second  # nothing the first worker left
+    for path, what in first.items():
         if path.startswith("/"):
             assert what != "read", path
-    assert facts["write_kernels"] != "wrote"
-    if w.isolation == "mount and network namespaces":
-        assert facts["network"] != "connected"
+    assert first["write_kernels"] != "wrote" and first["engine"] == "ModuleNotFoundError"
+    assert first["network"] != "connected"
 
 
-def test_packages_installed_under_tmp_stay_importable(monkeypatch, request):
-    """Python packages on sys.path inside the hidden temp folder (a ``pip install --target /tmp/site``, as on a
-    machine without a writable environment) are bound back read-only, so workers can import them; the rest of
-    /tmp stays hidden."""
+def test_shared_memory_is_capped(cfg):
+    src = ("try:\n    for i in range(4):\n        open(f'/dev/shm/big{i}', 'wb').write(b'x' * (30 << 20))\n"
+           "    shm = 'wrote'\n"
+           "except OSError as e:\n    shm = type(e).__name__ + str(e.errno)\n")
+    w = _notebook(cfg, src, uid=95)
+    got = _value(w, "shm")
+    w.close()
+    assert got == "OSError28", got  # ENOSPC: the 64 MiB /dev/shm is full
+
+
+def test_a_large_message_is_refused_unread(cfg):
+    w = _notebook(cfg, "big = 'x' * (20 << 20)", uid=96)
+    w.send({"op": "value", "name": "big"})
+    with pytest.raises(WorkerDied, match="MiB, more than the 8.0 MiB allowed"):
+        w.recv(30)
+    assert _pids_of(cfg.uid_base + 96) == []
+
+
+def test_packages_installed_under_tmp_stay_importable(request):
+    """Python packages on sys.path inside the temp folder (a ``pip install --target /tmp/site``, as on a machine
+    without a writable environment) are bound back read-only over the worker's private /tmp, so workers can
+    import them; the rest of /tmp stays hidden."""
     import shutil
     import tempfile
     import uuid
 
-    from grader.grade import _hidden_paths
+    from grader.sandbox import _environment
 
     site = pathlib.Path(tempfile.mkdtemp(prefix="site-probe-"))
     name = f"probe_{uuid.uuid4().hex[:8]}"
@@ -100,20 +137,14 @@ def test_packages_installed_under_tmp_stay_importable(monkeypatch, request):
     for d in (site, secret):  # world-readable, as pip leaves them: only the sandbox may keep a worker out
         d.chmod(0o755)
         request.addfinalizer(lambda d=d: shutil.rmtree(d, ignore_errors=True))
-    monkeypatch.syspath_prepend(str(site))
-    hide, keep = _hidden_paths()
-    assert str(site.resolve()) in keep and tempfile.gettempdir() in hide
-    box = SandboxConfig(mode="interpreter", hide=hide, keep=keep, memory_limit=1 << 30, output_cap=4096)
-    src = (f"import os, {name}\nfound = {name}.VALUE\n"
+    box = SandboxConfig(mode="interpreter", environment=_environment() + [str(site)], memory_limit=1 << 30)
+    request.addfinalizer(box.close)
+    src = (f"import os, sys\nsys.path.append({str(site)!r})\nimport {name}\nfound = {name}.VALUE\n"
            f"secret_visible = os.path.exists({str(secret)!r})\n")
     w = _notebook(box, src, uid=94)
-    w.send({"op": "value", "name": "found"})
-    found = w.recv(30)
-    w.send({"op": "value", "name": "secret_visible"})
-    visible = w.recv(30)
+    found, visible = _value(w, "found"), _value(w, "secret_visible")
     w.close()
-    assert found.get("value") == 42, found
-    assert visible.get("value") is False, visible
+    assert found == 42 and visible is False, (found, visible)
 
 
 def test_a_broken_notebook_runner_is_reported_by_name(monkeypatch):
@@ -156,12 +187,11 @@ def test_a_machine_that_cannot_run_notebooks_stops_before_grading(monkeypatch):
     """The grader's first worker imports the notebook runner as the sandbox uid; if that fails (packages only
     root can read, say), the run stops at once with the reason and the fix, instead of scoring every function
     problem 0. The real probe passes on this machine."""
-    import shutil
 
     from grader import grade
 
     g = grade.Grader(grade.Settings())
-    shutil.rmtree(g.sandbox.root, ignore_errors=True)
+    g.sandbox.close()
 
     class Unreadable(grade.Worker):
         def recv(self, timeout, *, what=""):
@@ -174,17 +204,20 @@ def test_a_machine_that_cannot_run_notebooks_stops_before_grading(monkeypatch):
     monkeypatch.setattr(grade, "Worker", Unreadable)
     import tempfile
 
-    before = set(pathlib.Path(tempfile.gettempdir()).glob("grader-sandbox-*"))
+    from grader import sandbox
+
+    made, mkdtemp = [], tempfile.mkdtemp
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", lambda **kw: made.append(mkdtemp(**kw)) or made[-1])
     with pytest.raises(grade.SetupError, match=r"uid \d+.*PermissionError.*/tmp/site/IPython.*chmod -R a\+rX"):
         grade.Grader(grade.Settings())
-    assert set(pathlib.Path(tempfile.gettempdir()).glob("grader-sandbox-*")) <= before  # its folder is removed
+    assert made and not any(pathlib.Path(p).exists() for p in made)  # its folder is removed
 
 
 def test_hang_is_killed_with_its_leftover_processes(cfg):
     src = ("import subprocess, sys\n"
            "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'], "
            "start_new_session=True)\nwhile True:\n    pass\n")
-    w = Worker(cfg, uid=cfg.uid_base + 91, mode="interpreter", name="hang")
+    w = Worker(cfg, uid=cfg.uid_base + 91, mode="interpreter", kind="notebook", name="hang")
     w.send({"op": "notebook", "cells": [{"index": 0, "source": src}]})
     with pytest.raises(WorkerTimeout, match="stopped after 3 s"):
         while True:
@@ -197,7 +230,7 @@ def test_hang_is_killed_with_its_leftover_processes(cfg):
     ("import os\nos._exit(7)", "exited with code 7"),
 ])
 def test_crash_reason_is_named(cfg, src, match):
-    w = Worker(cfg, uid=cfg.uid_base + 92, mode="interpreter", name="crash")
+    w = Worker(cfg, uid=cfg.uid_base + 92, mode="interpreter", kind="notebook", name="crash")
     w.send({"op": "notebook", "cells": [{"index": 0, "source": src}]})
     with pytest.raises(WorkerDied, match=match):
         while True:
@@ -212,7 +245,7 @@ def test_output_is_capped(cfg):
 
 
 def test_memory_limit(cfg):
-    w = Worker(cfg, uid=cfg.uid_base + 93, mode="interpreter", name="oom")
+    w = Worker(cfg, uid=cfg.uid_base + 93, mode="interpreter", kind="notebook", name="oom")
     hog = "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"
     w.send({"op": "notebook", "cells": [{"index": 0, "source": hog}]})
     events = []
@@ -227,3 +260,16 @@ def test_memory_limit(cfg):
     else:
         assert any("MemoryError" in (m.get("error") or "") for m in events), events
     w.close()
+
+
+def test_the_sandbox_never_binds_tmp_homes_or_the_checkouts_parents(monkeypatch):
+    """``python /tmp/script.py`` puts /tmp first on sys.path: binding it would show the host's /tmp (other runs'
+    files) read-only in place of the worker's private one. Only package folders are bound."""
+    import tempfile
+
+    from grader.sandbox import _environment
+
+    for p in (tempfile.gettempdir(), str(ROOT.parent), str(pathlib.Path.home()), str(ROOT)):
+        monkeypatch.syspath_prepend(p)
+    env = _environment()
+    assert not {tempfile.gettempdir(), str(ROOT.parent), str(pathlib.Path.home()), str(ROOT)} & set(env), env

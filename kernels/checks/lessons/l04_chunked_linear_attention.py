@@ -88,6 +88,12 @@ class _Counter(TorchFunctionMode):
                 self.widest = tuple(t.shape)
         return out
 
+    def absorb(self, calls: int, widest) -> None:
+        """Torch calls the function made where the grader ran it (its sandbox), counted there."""
+        self.calls += calls
+        if widest and min(widest[-2:]) > self.limit:
+            self.widest = tuple(widest)
+
 
 def _torch_run(args, inputs, outputs, case):
     """Runs the function under an operation counter, twice: with the case's chunk size, where it may take about

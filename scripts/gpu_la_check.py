@@ -104,7 +104,8 @@ def cases() -> dict[str, Case]:
         for part in ("qz", "ksum"):
             out.append(Case(True, dtype, K, V, shape, states=True, L=L, seed=i, mma=part))
             i += 1
-    return {c.name: c for c in out}
+    # the tensor-core normaliser first: the CUDA-core and raw cases all passed on the H200 (2026-12-04)
+    return {c.name: c for c in sorted(out, key=lambda c: not c.mma)}
 
 
 #: Small cases run again under compute-sanitizer (``--sanitize N`` takes the first N): both launches, states,

@@ -52,7 +52,9 @@ MIN_SEGMENT = 256
 #: Every launch the dispatch picks runs the normaliser's two sums on the tensor cores (``Launch.norm_mma``: at
 #: D=128 16 bytes of spill a thread instead of 84, at D=256 none instead of 200-828) when True. Off until the H200
 #: has checked that form family by family (``scripts/gpu_la_check.py``): the earlier tensor-core normaliser, which
-#: carried z in an MMA accumulator, gave wrong results there (PERF.md, "the normaliser on the H200").
+#: carried z in an MMA accumulator, gave wrong results there (PERF.md, "the normaliser on the H200"), and so
+#: does this one: on the H200 its ``q · [z_hi | z_lo]`` product gave outputs off by 2.4 (relative) while its key
+#: sum came out right. Leave it off.
 NORM_MMA = False
 # Under the interpreter: small chunks and V blocks, so small test sizes still cross several of each.
 _INTERPRETER = Launch(None, 16, 16, 4, 1)

@@ -146,3 +146,20 @@ def test_gpu_capstone_fails_chunks_of_16_and_passes_chunks_of_64(chunk, passes):
         assert out.passed and not out.not_graded, out.message
     else:
         fails(out, "too slow")
+
+
+def test_capstone_verdict_asks_to_beat_the_target():
+    from kernels.checks.engine import perf_verdict
+    from kernels.checks.lessons import l04_chunked_linear_attention as l04
+    from kernels.checks.spec import get
+
+    ex = get("04_chunked_linear_attention.chunked_speed")
+    timing = dict(student_ms=1.29, baseline_ms=0.5, floor_ms=0.25, case="T=16k", faults=[], mismatch=[],
+                  target_ms=0.76, target_name="fla-core's chunk_linear_attn")
+    (slow,) = perf_verdict(ex, timing)
+    assert "too slow" in slow and "must beat fla-core's chunk_linear_attn (0.7600 ms" in slow and "5.2x" in slow
+    assert perf_verdict(ex, {**timing, "student_ms": 0.55}) == []
+    assert "timing failed" in perf_verdict(ex, {k: v for k, v in timing.items() if k != "target_ms"})[0]
+    if l04._fla() is None:
+        assert l04._capstone_target({}, ex.performance.case, 0.25) == (
+            0.625, "2.5x the HBM floor (fla-core is not installed here)")

@@ -590,21 +590,13 @@ class _Session:
         and return value cross."""
         items, skipped = self._cases(ex, cell, n, call)
         done = 0
-        run_ex = ex
         for item in items:
             deadline = time.time() + self.s.problem_timeout
             args = tuple(_Remote(self, nm, ex.forbid, deadline) if kind == "function" else v
                          for kind, nm, v in zip(ex.args, call.names, values))
-            if ex.run_in_sandbox:
-                import dataclasses
-
-                shipped = _ship(ex.run, {id(ex.reference)})
-                names = [nm if kind == "function" else None for kind, nm in zip(ex.args, call.names)]
-                run_ex = dataclasses.replace(ex, run=lambda a, inputs, outputs, case, r=args[0], sh=shipped,
-                                             nms=names: r.run_shipped(sh, nms, values, inputs, case))
             label = item["case"].label
             try:
-                outs, result = engine.run_case(run_ex, args, item["case"], item["cpu"])
+                outs, result = engine.run_case(ex, args, item["case"], item["cpu"])
             except WorkerDied as e:
                 self.drop("notebook")
                 status = "timeout" if "stopped after" in str(e) else "crashed"
@@ -633,44 +625,6 @@ class _Session:
         out = engine.Outcome(ex.id, True, cases=done, not_graded=[f"case {s!r} needs a GPU" for s in skipped])
         return CheckResult(ex.id, call.hidden, True, "passed", [engine.summary_line(ex, out)],
                            not_graded=out.not_graded)
-
-
-def _ship(fn, refused: set, seen: dict | None = None) -> dict:
-    """``fn``'s code (marshal, trusted side to sandbox only) with what its globals need: modules by name,
-    ``CheckFailed``, plain constants and the same module's functions, shipped the same way; never ``refused``."""
-    import marshal
-    import types
-
-    seen = {} if seen is None else seen
-    if fn.__name__ in seen:
-        return {"ref": fn.__name__}
-    if id(fn) in refused:
-        raise CheckFailed(f"grader configuration error: {fn.__name__} is an exercise's reference")
-    seen[fn.__name__] = True
-    names, codes = set(), [fn.__code__]
-    while codes:
-        c = codes.pop()
-        names |= set(c.co_names)
-        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    glb = {}
-    for nm in sorted(names):
-        if nm not in fn.__globals__:
-            continue
-        v = fn.__globals__[nm]
-        if isinstance(v, types.ModuleType):
-            glb[nm] = {"module": v.__name__}
-        elif v is CheckFailed:
-            glb[nm] = {"checkfailed": True}
-        elif isinstance(v, types.FunctionType) and v.__module__ == fn.__module__:
-            glb[nm] = {"function": _ship(v, refused, seen)}
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            glb[nm] = {"value": v}
-        else:
-            raise CheckFailed(f"grader configuration error: {fn.__name__} needs {nm} ({type(v).__name__}), which "
-                              "cannot be sent into the sandbox")
-    code = marshal.dumps(fn.__code__)
-    return {"name": fn.__name__, "code": torch.frombuffer(bytearray(code), dtype=torch.uint8), "globals": glb,
-            "defaults": list(fn.__defaults__ or [])}
 
 
 class _Raised(Exception):
@@ -717,23 +671,6 @@ class _Remote:
             if hasattr(mode, "absorb"):
                 mode.absorb(int(ops.get("calls") or 0), ops.get("widest"))
         return value
-
-    def run_shipped(self, shipped: dict, names: list, values: list, inputs: dict, case) -> dict:
-        """Run the exercise's own ``run`` (``shipped``) in the notebook's sandbox on the student's functions."""
-        s = self.session
-        w = s.worker("notebook")
-        with torch._C.DisableTorchFunction():
-            w.send({"op": "run_shipped", "run": shipped, "names": names, "values": self._out(list(values)),
-                    "inputs": self._out(dict(inputs)), "forbid": list(self.forbid),
-                    "case": {"label": case.label, "params": self._out(dict(case.params)),
-                             "dtype": str(case.dtype).replace("torch.", ""), "precision": case.precision}})
-            m = w.recv(s.budget(max(1.0, self.deadline - time.time())), what=f"in {self.name}")
-            if m.get("event") == "raised":
-                err = m.get("error") or {}
-                if err.get("type") == "CheckFailed":
-                    raise CheckFailed(str(err.get("message")))
-                raise _raised(err, bool(m.get("cuda")))
-            return self._back(m.get("value")) or {}
 
     def _call(self, args, kwargs):
         s = self.session

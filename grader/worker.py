@@ -360,71 +360,6 @@ def _outgoing(obj, ptrs, depth=0):
                     "are graded")
 
 
-class _CheckFailed(AssertionError):
-    """What the exercise's shipped ``run`` raises for a wrong answer (sent back as ``CheckFailed``)."""
-
-
-class _Case(dict):
-    def __init__(self, label, params, dtype, precision):
-        super().__init__(params)
-        self.label, self.params, self.dtype, self.precision = label, params, dtype, precision
-
-
-def _rebuild(shipped: dict, built: dict):
-    import importlib
-    import marshal
-    import types
-
-    if "ref" in shipped:
-        return built[shipped["ref"]]
-    glb: dict = {"__builtins__": __builtins__}
-    fn = types.FunctionType(marshal.loads(bytes(shipped["code"].numpy().tobytes())), glb, shipped["name"],
-                            tuple(shipped.get("defaults") or ()) or None)
-    built[shipped["name"]] = fn
-    for nm, spec in shipped["globals"].items():
-        if "module" in spec:
-            glb[nm] = importlib.import_module(spec["module"])
-        elif "checkfailed" in spec:
-            glb[nm] = _CheckFailed
-        elif "function" in spec:
-            glb[nm] = _rebuild(spec["function"], built)
-        else:
-            glb[nm] = spec.get("value")
-    return fn
-
-
-def _run_shipped(ch, ns: dict, req: dict) -> None:
-    """The exercise's own ``run`` (sent by the grader: its code, never its reference) on the notebook's functions;
-    only the dict it returns goes back."""
-    ptrs: dict[int, int] = {}
-    try:
-        run = _rebuild(req["run"], {})
-        missing = [n for n in req["names"] if n and n not in ns]
-        if missing:
-            raise NameError(f"{missing[0]} is not defined (the cell defining it did not run to the end)")
-        values = _incoming(req.get("values") or [], ch, ptrs)
-        args = tuple(ns[n] if n else v for n, v in zip(req["names"], values))
-        c = req["case"]
-        case = _Case(c["label"], _incoming(c.get("params") or {}, ch, ptrs), getattr(torch, c["dtype"]),
-                     c.get("precision"))
-        inputs = _incoming(req.get("inputs") or {}, ch, ptrs)
-        with _Forbid(req.get("forbid") or ()):
-            out = run(args, inputs, {}, case)
-        _sync()
-        value = _outgoing(out, ptrs)
-    except _CheckFailed as e:
-        _flush()
-        ch.send({"event": "raised", "error": {"type": "CheckFailed", "message": str(e)[:4000], "traceback": ""},
-                 "cuda": False})
-        return
-    except BaseException as e:
-        _flush()
-        ch.send({"event": "raised", "error": _error(e), "cuda": _cuda_broken(e)})
-        return
-    _flush()
-    ch.send({"event": "returned", "value": value, "ops": {}})
-
-
 def _serve_notebook(ch: _Channel, first: dict) -> None:
     """The notebook's cells, then values and calls of its functions. Nothing of the checks, their references or
     the grader is importable here (``kernels.checks`` is a stub): the grader calls a function through this
@@ -460,9 +395,6 @@ def _serve_notebook(ch: _Channel, first: dict) -> None:
                 ch.send({"event": "value", "value": json.loads(json.dumps(_jsonable(ns[name])))})
             except (TypeError, ValueError) as e:
                 ch.send({"event": "value", "invalid": str(e)})
-            continue
-        if op == "run_shipped":
-            _run_shipped(ch, ns, req)
             continue
         if op == "call":
             name = req["name"]

@@ -129,11 +129,6 @@ class Exercise:
     magnitude: bool = False
     traffic: Callable[[Any, Case], str | None] | None = None
     description: str = ""
-    #: The grader calls a function answer from its own process, one call at a time through the sandbox. An
-    #: exercise whose ``run`` needs the live objects the function returns (an autograd graph to call backward on)
-    #: sets this: its ``run`` itself is sent into the notebook's sandbox (its code and the same-module helpers it
-    #: calls, never the reference) and only the dict it returns comes back.
-    run_in_sandbox: bool = False
 
     def __post_init__(self):
         if not _ID.match(self.id):

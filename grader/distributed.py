@@ -82,7 +82,25 @@ class _RunPlugin(_PluginBase):
     def teardown(self, worker=None):
         _RUNS.pop(self.run, None)
         with _LOCK:
-            _GRADERS.pop(self.run, None)
+            got = _GRADERS.pop(self.run, None)
+        if got is not None:
+            _release(*got)
+
+
+def _release(grader, free) -> None:
+    """A run's end on this worker: no process of its sandbox uids left, its uid range and folder given back (a
+    worker that serves many runs must not run out of uid ranges)."""
+    import shutil
+
+    from .sandbox import sweep
+
+    cfg = grader.sandbox
+    for uid in range(cfg.uid_base, cfg.uid_base + 3 * max(1, free.maxsize or free.qsize())):
+        sweep(uid)
+    if cfg._lock is not None:
+        os.close(cfg._lock)
+        cfg._lock = None
+    shutil.rmtree(cfg.root, ignore_errors=True)
 
 
 def _worker_grader(run: str, slots: int):
@@ -95,7 +113,7 @@ def _worker_grader(run: str, slots: int):
             if run not in _RUNS:
                 raise SetupError(f"this worker never received grading run {run}'s lessons")
             grader = Grader(Settings(**_RUNS[run]["settings"]))
-            free: queue.Queue[int] = queue.Queue()
+            free: queue.Queue[int] = queue.Queue(maxsize=max(1, slots))
             for s in range(max(1, slots)):
                 free.put(s)
             got = _GRADERS[run] = (grader, free)
@@ -199,7 +217,9 @@ def connect(scheduler: str | None = None, cluster: str | None = None, *, config:
         return Cluster(client, f"scheduler {scheduler}")
     if cluster not in CLUSTERS:
         raise SetupError(f"unknown cluster {cluster!r}: one of {', '.join(CLUSTERS)}")
-    # one retry for a task whose worker was lost; workers whose memory only the sandbox watches
+    if cluster == "slurm" and not config:
+        raise SetupError("--cluster slurm needs --cluster-config FILE (SLURMCluster options; see grader/README.md)")
+    # one retry for a task whose worker was lost; nannies whose workers may start the sandbox's processes
     dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.worker.daemon": False})
     if cluster == "local-gpus":
         try:
@@ -212,8 +232,6 @@ def connect(scheduler: str | None = None, cluster: str | None = None, *, config:
                              memory_limit=0, dashboard_address=None)
         what = f"LocalCUDACluster, {len(c.workers)} GPU worker(s)"
     elif cluster == "slurm":
-        if not config:
-            raise SetupError("--cluster slurm needs --cluster-config FILE (SLURMCluster options; see grader/README.md)")
         opts, jobs = slurm_options(pathlib.Path(config))
         try:
             from dask_jobqueue import SLURMCluster

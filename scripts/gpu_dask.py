@@ -148,6 +148,12 @@ def main() -> int:
     default = {"slots": args.slots * args.workers, "wall_s": time.time() - t0,
                "scores": {f"{r.student}/{r.lesson}": r.score for r in results},
                "seconds": {f"{r.student}/{r.lesson}": r.seconds for r in results}, "nbgrader_failures": failures}
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # what is done so far, in case the stage's time runs out during the cluster's run
+    out.write_text(json.dumps({"mode": MODE, "where": describe(), "build_s": built, "default": default,
+                               "dask": None}, indent=1, default=str) + "\n")
+    print(f"default executor: {default['wall_s']:.0f} s for {len(default['scores'])} notebooks", flush=True)
     dask = grade_dask(b, args.workers, args.slots, args.seed)
     book_a, book_b = workflow.gradebook_scores(a), workflow.gradebook_scores(b)
     exp = {f"{s}/{lsn}": v for (s, lsn), v in expected.items()}
@@ -159,8 +165,6 @@ def main() -> int:
                "same_scores": not differ, "scores_differ": differ, "not_as_expected": unexpected,
                "gradebooks_equal": book_a == book_b and len(book_a) == len(exp),
                "expected": exp}
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=1, default=str) + "\n")
     if os.environ.get("OUT"):
         shutil.copy(out, pathlib.Path(os.environ["OUT"]) / out.name)

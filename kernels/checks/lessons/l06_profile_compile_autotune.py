@@ -13,7 +13,7 @@ from ...device import ON_GPU
 from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 
-__all__ = ["PREDICT_SHARED", "SLOW_INSTRUCTION", "FIXED", "FIXED_SIZE", "AUTOTUNE_SPACE", "LESSON_CONFIG",
+__all__ = ["PREDICT_SHARED", "SLOW_INSTRUCTION", "FIXED", "FIXED_SPEED", "AUTOTUNE_SPACE", "LESSON_CONFIG",
            "SMEM_LIMIT", "compile_matmul", "shared_pool", "space_problems", "instruction_problems"]
 
 LESSON = "06_profile_compile_autotune"
@@ -256,7 +256,7 @@ FIXED = Exercise(
     **_FIXED_CASES,
 )
 
-FIXED_SIZE = Exercise(
+FIXED_SPEED = Exercise(
     id=f"{LESSON}.fixed_speed",
     args=("kernel",),
     signature=_SIGNATURE,
@@ -379,4 +379,4 @@ AUTOTUNE_SPACE = Exercise(
     points=(1, 2),
 )
 
-register(PREDICT_SHARED, SLOW_INSTRUCTION, FIXED, FIXED_SIZE, AUTOTUNE_SPACE)
+register(PREDICT_SHARED, SLOW_INSTRUCTION, FIXED, FIXED_SPEED, AUTOTUNE_SPACE)

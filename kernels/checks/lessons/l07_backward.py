@@ -7,7 +7,6 @@ refuses autograd (the exercise is to write the gradients) and a token-by-token o
 exercise must route its gradient through a custom ``torch.autograd.Function`` that saves only its inputs.
 """
 
-import importlib.util
 import math
 
 import torch
@@ -287,9 +286,9 @@ AUTOGRAD = Exercise(
 )
 
 
-# ---- exercise 4 on a GPU: the two kernels against fla's backward -------------------------------------------------
+# ---- exercise 4 on a GPU: the two kernels against the package's backward ---------------------------------------
 
-_FLA = importlib.util.find_spec("fla") is not None
+# The package's passes, not fla's: fla autotunes for about a minute at a new shape, longer than a check may take.
 _TIMED = Case("B=4 T=4096 H=16 K=128 V=128 BT=64 BK=64 bf16",
               dict(B=4, T=4096, H=16, K=128, V=128, BT=64, BK=64, num_warps=8), torch.bfloat16)
 
@@ -297,15 +296,6 @@ _TIMED = Case("B=4 T=4096 H=16 K=128 V=128 BT=64 BK=64 bf16",
 def _speed_run(args, inputs, outputs, case):
     _dq_launch(args[0], inputs, outputs["dq"], case)
     _dkdv_launch(args[1], inputs, outputs["dk"], outputs["dv"], case)
-
-
-def _fla_baseline(args, inputs, outputs, case):
-    from fla.ops.simple_gla.chunk import chunk_simple_gla_bwd
-
-    q, k, v, do = (inputs[n] for n in ("q", "k", "v", "do"))
-    dq, dk, dv, _, _ = chunk_simple_gla_bwd(q, k, v, None, None, None, do, None, inputs["scale"])
-    for n, g in (("dq", dq), ("dk", dk), ("dv", dv)):
-        outputs[n].copy_(g)
 
 
 def _package_baseline(args, inputs, outputs, case):
@@ -328,7 +318,7 @@ BACKWARD_SPEED = Exercise(
     args=("kernel", "kernel"),
     signature=_DQ_SIG.split(", launched")[0] + " and " + _DKDV_SIG.split(", launched")[0]
     + ", timed together at B=4 T=4096 H=16 D=128 bf16 (GPU only)",
-    description="your two backward kernels at least as fast as fla-core's chunked backward (GPU only)",
+    description="your two backward kernels within 3.3x of the package's backward passes (GPU only)",
     make_inputs=_inputs,
     outputs=_shapes(("dq", "dk", "dv")),
     run=_speed_run,
@@ -336,9 +326,9 @@ BACKWARD_SPEED = Exercise(
     visible=[Case("B=1 T=40 H=2 K=16 V=16 BT=16 fp32", dict(B=1, T=40, H=2, K=16, V=16, BT=16), precision="ieee")],
     performance=Performance(
         case=_TIMED,
-        baseline=_fla_baseline if _FLA else _package_baseline,
-        baseline_name="fla-core's chunk_simple_gla_bwd" if _FLA else "the package's chunked_backward",
-        min_speedup=1.0 if _FLA else 0.5,
+        baseline=_package_baseline,
+        baseline_name="the package's chunked_backward",
+        min_speedup=0.3,
         floor=_floor,
     ),
     points=(2, 0),

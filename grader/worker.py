@@ -38,6 +38,8 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REMOUNT, _MS_REC, _MS_PRIVATE =
 _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
 #: Where the grader binds the Triton cache it warmed (GPU mode), read-only; every worker starts from a copy.
 TRITON_SEED = "/grader/triton-seed"
+#: Where the grader binds its folder of per-submission Triton caches (kernel and compile workers only).
+CACHES = "/grader/cache"
 #: Where the grader binds the lesson specs its own fixtures add (read-only).
 LESSONS = "/grader/lessons"
 
@@ -77,6 +79,15 @@ def _confine(cfg: dict, keep_fd: int, out_fd: int) -> str:
                 raise OSError(err, f"binding {p} back: {os.strerror(err)}")
         os.close(fd)
     _mount_tmpfs(libc, "/dev/shm", cfg["shm_size"], uid)
+    if os.path.isdir(CACHES):
+        name = str(cfg.get("cache") or "")
+        if name and "/" not in name and not name.startswith("."):  # Triton's cache, kept for this submission
+            os.makedirs("/tmp/.triton", exist_ok=True)
+            src = os.path.join(CACHES, name).encode()
+            if libc.mount(src, b"/tmp/.triton", None, ctypes.c_ulong(_MS_BIND), None) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"binding the Triton cache {name}: {os.strerror(err)}")
+        _mount_tmpfs(libc, CACHES, 1 << 20, 0)  # the other submissions' caches are gone from this worker
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_fd, 1)

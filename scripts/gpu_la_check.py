@@ -49,6 +49,9 @@ PACKED = [0, 1, 4095, 63, 0, 8192, 6000, 3001]
 TINY_PACKED = [0, 1, 33, 0, 17, 40]
 
 
+_MMA_SUFFIX = {"": "", "both": " mma", "qz": " mma-qz", "ksum": " mma-ksum"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One check: the family, the shape, what states go in and come out, and the launch (``None``: the dispatch's,
@@ -63,13 +66,13 @@ class Case:
     states: bool = False  # initial state (and key sum) in
     L: int | None = None
     seed: int = 0
-    mma: bool = False  # the normaliser's sums on the tensor cores (Launch.norm_mma)
+    mma: str = ""  # which of the normaliser's sums run on the tensor cores (Launch.norm_mma)
 
     @property
     def name(self) -> str:
         launch = "" if self.L is None else (" whole" if self.L == 0 else f" L{self.L}")
         return (f"{'norm' if self.norm else 'raw'} {self.dtype} K{self.K}V{self.V} {self.shape}"
-                f"{' states' if self.states else ''}{launch}{' mma' if self.mma else ''}")
+                f"{' states' if self.states else ''}{launch}{_MMA_SUFFIX[self.mma]}")
 
 
 def cases() -> dict[str, Case]:
@@ -93,8 +96,14 @@ def cases() -> dict[str, Case]:
         out.append(Case(True, dtype, K, V, "small", states=True, L=L, seed=i))
         i += 1
     # every normalising case again with the normaliser's sums on the tensor cores (not yet the dispatch's default)
-    out += [dataclasses.replace(c, mma=True) for c in list(out)
+    out += [dataclasses.replace(c, mma="both") for c in list(out)
             if c.norm and (c.shape != "packed" or c.dtype == "bf16")]
+    # one of the two products alone: if the pair fails on a GPU, these say which one
+    for dtype, K, V, shape, L in (("bf16", 128, 128, "large", 0), ("bf16", 128, 128, "small", 512),
+                                  ("fp16", 256, 256, "large", 0), ("fp32-high", 128, 128, "large", 0)):
+        for part in ("qz", "ksum"):
+            out.append(Case(True, dtype, K, V, shape, states=True, L=L, seed=i, mma=part))
+            i += 1
     return {c.name: c for c in out}
 
 
@@ -171,7 +180,7 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
     t0 = time.perf_counter()
     with _matmul_precision(mode):
         if case.L is None:
-            with dispatch.normaliser_on_tensor_cores(case.mma):
+            with dispatch.normaliser_on_tensor_cores(case.mma == "both"):
                 result["launch"] = dataclasses.asdict(dispatch.launch_for(q, v, lens))
                 o, final = chunk_linear_attn(q, k, v, scale, init, True, case.norm, cu)
             ht, zt = final if case.norm else (final, None)
@@ -320,8 +329,10 @@ def families(result: dict) -> str:
         c = r.get("case")
         if not c:
             continue
+        mma = {True: "both", False: "", None: ""}.get(c.get("mma"), c.get("mma"))
         fam = ("norm" if c["norm"] else "raw", c["dtype"], f"K{c['K']}V{c['V']}",
-               "tensor cores" if c.get("mma") else "CUDA cores" if c["norm"] else "")
+               ("tensor cores" + ("" if mma == "both" else f" ({mma} only)")) if mma else "CUDA cores" if c["norm"]
+               else "")
         counts = rows.setdefault(fam, {})
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     lines = ["family (normaliser's sums on): cases by status"]

@@ -34,8 +34,10 @@ def L(L, BT=64, BV=64, w=4, s=2, **kw) -> Launch:
 ROWS = {
     "norm bf16 D128 B4H16 16k": ((True, "bf16", 128, 128, 4, 16, 16384), {
         "one BV64 w4 s2": L(None), "one BV64 w8 s3": L(None, w=8, s=3), "one BV64 w4 s3 tma": L(None, s=3, tma=True),
-        "chain L4096": L(4096), "one BV64 w4 s3 mma": L(None, s=3, norm_mma=True),
-        "one BV64 w4 s2 mma": L(None, norm_mma=True), "one BV64 w8 s3 mma": L(None, w=8, s=3, norm_mma=True)}),
+        "chain L4096": L(4096), "one BV64 w4 s3 mma": L(None, s=3, norm_mma="both"),
+        "one BV64 w4 s2 mma": L(None, norm_mma="both"), "one BV64 w8 s3 mma": L(None, w=8, s=3, norm_mma="both"),
+        "one BV64 w4 s3 mma-qz": L(None, s=3, norm_mma="qz"),
+        "one BV64 w4 s3 mma-ksum": L(None, s=3, norm_mma="ksum")}),
     "raw bf16 K128V64 B4H16 16k": ((False, "bf16", 128, 64, 4, 16, 16384), {
         "one BV64 s3": L(None, s=3), "one BV32 s3": L(None, BV=32, s=3), "chain L1024": L(1024),
         "chain L4096": L(4096)}),
@@ -46,14 +48,15 @@ ROWS = {
         "chain L1024 BV64 w8": L(1024, w=8), "chain L2048 BV32 w8": L(2048, BV=32, w=8)}),
     "norm bf16 D256 B2H8 16k": ((True, "bf16", 256, 256, 2, 8, 16384), {
         "one BV32 w4 s2": L(None, BV=32), "chain L1024 BV64 w8": L(1024, w=8),
-        "one BV32 w8 s2 mma": L(None, BV=32, w=8, norm_mma=True), "one BV32 w4 s2 mma": L(None, BV=32, norm_mma=True)}),
+        "one BV32 w8 s2 mma": L(None, BV=32, w=8, norm_mma="both"),
+        "one BV32 w4 s2 mma": L(None, BV=32, norm_mma="both")}),
     "norm bf16 D128 B1H8 256k": ((True, "bf16", 128, 128, 1, 8, 262144), {
         "chain L2048": L(2048), "chain L1024": L(1024), "chain L4096 pf2": L(4096, prefetch=2),
-        "chain L2048 tma": L(2048, tma=True), "chain L2048 mma": L(2048, norm_mma=True)}),
+        "chain L2048 tma": L(2048, tma=True), "chain L2048 mma": L(2048, norm_mma="both")}),
     "raw fp32-high D128 B4H16 16k": ((False, "fp32", 128, 128, 4, 16, 16384, "high"), {
         "one w8": L(None, w=8, precision="tf32"), "chain L1024": L(1024, precision="tf32")}),
     "norm fp32-high D128 B4H16 16k": ((True, "fp32", 128, 128, 4, 16, 16384, "high"), {
-        "one w8": L(None, w=8, precision="tf32"), "one w4 mma": L(None, precision="tf32", norm_mma=True)}),
+        "one w8": L(None, w=8, precision="tf32"), "one w4 mma": L(None, precision="tf32", norm_mma="both")}),
     "raw fp32-highest D128 B4H16 16k": ((False, "fp32", 128, 128, 4, 16, 16384, "highest"), {
         "one w4": L(None, precision="tf32x3"), "one BV32 w8": L(None, BV=32, w=8, precision="tf32x3")}),
 }

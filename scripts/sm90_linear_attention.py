@@ -53,7 +53,7 @@ def cases() -> dict[str, dict]:
             name = f"{tag} {'bf16' if kind == '16' else 'fp32-' + kind} K{bk} V{bk}"
             if tag == "one":
                 out[name] = _case(dtype, bk, bk, lo)
-            mma = Launch(**{**lo.__dict__, "norm_mma": True})
+            mma = Launch(**{**lo.__dict__, "norm_mma": "both"})
             out[f"{name} norm"] = _case(dtype, bk, bk, lo, normalize=True)
             out[f"{name} norm mma"] = _case(dtype, bk, bk, mma, normalize=True)
             if tag == "one":
@@ -84,7 +84,8 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
                       STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
                       LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
-                      NORM_MMA=lo.norm_mma and c["normalize"])
+                      QZ_MMA=c["normalize"] and lo.norm_mma in ("both", "qz"),
+                      KSUM_MMA=c["normalize"] and lo.norm_mma in ("both", "ksum"))
     sig, attrs = {}, {}
     for i, p in enumerate(_fused_linear_attention_kernel.params):
         if p.is_constexpr:

@@ -123,7 +123,7 @@ for name, mine, auto in zip(("dq", "dk", "dv"), by_hand, (x.grad[0, :, 0] for x 
     print(f"{name}: by hand vs autograd, float64:", assert_close(name, auto, mine, 1e-12))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 1 · the chunked backward in torch
+# ## Exercise 1 · the chunked backward in torch (3 + 2 points)
 #
 # Write `chunked_backward_torch(q, k, v, do, scale, chunk_size=64)` in plain torch, returning `(dq, dk, dv)` for
 # causal, unnormalised attention without states. Layout as in lesson 04: `q, k` `[B, T, H, K]`, `v, do`
@@ -186,7 +186,7 @@ check("07_backward.backward_torch", chunked_backward_torch, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 2 · the dq kernel
+# ## Exercise 2 · the dq kernel (3 + 2 points)
 #
 # `dq_t = scale · S_t do_t` is lesson 04's forward with `(q, k, v)` replaced by `(do, v, k)`. One program owns
 # one head of one sequence and a block of `BK` columns of `dq`, walks the chunks **in order**, and carries the
@@ -276,7 +276,7 @@ check("07_backward.dq", dq_kernel, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · the dk/dv kernel, walking chunks backwards
+# ## Exercise 3 · the dk/dv kernel, walking chunks backwards (4 + 3 points)
 #
 # One program owns one head of one sequence and carries the whole state gradient `dH` `[BK, BV]` in fp32
 # (`BK ≥ K`, `BV ≥ V`), starting at zero after the last chunk. It visits the chunks **from the last to the
@@ -367,7 +367,7 @@ check("07_backward.dkdv", dkdv_kernel, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex4-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 4 · the autograd.Function
+# ## Exercise 4 · the autograd.Function (3 + 2 points, and 2 for speed on a GPU)
 #
 # `torch.autograd.Function` is how a hand-written backward joins autograd: `forward(ctx, …)` computes the output
 # and stores on `ctx` what the backward will need; `backward(ctx, do)` returns one gradient per input of
@@ -547,3 +547,16 @@ results = run("linear_attention", problem_set="backward", quick=True, extra=extr
 #   `torch.autograd.Function` saving only its inputs holds no extra memory from forward to backward.
 # - The package's `chunk_linear_attn` does the same (`kernels/linear_attention/chunked_bwd.py`, `autograd.py`),
 #   with the dk/dv state split over several programs per head so that the GPU has enough of them.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
+# ## Your score
+#
+# The cell below runs every check of this lesson on your notebook as it stands, the hidden ones included (it
+# reuses the outcome of each check you already ran on the same objects), and prints your points per exercise and
+# in total. The speed check against fla is graded on a GPU only; without one its points are listed as needing a
+# GPU. From a shell, `make score L=07` does the same for your saved notebook in `my-work/`.
+
+# %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
+from kernels.score import score_here
+
+your_score = score_here("07_backward", globals())

@@ -69,6 +69,10 @@ def normaliser_on_tensor_cores(on: bool = True):
         NORM_MMA = old
 
 
+def _norm_mma() -> str:
+    return "both" if NORM_MMA else ""
+
+
 def float32_precision() -> str:
     """The fp32 ``tl.dot`` input precision that ``torch.get_float32_matmul_precision()`` asks for."""
     return PRECISIONS[torch.get_float32_matmul_precision()]
@@ -83,7 +87,7 @@ def plan(K: int, V: int, dtype: torch.dtype, N: int, H: int, lengths: list[int],
          precision: str | None = None) -> Launch:
     """The launch for ``N`` sequences of ``lengths`` tokens (one entry each, or one for all when they are equal)
     with ``H`` heads of sizes ``K``, ``V`` and inputs of ``dtype``, on ``sms`` multiprocessors."""
-    return dataclasses.replace(_plan(K, V, dtype, N, H, lengths, sms, precision), norm_mma=NORM_MMA)
+    return dataclasses.replace(_plan(K, V, dtype, N, H, lengths, sms, precision), norm_mma=_norm_mma())
 
 
 def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
@@ -110,6 +114,6 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
     """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
     B, T, H, K = q.shape
     if INTERPRET or not q.is_cuda:
-        return dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=NORM_MMA)
+        return dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=_norm_mma())
     N = B if lengths is None else len(lengths)
     return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))

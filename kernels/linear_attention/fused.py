@@ -35,9 +35,9 @@ _SLOTS = tl.constexpr(SLOTS)
 class Launch:
     """How one call is cut into programs: ``L`` tokens a segment (None: each program walks its whole sequence),
     chunks of ``BT`` tokens, ``BV`` value columns a program, warps, pipeline stages, chunks prefetched into L2
-    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), the fp32 dot precision, and where
-    the normaliser's two sums run (``norm_mma``: ``Σ k`` and ``q · z`` as products on the tensor cores, each
-    chunk's from zero; otherwise reductions on the CUDA cores)."""
+    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), the fp32 dot precision, and which
+    of the normaliser's two sums run as products on the tensor cores, each chunk's from zero (``norm_mma``:
+    "both", "qz" for ``q · z`` alone, "ksum" for ``Σ k`` alone; "" for reductions on the CUDA cores)."""
 
     L: int | None
     BT: int
@@ -47,7 +47,7 @@ class Launch:
     prefetch: int = 0
     tma: bool = False
     precision: str = "tf32x3"
-    norm_mma: bool = False
+    norm_mma: str = ""
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -57,6 +57,8 @@ class Launch:
             raise ValueError(f"segment length L={self.L} must be a positive multiple of the chunk BT={self.BT}")
         if self.num_stages < 1 or self.prefetch < 0:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
+        if self.norm_mma not in ("", "both", "qz", "ksum"):
+            raise ValueError(f"norm_mma={self.norm_mma!r} must be '', 'both', 'qz' or 'ksum'")
         if self.precision not in ("tf32", "tf32x3", "ieee"):
             raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
@@ -123,7 +125,7 @@ def _fused_linear_attention_kernel(
     CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
-    NORM_MMA: tl.constexpr,
+    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
     if CHAINED:
@@ -206,7 +208,7 @@ def _fused_linear_attention_kernel(
                 vv = vv.to(tl.float32)
             local = tl.dot(tl.trans(kk), vv, local, input_precision=PRECISION)
             if NORMALIZE:
-                if NORM_MMA:
+                if KSUM_MMA:
                     zs_local += _key_sum_mma(kk, PRECISION)
                 else:
                     zs_local += tl.sum(kk.to(tl.float32), 0)
@@ -274,7 +276,7 @@ def _fused_linear_attention_kernel(
         out = tl.dot(qq, state.to(qq.dtype), input_precision=PRECISION)  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out, input_precision=PRECISION)
         if NORMALIZE:
-            if NORM_MMA:
+            if QZ_MMA:
                 qz = _query_key_sum_mma(qq, zs, PRECISION)
             else:
                 qz = tl.sum(qq.to(tl.float32) * zs[None, :], 1)
@@ -282,7 +284,7 @@ def _fused_linear_attention_kernel(
             out = out * (scale / den)[:, None]
             if STORE_DEN:
                 tl.store(den_ptr + (b.to(tl.int64) * T + rows) * H + h, den, mask=mt & (iv == 0))
-            if NORM_MMA:
+            if KSUM_MMA:
                 zs += _key_sum_mma(kk, PRECISION)
             else:
                 zs += tl.sum(kk.to(tl.float32), 0)
@@ -397,7 +399,9 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
         STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
         PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
-        TMA=tma, NORM_MMA=launch.norm_mma and normalize, num_warps=launch.num_warps, num_stages=launch.num_stages,
+        TMA=tma, QZ_MMA=normalize and launch.norm_mma in ("both", "qz"),
+        KSUM_MMA=normalize and launch.norm_mma in ("both", "ksum"), num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
     )
     return Forward(o, ht, zt, den, launch)
 

@@ -32,7 +32,8 @@ def test_grid_covers_every_family():
     assert sum(c.states for c in cases.values()) >= len(cases) // 2
     assert set(la_check.SANITIZE) <= set(cases)
     norm = [c for c in cases.values() if c.norm and not c.mma and c.shape != "packed"]
-    assert all(dataclasses.replace(c, mma=True).name in cases for c in norm)
+    assert all(dataclasses.replace(c, mma="both").name in cases for c in norm)
+    assert {c.mma for c in cases.values()} == {"", "both", "qz", "ksum"}
     assert not any(c.mma and not c.norm for c in cases.values())
 
 
@@ -43,8 +44,10 @@ def _first(**want):
 @pytest.mark.parametrize("want", [dict(norm=True, dtype="fp16", K=64, V=256, shape="large"),
                                   dict(norm=True, dtype="bf16", shape="small", L=256),
                                   dict(norm=False, dtype="fp32-high", shape="small", states=True),
-                                  dict(norm=True, dtype="bf16", shape="packed", L=1024, mma=True)],
-                         ids=["norm-fp16-K64V256", "norm-bf16-chained", "raw-fp32-states", "norm-bf16-packed-mma"])
+                                  dict(norm=True, dtype="bf16", shape="packed", L=1024, mma="both"),
+                                  dict(norm=True, dtype="fp16", K=256, mma="qz"), dict(norm=True, mma="ksum")],
+                         ids=["norm-fp16-K64V256", "norm-bf16-chained", "raw-fp32-states", "norm-bf16-packed-mma",
+                              "norm-fp16-D256-mma-qz", "norm-mma-ksum"])
 def test_tiny_cases_pass(want):
     r = la_check.run_case(_first(**want), tiny=True)
     assert r["status"] == "pass", r["problems"]

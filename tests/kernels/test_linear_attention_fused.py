@@ -102,8 +102,8 @@ def test_normalize(launch, dtype, states, allocations):
 
 
 # The normaliser's sums as tensor-core products (Launch.norm_mma), through both launches.
-MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma=True),
-                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma=True)}
+MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma="both"),
+                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both")}
 
 
 @pytest.mark.parametrize("launch", MMA_LAUNCHES)
@@ -199,7 +199,8 @@ def test_bad_input():
     for launch, match in ((Launch(40, 16, 16, 4, 1), "multiple"), (Launch(None, 24, 16, 4, 1), "BT"),
                           (Launch(None, 16, 8, 4, 1), "BV"), (Launch(None, 16, 16, 3, 1), "num_warps"),
                           (Launch(None, 16, 16, 4, 0), "num_stages"), (Launch(None, 16, 16, 4, 1, precision="x"),
-                                                                       "precision")):
+                                                                       "precision"),
+                          (Launch(None, 16, 16, 4, 1, norm_mma="yes"), "norm_mma")):
         check_bad_input(fused_forward, q, k, v, 0.5, launch=launch, match=match)
 
 

@@ -246,25 +246,47 @@ DKDV = Exercise(
 
 # ---- exercise 4: the autograd.Function -------------------------------------------------------------------------
 
+def _call_and_backward(fn, args, requires, grad_output):
+    """What the grader's sandbox does with a differentiable answer, done here: the output, the inputs' gradients,
+    the output's gradient node and which inputs it saved."""
+    args = [a.detach().requires_grad_() if i in requires else a for i, a in enumerate(args)]
+    with torch.enable_grad():
+        out = fn(*args)
+        if not isinstance(out, torch.Tensor):
+            return out
+        node = out.grad_fn
+        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+        saved = []
+        for t in (node.saved_tensors if custom else ()):
+            if t is not None:
+                same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
+                saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
+        if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
+            out.backward(grad_output)
+    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
+            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}
+
+
 def _autograd_run(args, inputs, outputs, case):
     (fn,) = args
-    q, k, v = (inputs[n].detach().requires_grad_() for n in ("q", "k", "v"))
-    with torch.enable_grad():
-        o = fn(q, k, v, inputs["scale"])
-    if not isinstance(o, torch.Tensor):
-        raise CheckFailed(f"linear_attention returned a {type(o).__name__}; return the output tensor o")
-    node = o.grad_fn
-    if not isinstance(node, torch.autograd.function.BackwardCFunction):
-        what = "no gradient at all (o does not require grad)" if node is None else type(node).__name__
+    call = (inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
+    if hasattr(fn, "call_with_grad"):  # graded: the call and its backward run in the notebook's sandbox
+        r = fn.call_with_grad(call, (0, 1, 2), inputs["do"])
+    else:
+        r = _call_and_backward(fn, call, (0, 1, 2), inputs["do"])
+    if not (isinstance(r, dict) and r.get("__grad_call__")):
+        raise CheckFailed(f"linear_attention returned a {type(r).__name__}; return the output tensor o")
+    if not r["custom"]:
+        what = "no gradient at all (o does not require grad)" if r["grad_fn"] is None else r["grad_fn"]
         raise CheckFailed(f"o's gradient comes from {what}: return YourFunction.apply(q, k, v, scale), so that "
                           "autograd calls your backward")
-    for t in node.saved_tensors:
-        if t is not None and not any(t.data_ptr() == x.data_ptr() and t.shape == x.shape for x in (q, k, v)):
-            raise CheckFailed(f"your Function saved a tensor of shape {tuple(t.shape)} that is not one of q, k, v: "
-                              "save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
+    for t in r["saved"]:
+        if t["input"] is None:
+            raise CheckFailed(f"your Function saved a tensor of shape {tuple(t['shape'])} that is not one of q, k, "
+                              "v: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
                               "states chunk by chunk")
-    o.backward(inputs["do"])
-    return {"o": o.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    dq, dk, dv = r["grads"]
+    return {"o": r["output"], "dq": dq, "dk": dk, "dv": dv}
 
 
 AUTOGRAD = Exercise(

@@ -672,12 +672,26 @@ class _Remote:
                 mode.absorb(int(ops.get("calls") or 0), ops.get("widest"))
         return value
 
-    def _call(self, args, kwargs):
+    def call_with_grad(self, args, requires, grad_output) -> dict:
+        """Call a differentiable answer in the sandbox and run its backward there with ``grad_output``: a dict of
+        ``output``, ``grads`` (of the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom``
+        (a ``torch.autograd.Function``'s node) and ``saved`` (each saved tensor's input index or None, and shape);
+        or whatever the function returned, when it is not a tensor."""
+        self.callbacks = []
+        grad = {"requires": list(requires), "output": self._out(grad_output)}
+        with torch._C.DisableTorchFunction():
+            value, _ = self._call(args, {}, grad)
+        return value
+
+    def _call(self, args, kwargs, grad=None):
         s = self.session
         w = s.worker("notebook")
-        self.callbacks = []
+        if grad is None:
+            self.callbacks = []
         msg = {"op": "call", "name": self.name, "args": self._out(list(args)), "kwargs": self._out(kwargs),
                "forbid": list(self.forbid)}
+        if grad is not None:
+            msg["grad"] = grad
         w.send(msg)
         while True:
             m = w.recv(s.budget(max(1.0, self.deadline - time.time())), what=f"in {self.name}")

@@ -95,6 +95,7 @@ def _release(grader, free) -> None:
     from .sandbox import sweep
 
     cfg = grader.sandbox
+    cfg.close()  # its bubblewrap templates end with the run (each holds torch and Triton imported)
     for uid in range(cfg.uid_base, cfg.uid_base + 3 * max(1, free.maxsize or free.qsize())):
         sweep(uid)
     if cfg._lock is not None:

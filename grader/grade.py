@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import pathlib
 import shutil
 import sys
@@ -239,7 +240,7 @@ class Grader:
                     cells.append(session.grade_cell(c))
         finally:
             stopping = time.time()
-            session.close()
+            session.finish()
             session.phase("stop", stopping)
         return NotebookResult(student, lesson, cells, notes=session.notes, seconds=time.time() - t0,
                               isolation=session.isolation, phases=dict(session.phases), where=describe())
@@ -264,6 +265,7 @@ class _Session:
                              for kind, n in zip(_kinds(call), call.names) if kind in ("value", "function")})
         self.restarts = 0
         self.phases: dict[str, float] = {}
+        self.caches: list[pathlib.Path] = []
 
     def phase(self, name: str, since: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + time.time() - since
@@ -287,7 +289,7 @@ class _Session:
         uid = self.g.sandbox.uid_base + 3 * self.slot + {"kernel": 0, "compile": 1, "notebook": 2}[kind]
         t0 = time.time()
         w = Worker(self.g.sandbox, uid=uid, mode=mode, kind=kind, name=f"slot{self.slot}-{kind}",
-                   startup_timeout=self.budget(120))
+                   startup_timeout=self.budget(120), cache=self._cache(kind, uid))
         self.phase("start", t0)
         self.isolation = self.isolation or w.isolation
         self.workers[kind] = w
@@ -298,6 +300,21 @@ class _Session:
             return self.workers["notebook"]
         return w
 
+    def _cache(self, kind: str, uid: int) -> str | None:
+        """Triton's cache for this submission's kernel (or compile) workers, so a kernel compiled for one problem
+        is not compiled again for the next: shared only by the problems of this submission, written only by the
+        uid that runs rebuilt kernels (never by the notebook's code), removed when the submission is done."""
+        if kind == "notebook":
+            return None
+        d = self.g.sandbox.caches / f"slot{self.slot}-{kind}"
+        if d not in self.caches:
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            os.chown(d, uid, uid)
+            os.chmod(d, 0o700)
+            self.caches.append(d)
+        return d.name
+
     def drop(self, kind: str) -> None:
         w = self.workers.pop(kind, None)
         if w is not None:
@@ -307,6 +324,12 @@ class _Session:
         for w in self.workers.values():
             w.close()
         self.workers.clear()
+
+    def finish(self) -> None:
+        self.close()
+        for d in self.caches:
+            shutil.rmtree(d, ignore_errors=True)
+        self.caches.clear()
 
     def _run_cells(self, w: Worker) -> None:
         needed = [i for i in cells_needed(self.code, set(self.names)) if i not in self.bad_cells]
@@ -649,12 +672,26 @@ class _Remote:
                 mode.absorb(int(ops.get("calls") or 0), ops.get("widest"))
         return value
 
-    def _call(self, args, kwargs):
+    def call_with_grad(self, args, requires, grad_output) -> dict:
+        """Call a differentiable answer in the sandbox and run its backward there with ``grad_output``: a dict of
+        ``output``, ``grads`` (of the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom``
+        (a ``torch.autograd.Function``'s node) and ``saved`` (each saved tensor's input index or None, and shape);
+        or whatever the function returned, when it is not a tensor."""
+        self.callbacks = []
+        grad = {"requires": list(requires), "output": self._out(grad_output)}
+        with torch._C.DisableTorchFunction():
+            value, _ = self._call(args, {}, grad)
+        return value
+
+    def _call(self, args, kwargs, grad=None):
         s = self.session
         w = s.worker("notebook")
-        self.callbacks = []
+        if grad is None:
+            self.callbacks = []
         msg = {"op": "call", "name": self.name, "args": self._out(list(args)), "kwargs": self._out(kwargs),
                "forbid": list(self.forbid)}
+        if grad is not None:
+            msg["grad"] = grad
         w.send(msg)
         while True:
             m = w.recv(s.budget(max(1.0, self.deadline - time.time())), what=f"in {self.name}")

@@ -94,8 +94,11 @@ class SandboxExecute(NbGraderPreprocessor):
         release = {"cells": [c for c in source["cells"] if not c["metadata"]["nbgrader"]["solution"]]}
         submission = json.loads(json.dumps(nb))
         paths = [p for p in os.environ.get("GRADER_LESSON_PATHS", "").split(os.pathsep) if p]
-        result = Grader(Settings(lesson_paths=paths)).grade(info["student"], info["assignment"], submission, source,
-                                                            release)
+        grader = Grader(Settings(lesson_paths=paths))
+        try:
+            result = grader.grade(info["student"], info["assignment"], submission, source, release)
+        finally:
+            grader.sandbox.close()  # its sandbox templates end with this notebook, not with nbgrader's process
         from .policy import DEFAULT, apply
 
         apply([result], os.environ.get("GRADER_SPEED_POLICY", DEFAULT))

@@ -152,6 +152,9 @@ class SandboxConfig:
         os.chmod(self.root, 0o700)
         self.seed = self.root / "triton-seed"
         self.seed.mkdir(exist_ok=True)
+        self.caches = self.root / "cache"  # one Triton cache per submission and worker kind (grade.py)
+        self.caches.mkdir(exist_ok=True)
+        os.chmod(self.caches, 0o700)
         self._lock = None
         self.uid_base = self._claim(self.uid_base)
         self._templates: dict[str, _Template] = {}
@@ -249,6 +252,8 @@ class _Template:
         for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader
             a += ["--ro-bind", str(_ROOT / "grader" / f), str(_ROOT / "grader" / f)]
         a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
+        if self.profile != "notebook":
+            a += ["--bind", str(cfg.caches), "/grader/cache"]
         if self.mode == "gpu":
             for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
                 a += ["--dev-bind", dev, dev]
@@ -430,7 +435,7 @@ class Worker:
     notebook's code, in a sandbox without ``kernels.checks``)."""
 
     def __init__(self, cfg: SandboxConfig, *, uid: int, mode: str, name: str, kind: str | None = None,
-                 startup_timeout: float = 120):
+                 startup_timeout: float = 120, cache: str | None = None):
         self.cfg = cfg
         self.uid = uid
         self.mode = mode
@@ -442,7 +447,7 @@ class Worker:
         out_r, out_w = os.pipe()
         request = {"uid": uid, "tmp_size": cfg.tmp_size, "shm_size": cfg.shm_size,
                    "address_space": cfg.memory_limit + (8 << 30) if mode != "gpu" else None,
-                   "gpu_memory_fraction": cfg.gpu_memory_fraction, "profile": self.kind,
+                   "gpu_memory_fraction": cfg.gpu_memory_fraction, "profile": self.kind, "cache": cache,
                    "under_tmp": [p for p in cfg.environment if p == "/tmp" or p.startswith("/tmp/")]}
         self.started = time.time()
         try:

@@ -38,6 +38,8 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REMOUNT, _MS_REC, _MS_PRIVATE =
 _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
 #: Where the grader binds the Triton cache it warmed (GPU mode), read-only; every worker starts from a copy.
 TRITON_SEED = "/grader/triton-seed"
+#: Where the grader binds its folder of per-submission Triton caches (kernel and compile workers only).
+CACHES = "/grader/cache"
 #: Where the grader binds the lesson specs its own fixtures add (read-only).
 LESSONS = "/grader/lessons"
 
@@ -77,6 +79,15 @@ def _confine(cfg: dict, keep_fd: int, out_fd: int) -> str:
                 raise OSError(err, f"binding {p} back: {os.strerror(err)}")
         os.close(fd)
     _mount_tmpfs(libc, "/dev/shm", cfg["shm_size"], uid)
+    if os.path.isdir(CACHES):
+        name = str(cfg.get("cache") or "")
+        if name and "/" not in name and not name.startswith("."):  # Triton's cache, kept for this submission
+            os.makedirs("/tmp/.triton", exist_ok=True)
+            src = os.path.join(CACHES, name).encode()
+            if libc.mount(src, b"/tmp/.triton", None, ctypes.c_ulong(_MS_BIND), None) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"binding the Triton cache {name}: {os.strerror(err)}")
+        _mount_tmpfs(libc, CACHES, 1 << 20, 0)  # the other submissions' caches are gone from this worker
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_fd, 1)
@@ -349,6 +360,25 @@ def _outgoing(obj, ptrs, depth=0):
                     "are graded")
 
 
+def _call_and_backward(fn, args, kwargs, requires, grad_output):
+    """Call a differentiable answer, say what its output's gradient node is and which of the inputs it saved, then
+    run its backward with ``grad_output``: only the output, the inputs' gradients and these facts cross back."""
+    out = fn(*args, **kwargs)
+    if not isinstance(out, torch.Tensor):
+        return out  # the exercise names what came back instead of a tensor
+    node = out.grad_fn
+    custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+    saved = []
+    for t in (node.saved_tensors if custom else ()):
+        if t is not None:
+            same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
+            saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
+    if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
+        out.backward(grad_output)
+    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
+            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}
+
+
 def _serve_notebook(ch: _Channel, first: dict) -> None:
     """The notebook's cells, then values and calls of its functions. Nothing of the checks, their references or
     the grader is importable here (``kernels.checks`` is a stub): the grader calls a function through this
@@ -397,8 +427,16 @@ def _serve_notebook(ch: _Channel, first: dict) -> None:
             try:
                 args = _incoming(req.get("args") or [], ch, ptrs)
                 kwargs = _incoming(req.get("kwargs") or {}, ch, ptrs)
+                grad = req.get("grad")
+                if grad is not None:  # a differentiable answer: its backward must run here, beside its forward
+                    args = [a.detach().requires_grad_() if i in grad["requires"] else a for i, a in enumerate(args)]
+                    grad_output = _incoming(grad["output"], ch, ptrs)
                 with _Forbid(req.get("forbid") or ()), ops:
-                    value = ns[name](*args, **kwargs)
+                    if grad is None:
+                        value = ns[name](*args, **kwargs)
+                    else:
+                        with torch.enable_grad():
+                            value = _call_and_backward(ns[name], args, kwargs, grad["requires"], grad_output)
                 _sync()
                 out = _outgoing(value, ptrs)
             except BaseException as e:

@@ -46,6 +46,10 @@ if compgen -G ".whl/*.whl" > /dev/null; then  # fla-core for the comparisons; it
   export PYTHONPATH=$PYTHONPATH:/tmp/fla
 fi
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name(0))"
+# ipykernel points matplotlib at matplotlib-inline; without it every notebook cell that plots fails ("Key backend:
+# 'module://matplotlib_inline.backend_inline' is not a valid value"). A wheelhouse that strips matplotlib* drops it.
+python3 -c "import matplotlib_inline" 2>/dev/null \
+  || echo "WARNING: matplotlib-inline is not installed: notebooks' plots will fail (pip download --no-deps -d .gpu-wheels matplotlib-inline)"
 
 run_stage() {  # stage name, time limit in seconds
   local name=$1 limit=$2

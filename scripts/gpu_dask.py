@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import time
 
@@ -132,6 +133,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1 if ON_GPU else 2)
     ap.add_argument("--seed", type=int, default=20261204)
     args = ap.parse_args()
+    # the stage's `timeout` sends SIGTERM: leave through the finally blocks, which stop the cluster's processes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         import distributed  # noqa: F401
     except ImportError as e:

@@ -133,7 +133,7 @@ def _heading_points(lesson):
     return out
 
 
-LESSONS_00_05 = [name for name in lesson_ids() if name[:2] in {"00", "01", "02", "03", "04", "05"}]
+LESSONS_00_05 = [name for name in lesson_ids() if name[:2] in {"00", "01", "02", "03", "04", "05", "07"}]
 
 
 @pytest.mark.parametrize("lesson", LESSONS_00_05)
@@ -205,11 +205,20 @@ def test_the_score_names_what_failed(capsys):
 def test_make_score_runs_the_saved_notebook(tmp_path):
     from kernels.score import main
 
+    from kernels.course import student_notebook
+
+    # the learner's saved copy: exercise 1 answered, exercise 2 still the stub
     work = tmp_path / "my-work"
     work.mkdir()
-    nbformat.write(solution_notebook("00_setup"), work / "00_setup.ipynb")
+    mine = student_notebook("00_setup")
+    answer = next(c for c in solution_notebook("00_setup").cells if c.get("id") == "add_kernel")
+    next(c for c in mine.cells if c.get("id") == "add_kernel").source = "\n".join(
+        ln for ln in answer.source.splitlines() if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    nbformat.write(mine, work / "00_setup.ipynb")
     out = subprocess.run([sys.executable, "-m", "kernels.score", "00", "--work", str(work)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "total" in out.stdout and "8 / 8" in out.stdout, out.stdout
+    lines = {ln.split()[0]: ln for ln in out.stdout.splitlines() if ln.startswith("  ")}
+    assert "4 / 4" in lines["vector_add"] and "0 / 4" in lines["add_bias"], out.stdout
+    assert "4 / 8" in lines["total"], out.stdout
     assert main(["99"]) == 2

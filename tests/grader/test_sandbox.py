@@ -49,7 +49,8 @@ PROBE = f'''
 import os, socket, glob
 facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.listdir({str(ROOT)!r})),
          "grader_listing": sorted(os.listdir({str(ROOT / "grader")!r})), "tmp_listing": sorted(os.listdir("/tmp")),
-         "top": sorted(os.listdir("/")), "shm": sorted(os.listdir("/dev/shm"))}}
+         "top": sorted(os.listdir("/")), "shm": sorted(os.listdir("/dev/shm")),
+         "caches": os.path.exists("/grader/cache")}}
 for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
              "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
              "{ROOT}/kernels/checks/engine.py", "{ROOT}/kernels/checks/lessons/l00_setup.py"):
@@ -100,6 +101,7 @@ def test_worker_sees_only_its_allowlist(cfg):
             assert what != "read", path
     assert first["write_kernels"] != "wrote" and first["engine"] == "ModuleNotFoundError"
     assert first["network"] != "connected"
+    assert first["caches"] is False  # the kernels' Triton caches are not in the notebook's sandbox
 
 
 def test_shared_memory_is_capped(cfg):

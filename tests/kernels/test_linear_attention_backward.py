@@ -134,13 +134,16 @@ def _fla_grads(c, normalize=False):
     return _grads(fla.chunk_linear_attn, c, normalize)
 
 
+#: One packed batch for every comparison with fla, whose kernels autotune for about a minute at each new shape.
+_PACKED = [0, 1000, 1001, 3100, 4000]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("shape", ["B2 T4000", "varlen"])
-def test_gpu_gradients_vs_fla(dtype, shape):
-    """Gradient error against float64 no worse than fla's on the same inputs (or within the dtype's tolerance)."""
-    cu = [0, 1000, 1001, 3100, 4000] if shape == "varlen" else None
-    c = _case(1 if cu else 2, 4000, 8, 128, 128, dtype, cu, True, seed=60)
+def test_gpu_gradients_vs_fla(dtype):
+    """Gradient error against float64 no worse than fla's on the same inputs (or within the dtype's tolerance):
+    packed sequences, one of a single token, lengths that are not chunk multiples, initial and final states."""
+    c = _case(1, 4000, 8, 128, 128, dtype, _PACKED, True, seed=60)
     c.update(q=c["q"] * 0.5, k=c["k"] * 0.5)
     ours = _grads(chunk_linear_attn, c, False)
     theirs = _fla_grads(c)
@@ -148,7 +151,7 @@ def test_gpu_gradients_vs_fla(dtype, shape):
                              c["cu_seqlens"], chunk_size=256)
     for name, a, b, r in zip(("dq", "dk", "dv", "dh0"), ours, theirs, ref):
         ea, eb = rel_error(a, r), rel_error(b, r)
-        print(f"{shape} {dtype} {name}: ours {ea:.2e}, fla {eb:.2e}")
+        print(f"{dtype} {name}: ours {ea:.2e}, fla {eb:.2e}")
         assert ea <= max(_tol(dtype), 1.5 * eb), (name, ea, eb)
 
 
@@ -165,23 +168,22 @@ def test_gpu_agrees_with_fla_recurrent():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_gpu_normalized_gradients_vs_fla(dtype):
+def test_gpu_normalized_gradients_vs_fla():
     """normalize=True (its division differentiated by torch): gradients of q, k, v, both initial states, against
-    float64 and fla's, on positive features and a packed batch."""
+    float64 and fla's, on positive features, bf16, the packed batch above."""
     fla = pytest.importorskip("fla.ops.linear_attn")
-    c = _case(1, 3000, 4, 64, 64, dtype, [0, 999, 1000, 3000], True, seed=80)
+    c = _case(1, 4000, 8, 128, 128, torch.bfloat16, _PACKED, True, seed=80)
     c.update(q=torch.nn.functional.elu(c["q"]) + 1, k=torch.nn.functional.elu(c["k"]) + 1)
-    z0 = randn(3, 1, 4, 64, seed=86).abs()
-    c["dz"] = randn(3, 1, 4, 64, seed=87)
+    z0 = randn(4, 1, 8, 128, seed=86).abs()
+    c["dz"] = randn(4, 1, 8, 128, seed=87)
     ours = _grads(chunk_linear_attn, c, True, z0)
     theirs = _grads(fla.chunk_linear_attn, c, True, z0)
     f64 = {n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for n, x in c.items()}
     ref = _grads(lambda *a, **kw: reference_linear_attention(*a, **kw, chunk_size=256), f64, True, z0.double())
     for name, a, b, r in zip(("dq", "dk", "dv", "dh0", "dz0"), ours, theirs, ref):
         ea, eb = rel_error(a, r), rel_error(b, r)
-        print(f"normalize {dtype} {name}: ours {ea:.2e}, fla {eb:.2e}")
-        assert ea <= max(_tol(dtype), 1.5 * eb), (name, ea, eb)
+        print(f"normalize bf16 {name}: ours {ea:.2e}, fla {eb:.2e}")
+        assert ea <= max(_tol(torch.bfloat16), 1.5 * eb), (name, ea, eb)
 
 
 @pytest.mark.slow

@@ -135,7 +135,7 @@ def test_gpu_hidden_cases_bf16_and_large(cell, name, exercise):
 
 @pytest.mark.gpu
 @pytest.mark.timed
-def test_gpu_speed_against_fla():
+def test_gpu_speed_against_the_package():
     out = grade("07_backward.backward_speed", kernel(DQ, "dq_kernel"), kernel(DKDV, "dkdv_kernel"))
     assert out.passed and out.perf, out.message
     print(out.message)

@@ -56,23 +56,26 @@ MIN_SEGMENT = 256
 #: does this one: on the H200 its ``q · [z_hi | z_lo]`` product gave outputs off by 2.4 (relative) while its key
 #: sum came out right. Leave it off.
 NORM_MMA = False
+#: Which of the two sums NORM_MMA puts on the tensor cores (``Launch.norm_mma``).
+NORM_MMA_PARTS = "both"
 # Under the interpreter: small chunks and V blocks, so small test sizes still cross several of each.
 _INTERPRETER = Launch(None, 16, 16, 4, 1)
 
 
 @contextlib.contextmanager
-def normaliser_on_tensor_cores(on: bool = True):
-    """Within the block, the dispatch's launches run the normaliser's sums on the tensor cores (or not)."""
-    global NORM_MMA
-    old, NORM_MMA = NORM_MMA, on
+def normaliser_on_tensor_cores(on: bool = True, parts: str = "both"):
+    """Within the block, the dispatch's launches run the normaliser's sums (``parts``: "both", "qz" or "ksum") on
+    the tensor cores (or not)."""
+    global NORM_MMA, NORM_MMA_PARTS
+    old, NORM_MMA, NORM_MMA_PARTS = (NORM_MMA, NORM_MMA_PARTS), on, parts
     try:
         yield
     finally:
-        NORM_MMA = old
+        NORM_MMA, NORM_MMA_PARTS = old
 
 
 def _norm_mma() -> str:
-    return "both" if NORM_MMA else ""
+    return NORM_MMA_PARTS if NORM_MMA else ""
 
 
 def float32_precision() -> str:

@@ -75,7 +75,7 @@ def test_children_fail_alone_and_memcheck_decides(tmp_path, monkeypatch):
     import os
     import stat
 
-    good, bad = (_first(norm=n, dtype="bf16", K=64, V=64, shape="large").name for n in (True, False))
+    good, bad = (_first(norm=n, dtype="bf16", K=64, V=64, shape="large", mma="").name for n in (True, False))
     tool = tmp_path / "bin" / "compute-sanitizer"
     tool.parent.mkdir()
     tool.write_text('#!/bin/sh\nshift 6\ncase "$*" in *raw*) bad=1;; *) bad=0;; esac\n"$@" || exit $?\n'

@@ -26,11 +26,15 @@ REPORTED = {
 }
 
 
+#: Exercises without zoo entries of their own, and why.
+WITHOUT_ZOO = {"07_backward.backward_speed": "GPU-only timing of the dq and dkdv kernels, whose zoos cover them"}
+
+
 def test_every_kernel_exercise_has_a_full_zoo():
     kinds = collections.defaultdict(lambda: [0, 0])
     for e in ENTRIES:
         kinds[e.exercise][0 if e.wrong else 1] += 1
-    for exercise in OBJECTS:
+    for exercise in OBJECTS.keys() - WITHOUT_ZOO.keys():
         wrong, right = kinds[exercise]
         kernel = get(exercise).args == ("kernel",) and get(exercise).performance is None
         assert right >= (3 if kernel or exercise.endswith(("_torch", "build_launch")) else 1), exercise

@@ -139,15 +139,16 @@ def _flush():
             pass
 
 
-def _sync():
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
 def _cuda_broken(e: BaseException) -> bool:
     text = f"{type(e).__name__} {e}"
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUDA_ERROR",
                                    "device-side assert", "misaligned address"))
+
+
+def _sync() -> None:
+    from kernels.device import sync  # imported late: importing kernels decides the interpreter
+
+    sync()
 
 
 def _cuda_health(err: BaseException | None) -> str | None:
@@ -218,7 +219,7 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
 
 
 def _serve_compile(ch: _Channel, req: dict) -> None:
-    from kernels.checks.aot import dry_run
+    from kernels.checks.dry_run import dry_run
     from kernels.checks.spec import CheckFailed
 
     try:
@@ -360,25 +361,6 @@ def _outgoing(obj, ptrs, depth=0):
                     "are graded")
 
 
-def _call_and_backward(fn, args, kwargs, requires, grad_output):
-    """Call a differentiable answer, say what its output's gradient node is and which of the inputs it saved, then
-    run its backward with ``grad_output``: only the output, the inputs' gradients and these facts cross back."""
-    out = fn(*args, **kwargs)
-    if not isinstance(out, torch.Tensor):
-        return out  # the exercise names what came back instead of a tensor
-    node = out.grad_fn
-    custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-    saved = []
-    for t in (node.saved_tensors if custom else ()):
-        if t is not None:
-            same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
-            saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
-    if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
-        out.backward(grad_output)
-    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
-            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}
-
-
 def _serve_notebook(ch: _Channel, first: dict) -> None:
     """The notebook's cells, then values and calls of its functions. Nothing of the checks, their references or
     the grader is importable here (``kernels.checks`` is a stub): the grader calls a function through this
@@ -435,8 +417,10 @@ def _serve_notebook(ch: _Channel, first: dict) -> None:
                     if grad is None:
                         value = ns[name](*args, **kwargs)
                     else:
+                        from kernels.testing import call_and_backward
+
                         with torch.enable_grad():
-                            value = _call_and_backward(ns[name], args, kwargs, grad["requires"], grad_output)
+                            value = call_and_backward(ns[name], args, kwargs, grad["requires"], grad_output)
                 _sync()
                 out = _outgoing(value, ptrs)
             except BaseException as e:
@@ -530,7 +514,7 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import importlib
 
-    from kernels.checks import aot, engine, provenance, spec  # noqa: F401
+    from kernels.checks import dry_run, engine, provenance, spec  # noqa: F401
 
     for name in sorted(os.listdir(os.path.join(os.path.dirname(spec.__file__), "lessons"))):
         if name.startswith("l") and name.endswith(".py"):

@@ -11,7 +11,6 @@ errors.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import multiprocessing
 import pathlib
@@ -20,16 +19,9 @@ import time
 
 
 def _environment() -> dict:
-    import torch
-    import triton
+    from kernels.device import machine
 
-    from kernels.device import MODE, describe
-
-    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mode": MODE,
-           "where": describe(), "torch": torch.__version__, "triton": triton.__version__}
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name(0)
-    return out
+    return machine()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -438,25 +438,6 @@ def _outgoing(obj, ptrs, depth=0):
                     "are graded")
 
 
-def _call_and_backward(fn, args, kwargs, requires, grad_output):
-    """Call a differentiable answer, say what its output's gradient node is and which of the inputs it saved, then
-    run its backward with ``grad_output``: only the output, the inputs' gradients and these facts cross back."""
-    out = fn(*args, **kwargs)
-    if not isinstance(out, torch.Tensor):
-        return out  # the exercise names what came back instead of a tensor
-    node = out.grad_fn
-    custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-    saved = []
-    for t in (node.saved_tensors if custom else ()):
-        if t is not None:
-            same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
-            saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
-    if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
-        out.backward(grad_output)
-    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
-            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}
-
-
 def _serve_notebook(ch: _Channel, first: dict) -> None:
     """The notebook's cells, then values and calls of its functions. Nothing of the checks, their references or
     the grader is importable here (``kernels.checks`` is a stub): the grader calls a function through this
@@ -507,14 +488,15 @@ def _serve_notebook(ch: _Channel, first: dict) -> None:
                 kwargs = _incoming(req.get("kwargs") or {}, ch, ptrs)
                 grad = req.get("grad")
                 if grad is not None:  # a differentiable answer: its backward must run here, beside its forward
-                    args = [a.detach().requires_grad_() if i in grad["requires"] else a for i, a in enumerate(args)]
+                    from kernels.gradcall import call_and_backward, leaves
+
+                    args = leaves(args, grad["requires"])
                     grad_output = _incoming(grad["output"], ch, ptrs)
                 with _Forbid(req.get("forbid") or ()), ops:
                     if grad is None:
                         value = ns[name](*args, **kwargs)
                     else:
-                        with torch.enable_grad():
-                            value = _call_and_backward(ns[name], args, kwargs, grad["requires"], grad_output)
+                        value = call_and_backward(ns[name], args, kwargs, grad["requires"], grad_output)
                 _sync()
                 out = _outgoing(value, ptrs)
             except BaseException as e:

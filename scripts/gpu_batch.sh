@@ -107,14 +107,14 @@ run_stage() {  # stage name, time limit in seconds
     # a CUDA graph's launch cost, the changed notebook cells (results/gpu/learner.json)
     learner) timeout "$limit" python3 scripts/gpu_learner.py --budget $(( limit - 40 )) || echo "learner failed ($?)" ;;
     course-student) timeout "$limit" python3 scripts/gpu_course.py --copy student || echo "course-student failed ($?)" ;;
-    course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution || echo "course-full failed ($?)" ;;
+    course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution ${COURSE_LESSONS:-} || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
     # every zoo entry's visible and hidden check on the GPU (kernels/checks/zoo), the speed-graded ones alone at the end
-    zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" --out results/gpu/zoo.json \
+    zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" ${ZOO_ARGS:-} --out "${ZOO_OUT:-results/gpu/zoo.json}" \
            > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
          tail -3 results/gpu/zoo.log ;;
     # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json
-    lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py --budget $(( limit - 20 )) || echo "lesson06 failed ($?)" ;;
+    lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py --budget $(( limit - 20 )) ${LESSON06_ARGS:-} || echo "lesson06 failed ($?)" ;;
     # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
     # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
     dask|multi) (

@@ -155,15 +155,15 @@ _TRAMPOLINE = ("import runpy, sys; from kernels.compile import enter_compile_mod
 
 def run_compiled(module: str, args: list[str] | tuple[str, ...] = (), *, input: str | None = None,
                  timeout: float | None = None, paths: list[str] | tuple[str, ...] = (),
-                 env: dict | None = None) -> subprocess.CompletedProcess:
+                 env: dict | None = None, capture: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m <module> <args...>`` in a fresh process in compile mode (:func:`enter_compile_mode` first,
     so every kernel it imports is compilable), with this package and ``paths`` importable; text in and out,
-    captured. :class:`subprocess.TimeoutExpired` passes through."""
+    captured unless ``capture=False``. :class:`subprocess.TimeoutExpired` passes through."""
     env = dict(os.environ if env is None else env, TRITON_INTERPRET="0")
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [*map(str, paths), _HOME,
                                                                     env.get("PYTHONPATH")])))
     return subprocess.run([sys.executable, "-c", _TRAMPOLINE, module, *map(str, args)], input=input,
-                          capture_output=True, text=True, env=env, timeout=timeout)
+                          capture_output=capture, text=True, env=env, timeout=timeout)
 
 
 def enter_compile_mode() -> None:

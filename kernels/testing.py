@@ -30,7 +30,6 @@ __all__ = [
     "rel_error",
     "assert_close",
     "check_bad_input",
-    "call_and_backward",
 ]
 
 #: Relative-error tolerances by the precision a kernel computes in. ``tf32`` is Triton's default for an fp32
@@ -205,24 +204,3 @@ def check_bad_input(fn, *args, match: str, **kwargs) -> None:
             raise AssertionError(f"error message {str(e)!r} does not mention {match!r}") from e
         return
     raise AssertionError(f"expected an error mentioning {match!r}; the call succeeded")
-
-
-def call_and_backward(fn, args: list, kwargs: dict, requires: list[int], grad_output: torch.Tensor):
-    """Call a differentiable answer (the ``requires`` arguments need gradients), say what its output's gradient
-    node is and which of the inputs it saved, then run its backward with ``grad_output``: only the output, the
-    inputs' gradients and these facts are returned, as the grader's sandbox sends them back. An output that is not
-    a tensor comes back as it is (the exercise names it)."""
-    out = fn(*args, **kwargs)
-    if not isinstance(out, torch.Tensor):
-        return out
-    node = out.grad_fn
-    custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-    saved = []
-    for t in (node.saved_tensors if custom else ()):
-        if t is not None:
-            same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
-            saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
-    if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
-        out.backward(grad_output)
-    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
-            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}

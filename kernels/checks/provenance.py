@@ -746,13 +746,15 @@ def _signature(jit_fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
     return sig, const, options
 
 
-def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None):
-    """Compile a (non-interpreted) JIT function for sm_90; raise :class:`CheckFailed` with the compiler's reason.
+def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None,
+                *, arch: int = 90):
+    """Compile a (non-interpreted) JIT function for sm_90 (or ``arch``); raise :class:`CheckFailed` with the
+    compiler's reason.
 
     ``attrs``: what the JIT would assume of the arguments (``{(i,): [["tt.divisibility", 16]]}``); none by default.
     """
     try:
-        return compile_for(jit_fn, signature, constexprs, attrs, options)
+        return compile_for(jit_fn, signature, constexprs, attrs, options, arch=arch)
     except Exception as e:  # the compiler's own errors have many types
         raise CheckFailed(_compile_message(jit_fn, e)) from None
 

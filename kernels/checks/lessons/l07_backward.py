@@ -13,7 +13,8 @@ import torch
 import triton
 
 from ...device import pick
-from ...testing import call_and_backward, randn
+from ...gradcall import call_and_backward, leaves
+from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 from .l04_chunked_linear_attention import _Counter, _tensor, recurrent
 
@@ -246,20 +247,13 @@ DKDV = Exercise(
 
 # ---- exercise 4: the autograd.Function -------------------------------------------------------------------------
 
-def _call_and_backward(fn, args, requires, grad_output):
-    """What the grader's sandbox does with a differentiable answer, done here."""
-    args = [a.detach().requires_grad_() if i in requires else a for i, a in enumerate(args)]
-    with torch.enable_grad():
-        return call_and_backward(fn, args, {}, requires, grad_output)
-
-
 def _autograd_run(args, inputs, outputs, case):
     (fn,) = args
     call = (inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
     if hasattr(fn, "call_with_grad"):  # graded: the call and its backward run in the notebook's sandbox
         r = fn.call_with_grad(call, (0, 1, 2), inputs["do"])
     else:
-        r = _call_and_backward(fn, call, (0, 1, 2), inputs["do"])
+        r = call_and_backward(fn, leaves(call, (0, 1, 2)), {}, (0, 1, 2), inputs["do"])
     if not (isinstance(r, dict) and r.get("__grad_call__")):
         raise CheckFailed(f"linear_attention returned a {type(r).__name__}; return the output tensor o")
     if not r["custom"]:

@@ -96,26 +96,20 @@ def _triton_compiles() -> bool:
 
 
 def _compile_fresh(argv: list[str]) -> int:
-    """Run ``--compile`` in a fresh process that imports Triton first, with the interpreter off."""
-    import os
-    import subprocess
+    """Run ``--compile`` in a fresh compile process (:func:`kernels.compile.run_compiled`)."""
+    from kernels.compile import run_compiled
 
-    code = ("import os, sys; os.environ['TRITON_INTERPRET'] = '0'; import triton; "
-            "from kernels.checks.zoo.__main__ import main; sys.exit(main(sys.argv[1:]))")
-    return subprocess.run([sys.executable, "-c", code, *argv], env=dict(os.environ, TRITON_INTERPRET="0")).returncode
+    return run_compiled("kernels.checks.zoo", argv, capture=False).returncode
 
 
 def _compile(args) -> int:
-    import os
     import tempfile
 
-    os.environ["TRITON_INTERPRET"] = "0"
-    import triton  # noqa: F401  (Triton's own @jit helpers become compilable functions)
+    from kernels.compile import enter_compile_mode
 
-    import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without a GPU: kernels below are built compiled)
+    enter_compile_mode()
     from kernels.checks.zoo import compile_entry, entries
 
-    os.environ["TRITON_INTERPRET"] = "0"
     chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
               if (not args.only or any(o in e.id for o in args.only)) and e.wrong_here("interpreter") is False]
     failed = 0

@@ -9,8 +9,11 @@ the export to PTX/cubin, the profile lesson's compiler views, the PTX explorer a
 - :func:`compile_for`: the compile itself, for ``sm_<arch>``;
 - :func:`run_compiled` and :func:`enter_compile_mode`: the way out of the interpreter. Under
   ``TRITON_INTERPRET=1`` every ``@triton.jit`` (Triton's own helpers such as ``tl.cdiv`` included) is an
-  interpreted function that cannot be compiled, so the compile runs in a fresh ``python -m ...`` process started
-  by :func:`run_compiled`, whose ``main`` calls :func:`enter_compile_mode` before it imports any kernel.
+  interpreted function that cannot be compiled, so the compile runs in a fresh process: :func:`run_compiled` runs
+  a module there as ``python -m`` would, after :func:`enter_compile_mode`, before any kernel is imported.
+
+The grader's cubin path (:mod:`kernels.checks.cubin`) specialises a launch from the kernel's parameters as text,
+never its function, and compiles through :func:`compile_for` too.
 
 Importing this module imports neither Triton's compiler nor the checks.
 """

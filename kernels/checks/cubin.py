@@ -288,7 +288,8 @@ class CubinKernel:
             from ..export.launch import Launcher
 
             blob, meta = self.compiler(wire_spec(spec))
-            lc = self.launchers[spec["key"]] = Launcher(manifest(self.__name__, spec, meta), data=blob)
+            lc = self.launchers[spec["key"]] = Launcher(manifest(self.__name__, spec, meta), data=blob,
+                                                        device=torch.cuda.current_device())
         return lc
 
     def __getitem__(self, grid):

@@ -91,6 +91,62 @@ def test_the_sandbox_compiles_a_cubin_the_grader_can_check(box):
         w.close()
 
 
+class _Session:
+    """What :func:`grader.cubin.relay` uses of a grading session: its workers and budget."""
+
+    def __init__(self, box):
+        from types import SimpleNamespace
+
+        self.box, self.workers, self.s = box, {}, SimpleNamespace(compile_timeout=120)
+
+    def worker(self, kind):
+        from grader.sandbox import Worker
+
+        assert kind == "compile"
+        self.workers[kind] = Worker(self.box, uid=self.box.uid_base + 96, mode="compile", kind="compile", name="relay")
+        return self.workers[kind]
+
+    def budget(self, want):
+        return want
+
+    def drop(self, kind):
+        self.workers.pop(kind).kill()
+
+
+class _Launcher:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, m):
+        self.sent.append(m)
+
+
+def test_the_grader_relays_a_checked_cubin(box):
+    """The grader's relay between the launch worker's request and the compile worker: a cubin that passed
+    check_reply, or the compiler's message; the compile worker is started once per problem."""
+    import time
+
+    from grader.cubin import relay
+
+    p = kernel_params(ADD, "add_kernel")
+    x = torch.zeros(64)
+    session, launcher = _Session(box), _Launcher()
+    kernels = [{"entry": "add_kernel", "text": ADD}]
+    try:
+        for n in (64, 65):
+            spec = wire_spec(specialize(p, (x, x, x, n), {"BLOCK_SIZE": 64}, arch=90))
+            relay(session, launcher, {"event": "compile", "kernel": 0, "spec": spec}, kernels, time.time() + 120)
+        first = session.workers["compile"]
+        assert [m["op"] for m in launcher.sent] == ["cubin", "cubin"] and "error" not in launcher.sent[0]
+        assert check_reply(launcher.sent[1])[1]["name"] == "add_kernel"
+        bad = dict(spec, constexprs={"BLOCK_SIZE": 100, "SCALE": 1.0})  # tl.arange needs a power of two
+        relay(session, launcher, {"event": "compile", "kernel": 0, "spec": bad}, kernels, time.time() + 120)
+        assert "does not compile" in launcher.sent[-1]["error"] and session.workers["compile"] is first
+    finally:
+        for w in session.workers.values():
+            w.close()
+
+
 def test_a_forged_reply_is_refused():
     good = {"name": "k", "num_warps": 4, "num_ctas": 1, "shared": 0, "global_scratch_size": 0,
             "global_scratch_align": 1, "profile_scratch_size": 0, "profile_scratch_align": 1, "tmem_size": 0}

@@ -56,7 +56,8 @@ class Problem:
 @dataclass
 class Version:
     """One rung of the ladder: ``fn(**inputs) -> output``; ``skip(problem)`` returns a reason or None;
-    ``extras(inputs)``, on a GPU, measures more of one call (a dict added to the version's row)."""
+    ``extras(inputs)`` measures more of one call (a dict added to the version's row; on the CPU too, so it
+    records only what the device it runs on can measure)."""
 
     name: str
     fn: Callable[..., torch.Tensor]
@@ -325,8 +326,8 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 del got
                 if ON_GPU:
                     entry.update(_memory(v, inputs))
-                    if v.extras is not None:
-                        entry.update(v.extras(inputs))
+                if v.extras is not None:
+                    entry.update(v.extras(inputs))
                 ms = time_ms(_rotating(v, p, inputs))
                 entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
                              gbps=p.bytes / (ms * 1e-3) / 1e9)

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -58,6 +60,10 @@ _last_write = 0.0
 def pytest_configure(config):
     global _config
     _config = config
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and not torch.cuda.is_available():
+        # xdist workers share the cores: each one's torch using all of them would make them fight over every core
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 def pytest_runtest_logreport(report):

@@ -97,6 +97,25 @@ def test_backward_set(tmp_path):
     entry = saved["rows"][0]["versions"]["chunk_linear_attn fwd+bwd"]
     assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
     assert saved["rows"][0]["versions"]["wrong"]["status"] == "WRONG"
+    # autograd saves q, k, v and the initial state for our backward, the step's own inputs: nothing extra
+    assert entry["saved_bytes"] == 0 and entry["saved_fraction"] == 0 and entry["saved_tensors"] == 4, entry
+
+
+def test_backward_memory_counts_saved_intermediates():
+    """``fwd_bwd``'s ``saved_bytes`` counts a tensor the forward computes and saves (once, however many views of it
+    are saved), never the caller's inputs or the outputs."""
+    from kernels.linear_attention import bench_backward
+
+    def keeps_squares(q, k, v, scale, h0, final, cu):
+        o, ht = bench_backward._ours(q, k, v, scale, h0, final, cu)
+        sq = q * 2.0  # a new [B, T, H, K] tensor; mul saves it, and its view saves it once more
+        return o + (sq * sq[:, :, :, :1]).sum(-1, keepdim=True) * 0.0, ht
+
+    inputs = bench_backward.problems(quick=True)[0].make_inputs(0)
+    _, extras = bench_backward.fwd_bwd(keeps_squares)
+    got = extras(inputs)
+    assert got["saved_bytes"] == inputs["q"].numel() * inputs["q"].element_size(), got
+    assert abs(got["saved_fraction"] - 1 / 3) < 1e-9, got
 
 
 def test_warm_up_in_child_processes(tmp_path):

@@ -782,8 +782,10 @@ def _signature(jit_fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
     return sig, const, options
 
 
-def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None):
-    """Compile a (non-interpreted) JIT function for sm_90; raise :class:`CheckFailed` with the compiler's reason.
+def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None,
+                *, arch: int = 90):
+    """Compile a (non-interpreted) JIT function for sm_90 (or ``arch``); raise :class:`CheckFailed` with the
+    compiler's reason.
 
     ``attrs``: what the JIT would assume of the arguments (``{(i,): [["tt.divisibility", 16]]}``); none by default.
     """
@@ -793,7 +795,7 @@ def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None 
 
     try:
         src = ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs, attrs=attrs)
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options or None)
+        return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options or None)
     except Exception as e:  # the compiler's own errors have many types
         raise CheckFailed(_compile_message(jit_fn, e)) from None
 

@@ -139,15 +139,16 @@ def _flush():
             pass
 
 
-def _sync():
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
 def _cuda_broken(e: BaseException) -> bool:
     text = f"{type(e).__name__} {e}"
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUDA_ERROR",
                                    "device-side assert", "misaligned address"))
+
+
+def _sync() -> None:
+    from kernels.device import sync  # imported late: importing kernels decides the interpreter
+
+    sync()
 
 
 def _cuda_health(err: BaseException | None) -> str | None:
@@ -263,7 +264,7 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
 
 
 def _serve_compile(ch: _Channel, req: dict) -> None:
-    from kernels.checks.aot import dry_run
+    from kernels.checks.dry_run import dry_run
     from kernels.checks.spec import CheckFailed
 
     try:
@@ -612,7 +613,7 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import importlib
 
-    from kernels.checks import aot, engine, provenance, spec  # noqa: F401
+    from kernels.checks import dry_run, engine, provenance, spec  # noqa: F401
 
     for name in sorted(os.listdir(os.path.join(os.path.dirname(spec.__file__), "lessons"))):
         if name.startswith("l") and name.endswith(".py"):

@@ -18,6 +18,7 @@ import time
 import torch
 import triton.testing
 
+from kernels.device import machine
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked_bwd import chunked_backward
 from kernels.linear_attention.fused import fused_forward
@@ -159,7 +160,7 @@ def main() -> None:
     t0 = time.perf_counter()
     B, H, D = 4, 16, 128
     fla = _fla()
-    out = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "B": B, "H": H, "D": D,
+    out = {**machine(), "B": B, "H": H, "D": D,
            "dtype": "bfloat16", "rows": {}}
     path = pathlib.Path(args.out)
     for T in (4096, 16384, 65536):

@@ -19,10 +19,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from kernels.compile import TRITON_TYPES  # noqa: E402
 from kernels.linear_attention import chunked_bwd  # noqa: E402
 from kernels.profile import compiler  # noqa: E402
 
-_TY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _REGS_PER_SM, _SMEM_PER_SM = 65536, 227 * 1024
 
 
@@ -41,7 +41,7 @@ def _jobs(dtype, D, *, warps=None, stages_dq=None, stages_dkdv=None, BT=None, B=
     BT, warps = BT or bt, warps or w
     stages_dq = stages_dq or (2 if warps == 8 else 3)
     stages_dkdv = stages_dkdv or 2
-    t = {"ptr": _TY[dtype], "aligned": True}
+    t = {"ptr": TRITON_TYPES[dtype], "aligned": True}
     strides = [T * H * D, H * D, D]
     precision = "tf32" if dtype == torch.float32 else None
     upcast = False
@@ -63,7 +63,7 @@ def cases() -> dict[str, dict]:
     out = {}
     for dtype, D in ((torch.bfloat16, 128), (torch.float16, 128), (torch.float32, 128), (torch.bfloat16, 64),
                      (torch.bfloat16, 256)):
-        out[f"{_TY[dtype]} D{D}"] = _jobs(dtype, D)
+        out[f"{TRITON_TYPES[dtype]} D{D}"] = _jobs(dtype, D)
     out["bf16 D128 w8"] = _jobs(torch.bfloat16, 128, warps=8, stages_dq=2, stages_dkdv=2)
     out["bf16 D128 dq s2"] = _jobs(torch.bfloat16, 128, stages_dq=2)
     out["bf16 D128 dkdv s3"] = _jobs(torch.bfloat16, 128, stages_dkdv=3)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, repoison
+from ..device import sync as _sync
+from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, precision_of, repoison
 from . import provenance
 from .spec import Case, CheckFailed, Exercise, NotGradedHere, get
 
@@ -98,8 +99,7 @@ def tolerance(ex: Exercise, case: Case) -> float:
         return float(ex.tolerance(case))
     if case.precision is not None:
         return TOLERANCE[case.precision]
-    names = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-    return TOLERANCE[names.get(case.dtype, "ieee")]
+    return TOLERANCE[precision_of(case.dtype)]
 
 
 def _precision_name(case: Case) -> str:
@@ -203,11 +203,6 @@ def poisoned_view(buffer: torch.Tensor, shape: tuple, guard: int) -> Poisoned:
     """The :class:`Poisoned` over a returned buffer laid out by :func:`alloc_outputs`."""
     n = math.prod(shape)
     return Poisoned(buffer, buffer[guard: guard + n].view(shape), guard)
-
-
-def _sync():
-    if ON_GPU:
-        torch.cuda.synchronize()
 
 
 #: ``result[PROBLEMS]``: what :func:`run_case` found wrong before any output is compared (out-of-bounds accesses,
@@ -670,7 +665,8 @@ def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
 
 def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     """Turn the notebook's live objects into what ``run`` receives, enforcing provenance; under the interpreter
-    also compile every kernel launch of the check for sm_90 first (:mod:`kernels.checks.aot`)."""
+    also compile every kernel launch of the check for sm_90 first
+    (:func:`kernels.checks.provenance.verify_compiles`)."""
     if len(objects) != len(ex.args):
         raise CheckFailed(f"{ex.id} takes {len(ex.args)} object(s) after the exercise id ({', '.join(ex.args)}); "
                           f"got {len(objects)}. Expected: {ex.signature}")
@@ -690,9 +686,8 @@ def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     if INTERPRET and "kernel" in ex.args:
         why = check_value(ex, _values(ex, tuple(out)), hidden) if "value" in ex.args else None
         if why is None:
-            from . import aot
-
-            aot.verify(ex.id, hidden, sources, [a if k == "value" else None for k, a in zip(ex.args, out)])
+            provenance.verify_compiles(ex.id, hidden, sources,
+                                       [a if k == "value" else None for k, a in zip(ex.args, out)])
     return tuple(out)
 
 

@@ -126,10 +126,10 @@ def grade_ids(ids: list[str]) -> list[dict]:
 
 
 def compile_entry(entry: Entry, folder: str) -> str | None:
-    """Compile every launch of the entry's visible and hidden checks for sm_90 (:func:`kernels.checks.aot.dry_run`,
+    """Compile every launch of the entry's visible and hidden checks for sm_90 (:func:`kernels.checks.dry_run.dry_run`,
     in a process whose Triton compiles); the error, or ``None``. What a notebook's check does first under the
     interpreter, and what a GPU does before it runs anything."""
-    from .. import aot
+    from ..dry_run import dry_run
 
     ex = get(entry.exercise)
     kernels, values = [], []
@@ -143,7 +143,7 @@ def compile_entry(entry: Entry, folder: str) -> str | None:
             values.append(dict(entry.namespace).get(name))
     try:
         for hidden in (False, True) if has_hidden(ex) else (False,):
-            aot.dry_run(entry.exercise, hidden, kernels, values, folder)
+            dry_run(entry.exercise, hidden, kernels, values, folder)
     except Exception as e:  # noqa: BLE001 (a compile error of any kind is the answer)
         return f"{type(e).__name__}: {e}"
     return None

@@ -3,7 +3,7 @@
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
 #           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe fla-tests dask multi
-#           learner lesson06
+#           learner lesson06 rust-grid
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
@@ -100,6 +100,10 @@ run_stage() {  # stage name, time limit in seconds
                       || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
+    # lesson 05's launcher with the solution's Rust launch_grid (built here by `python -m kernels.export.rust_exercise`
+    # and carried in rust/target/release/): the export round trip through it, compared with torch and Triton
+    rust-grid) timeout "$limit" python3 -m kernels.export.roundtrip --rust rust/target/release/yours-launch --quick \
+                 --launches 500 --repeat 5 --out results/gpu/rust-grid || echo "rust-grid failed ($?)" ;;
     viz) timeout "$limit" python3 scripts/gpu_viz.py || echo "viz failed ($?)" ;;
     notebooks) timeout "$limit" python3 scripts/gpu_notebooks.py || echo "notebooks failed ($?)" ;;
     course) timeout "$limit" python3 scripts/gpu_course.py || echo "course failed ($?)" ;;

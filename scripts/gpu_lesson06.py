@@ -12,7 +12,6 @@ results/gpu/notebooks/06_profile_compile_autotune.ipynb. Needs jupytext, nbclien
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -122,13 +121,10 @@ def main() -> int:
     ap.add_argument("--zoo-jobs", type=int, default=3)
     args = ap.parse_args()
 
-    import torch
-    import triton
 
     import kernels
 
-    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "where": kernels.describe(), "torch": torch.__version__, "triton": triton.__version__}
+    record = kernels.device.machine()
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / "lesson06.json"
 

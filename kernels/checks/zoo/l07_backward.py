@@ -364,7 +364,7 @@ def launch_dkdv(q, k, v, do, scale, chunk=16, precision="ieee", num_warps=4):
     dv = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
     dkdv_kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
                           *strides(do), *strides(dk), *strides(dv), BT=chunk, BK=pow2(K), BV=pow2(V),
-                          PRECISION=precision, num_warps=num_warps)
+                          PRECISION=precision, num_warps=num_warps, num_stages=2)
     return dk, dv
 
 

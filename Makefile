@@ -13,6 +13,9 @@ LAB_ROOT = $(if $(filter 0,$(USER_ID)),--allow-root)
 # torch: a CPU build where there is no NVIDIA driver (never pull several GB of CUDA wheels onto a CPU machine).
 TORCH ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# `make test` runs the CPU suite on this many pytest-xdist workers: one per core, at most 4 (grading tests start
+# worker processes of their own). TEST_JOBS=0 runs it in one process.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: lab test test-gpu test-browser course grade-demo bench lint clean help score
 
@@ -60,7 +63,7 @@ lab: $(STAMP)
 test: $(STAMP) sandbox-tool
 	@$(BIN)/python -m kernels
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not browser"
+	$(BIN)/python -m pytest -q -m "not browser" -n $(TEST_JOBS) --dist loadgroup
 	@$(MAKE) --no-print-directory test-browser
 
 test-gpu: $(STAMP)

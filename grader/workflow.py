@@ -407,7 +407,7 @@ def submission_digest(sub: Submission) -> str:
 
 def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) -> list[tuple[str, str, str]]:
     """This process alone writes the records: each result (in ``subs``' order) to ``reports/results``, then
-    ``nbgrader autograde`` (which takes the verdicts from :data:`nbexec.PREGRADED`) or an explicit 0 for a
+    ``nbgrader autograde`` (handed each result by :func:`nbexec.autograde_with`) or an explicit 0 for a
     notebook that was not submitted. ``a``: an :func:`api` to reuse. Returns nbgrader's failures as
     (student, lesson, log)."""
     from . import nbexec
@@ -415,7 +415,6 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) ->
     out = nbexec.results_dir(root)
     paths = {}
     for sub, r in zip(subs, results):
-        nbexec.PREGRADED[(r.student, r.lesson, r.lesson)] = r
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         paths[(r.student, r.lesson)] = p
@@ -428,7 +427,7 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) ->
             _record_zero(root, r, "; ".join(sub.notes) or "not submitted")
         else:
             with _quiet() as log:
-                res = a.autograde(r.lesson, r.student, force=True, create=True)
+                res = nbexec.autograde_with(a, r)
             if not res.get("success"):
                 ok = False
                 failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))

@@ -26,12 +26,16 @@ from kernels.checks import engine, provenance
 from kernels.checks.spec import CheckFailed, get
 from kernels.device import ON_GPU, describe
 
+from . import cubin as _cubin
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
 from .sandbox import SandboxConfig, SetupError, Worker, WorkerDied, bwrap_path
 
 __all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader", "SetupError"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: Sandbox uids per slot: one per kind of worker ("launch": the GPU worker that launches cubins).
+_UID_OFFSET = {"kernel": 0, "compile": 1, "notebook": 2, "launch": 3}
+UIDS_PER_SLOT = len(_UID_OFFSET)
 
 
 @dataclass
@@ -47,6 +51,8 @@ class Settings:
     lesson_paths: list[str] = field(default_factory=list)
     gpu_memory_fraction: float | None = None
     hide: list[str] = field(default_factory=list)  # kept for callers; workers see only an allowlist (bubblewrap)
+    # on a GPU, launch and time the cubin the sandbox compiled, from a worker that never runs the student's Python
+    cubin: bool = os.environ.get("GRADER_CUBIN", "1") != "0"
 
 
 @dataclass
@@ -171,6 +177,7 @@ class Grader:
                 sys.path.append(d)
         self.sandbox.lessons = str(self.lessons_dir)
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
+        self.cubin = self.sandbox.mode == "gpu" and self.settings.cubin
         self.gpu = GpuLock()
         try:
             self.isolation = self._probe()
@@ -185,7 +192,9 @@ class Grader:
         sandbox uid can run everything a grading run needs; in GPU mode, warm Triton's cache once and seed every
         later worker with it."""
         mode = self.sandbox.mode
-        kinds = [("kernel", mode), ("notebook", mode)] + ([("compile", "compile")] if mode == "interpreter" else [])
+        cubin = mode == "gpu" and self.settings.cubin
+        kinds = [("kernel", mode), ("notebook", mode)] + ([("compile", "compile")] if mode == "interpreter" or cubin
+                                                          else [])
         self.sandbox.start(*kinds)
         how = "?"
         for kind, m in kinds:
@@ -285,10 +294,13 @@ class _Session:
         w = self.workers.get(kind)
         if w is not None and w.alive():
             return w
-        mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode}[kind]
-        uid = self.g.sandbox.uid_base + 3 * self.slot + {"kernel": 0, "compile": 1, "notebook": 2}[kind]
+        mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode,
+                "launch": self.g.sandbox.mode}[kind]
+        # "launch": a kernel worker that never imports the student's source (it launches their cubins)
+        uid = self.g.sandbox.uid_base + UIDS_PER_SLOT * self.slot + _UID_OFFSET[kind]
         t0 = time.time()
-        w = Worker(self.g.sandbox, uid=uid, mode=mode, kind=kind, name=f"slot{self.slot}-{kind}",
+        w = Worker(self.g.sandbox, uid=uid, mode=mode, kind="kernel" if kind == "launch" else kind,
+                   name=f"slot{self.slot}-{kind}",
                    startup_timeout=self.budget(120), cache=self._cache(kind, uid))
         self.phase("start", t0)
         self.isolation = self.isolation or w.isolation
@@ -500,8 +512,17 @@ class _Session:
         request = [{"index": r.index, "hidden": call.hidden, "inputs": r.inputs} for r in runs]
         if plan.timed:
             request[len(plan.runs) - 1]["time"] = plan.time_seed
-        w = self.worker("kernel")
-        w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request})
+        cubin = self.g.cubin
+        traffic: dict = {}
+        if cubin:  # the kernel's Python runs only in the interpreter's pre-check and the compile, never here
+            items = [{"index": r.index, "case": r.case, "seed": r.seed} for r in runs]
+            found = _cubin.precheck(self, ex, call, kernels, values, request, items)
+            if isinstance(found, CheckResult):
+                return found
+            traffic = found
+        w = self.worker("launch" if cubin else "kernel")
+        w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request,
+                "cubin": cubin})
         label, k = None, 0
         deadline = time.time() + self.s.problem_timeout
         exclusive = False
@@ -512,15 +533,19 @@ class _Session:
             except WorkerDied as e:
                 if exclusive:
                     self.g.gpu.downgrade()
-                self.drop("kernel")
+                self.drop("launch" if cubin else "kernel")
                 status = "timeout" if "stopped after" in str(e) else "crashed"
                 return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
             ev = m.get("event")
             if ev == "case":
                 label = m.get("label")
+            elif ev == "compile" and cubin:
+                _cubin.relay(self, w, m, kernels, deadline)
             elif ev == "result":
                 run = runs[k]
                 k += 1
+                if traffic.get(run.index) and isinstance(m.get("result"), dict):
+                    m["result"][engine.TRAFFIC] = traffic[run.index]
                 if not plan.failed:
                     outs, problems = self._outputs(plan, run, m)
                     if problems:
@@ -543,7 +568,7 @@ class _Session:
                 if exclusive:
                     self.g.gpu.downgrade()
                 if m.get("cuda"):
-                    self.drop("kernel")
+                    self.drop("launch" if cubin else "kernel")
                 return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))
             elif ev == "done":
                 break

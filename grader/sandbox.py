@@ -61,6 +61,82 @@ def check(exercise_id, *objects, hidden=False):
     return None
 '''
 
+#: Packages whose code computes what graded functions must compute themselves (the references, the package's
+#: kernels and their Python entry points, the export's launch rules): in the notebook's sandbox each is replaced
+#: by a stub, so its imports still succeed (a lesson's setup cell imports a reference to compare with) but every
+#: name in it, in any of its modules, raises when called. ``fla`` too, where installed.
+CLOSED_PACKAGES = ("linear_attention", "recurrent", "matmul", "memory", "vector_add", "export")
+CLOSED_ELSEWHERE = ("fla",)
+_CLOSED_STUB = '''"""Closed while a notebook is graded: graded answers cannot call the package's references."""
+
+import importlib.abc
+import importlib.machinery
+import sys
+
+__path__ = []
+
+
+def _closed(name):
+    def closed(*args, **kwargs):
+        raise RuntimeError(f"{name} is not available while your notebook is graded (graded answers are your own "
+                           "code; the package's references and kernels are closed to them)")
+    closed.__name__ = closed.__qualname__ = name.rsplit(".", 1)[-1]
+    return closed
+
+
+def _getattr(module):
+    def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _closed(f"{module}.{name}")
+    return __getattr__
+
+
+__getattr__ = _getattr(__name__)
+
+
+class _Closed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, prefix):
+        self.prefix = prefix + "."
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith(self.prefix):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__path__ = []
+        module.__getattr__ = _getattr(module.__name__)
+
+
+sys.meta_path.insert(0, _Closed(__name__))
+'''
+
+
+def _closed_binds(cfg: SandboxConfig, kernels: pathlib.Path) -> list[str]:
+    """bubblewrap arguments that put :data:`_CLOSED_STUB` in place of each closed package."""
+    import importlib.util
+
+    stub = cfg.root / "closed-stub.py"
+    stub.write_text(_CLOSED_STUB)
+    dirs = [kernels / name for name in CLOSED_PACKAGES if (kernels / name).is_dir()]
+    for name in CLOSED_ELSEWHERE:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for d in (spec.submodule_search_locations or []) if spec is not None else []:
+            d = pathlib.Path(d)
+            if d.is_dir() and any(d.resolve().is_relative_to(pathlib.Path(e).resolve()) for e in cfg.environment):
+                dirs.append(d)
+    out = []
+    for d in dirs:
+        out += ["--tmpfs", str(d), "--ro-bind", str(stub), str(d / "__init__.py")]
+    return out
+
 
 class SetupError(RuntimeError):
     """The grading machine cannot grade at all (no submission's fault): said once, before anything is graded."""
@@ -247,6 +323,7 @@ class _Template:
             stub = cfg.root / "checks-stub.py"
             stub.write_text(_CHECKS_STUB)
             a += ["--tmpfs", str(kernels / "checks"), "--ro-bind", str(stub), str(kernels / "checks" / "__init__.py")]
+            a += _closed_binds(cfg, kernels)
         elif cfg.lessons:
             a += ["--ro-bind", str(cfg.lessons), "/grader/lessons"]
         for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader

@@ -198,7 +198,7 @@ def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .course import lesson_ids
+    from .catalog import lesson_ids
     from .course.workcopy import WORK
 
     ap = argparse.ArgumentParser(prog="python -m kernels.score", description=__doc__.splitlines()[0])

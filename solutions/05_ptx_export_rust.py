@@ -39,11 +39,9 @@ print(kernels.describe())
 import collections
 import inspect
 import json
-import os
 import pathlib
 import re
 import subprocess
-import sys
 import textwrap
 
 import torch
@@ -52,6 +50,7 @@ import triton.language as tl
 
 from kernels.checks import check
 from kernels.device import DEVICE, ON_GPU, sizes
+from kernels.export import export_spec
 from kernels.export.ptx import ptx_entry, ptx_isa, ptx_target
 from kernels.testing import assert_close, randn, tolerance
 
@@ -149,8 +148,9 @@ def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
 # %% [markdown] nbgrader={"grade": false, "grade_id": "export-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Compile ahead of time
 #
-# `triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))` compiles for
-# `sm_90` without asking any GPU; the package's exporter (`python -m kernels.export`) wraps it and writes the
+# Triton compiles for `sm_90` without asking any GPU (`kernels.compile.compile_for` calls
+# `triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))`); the package's exporter
+# (`python -m kernels.export`, `kernels.export.export_spec` for a kernel of your own) wraps it and writes the
 # manifest. It needs, besides the kernel:
 #
 # - a **signature**: the type of every runtime parameter, `*bf16` for a pointer to bf16, `i32` for an int,
@@ -160,7 +160,8 @@ def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
 #   the problem sizes, or *given by the caller*), and the **grid**, as expressions such as `cdiv(V, BV)`.
 #
 # In the interpreter, `@triton.jit` makes interpreter wrappers that cannot be compiled, so the export runs in a
-# fresh Python process that has not turned the interpreter on; on a GPU machine the same code runs unchanged.
+# fresh Python process with the interpreter off (`kernels.compile.run_compiled`); on a GPU machine the same code
+# runs unchanged.
 # The block sizes are lesson 04's GPU ones (`BT = 64`, whole 128-wide key head, `BV = 64`), for bf16.
 
 # %% nbgrader={"grade": false, "grade_id": "export", "locked": true, "schema_version": 3, "solution": false}
@@ -179,32 +180,13 @@ YOURS = dict(
     dtypes=["bf16", "fp16", "fp32"], num_warps=4, num_stages=2,
     doc="your lesson-04 kernel: causal chunked linear attention, q, k [B, T, H, K], v, o [B, T, H, V]")
 
-_JOB = """
-import json, os, sys
-import kernels
-os.environ["TRITON_INTERPRET"] = "0"
-from kernels.export.aot import KernelSpec, export_here
-job = json.loads(sys.argv[1])
-options = job.pop("options")
-spec = KernelSpec(**{k: v if k in ("buffers", "signature", "values", "constexprs") else
-                     (tuple(v) if isinstance(v, list) else v) for k, v in job.items()})
-export_here(spec, **options)
-"""
-
-
 def export_kernel(kernel, spec, out_dir, dtype="bf16", **options):
-    """Copy the kernel's source into a module of its own and export it from a fresh process."""
+    """Copy the kernel's source into a module of its own and export it from a fresh compile process."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     source = textwrap.dedent(inspect.getsource(kernel.fn))
     (out / "yours_kernel.py").write_text("import triton\nimport triton.language as tl\n\n\n" + source)
-    job = dict(spec, module="yours_kernel", options=dict(out_dir=str(out), dtype=dtype, **options))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(out), str(ROOT), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", _JOB, json.dumps(job)], capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise RuntimeError(f"export failed: {proc.stderr.strip().splitlines()[-1]}")
-    return json.loads((out / f"{options.get('stem') or spec['name']}.json").read_text())
+    return export_spec(dict(spec, module="yours_kernel"), out, dtype=dtype, paths=[str(out)], **options)
 
 
 def export_package_kernel(out_dir, dtype="bf16", **options):
@@ -217,7 +199,7 @@ def export_package_kernel(out_dir, dtype="bf16", **options):
 try:
     manifest, mine = export_kernel(chunked_attention_kernel, YOURS, OUT), True
     aligned = export_kernel(chunked_attention_kernel, YOURS, OUT, hint16=[*STRIDES, "K", "V"], stem="aligned")
-except (NameError, RuntimeError) as e:
+except (NameError, ValueError) as e:
     print(f"exporting the package's kernel instead of yours ({str(e)[:160]})")
     manifest, mine = export_package_kernel(OUT), False
     aligned = export_package_kernel(OUT, hint16=[*STRIDES, "K", "V"], stem="aligned")

@@ -30,7 +30,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from kernels.linear_attention.dispatch import CHAINED, ONE_PASS  # noqa: E402
-from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
+from kernels.linear_attention.fused import NORM_MMA_FORMS, Launch, _fused_linear_attention_kernel  # noqa: E402
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 _TY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -84,8 +84,8 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
                       STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
                       LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
-                      QZ_MMA=c["normalize"] and lo.norm_mma in ("both", "qz"),
-                      KSUM_MMA=c["normalize"] and lo.norm_mma in ("both", "ksum"))
+                      QZ_MMA=NORM_MMA_FORMS[lo.norm_mma][0] if c["normalize"] else 0,
+                      KSUM_MMA=c["normalize"] and NORM_MMA_FORMS[lo.norm_mma][1])
     sig, attrs = {}, {}
     for i, p in enumerate(_fused_linear_attention_kernel.params):
         if p.is_constexpr:

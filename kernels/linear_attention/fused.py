@@ -23,11 +23,17 @@ from .checks import check_inputs, host_offsets, offsets_read_once
 from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
-__all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS"]
+__all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS", "NORM_MMA_FORMS"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
 _EPS = tl.constexpr(EPS)
+#: ``Launch.norm_mma`` -> (the kernel's QZ_MMA: how ``q · z`` is computed, KSUM_MMA: ``Σ k`` as ``kᵀ · e₀``).
+#: QZ_MMA 0: on the CUDA cores; 1: ``q · [z_hi | z_lo]`` with a [BK, 16] operand written from registers (wrong
+#: outputs on the H200, PERF.md); 2: the same with a [BK, 64] operand (128-byte rows, as the state product's);
+#: 3: ``[z_hi; z_lo] · qᵀ`` [64, BT], z the register operand.
+NORM_MMA_FORMS = {"": (0, False), "both": (1, True), "qz": (1, False), "ksum": (0, True), "wide": (2, True),
+                  "qzt": (3, True)}
 _SLOTS = tl.constexpr(SLOTS)
 
 
@@ -57,8 +63,8 @@ class Launch:
             raise ValueError(f"segment length L={self.L} must be a positive multiple of the chunk BT={self.BT}")
         if self.num_stages < 1 or self.prefetch < 0:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
-        if self.norm_mma not in ("", "both", "qz", "ksum"):
-            raise ValueError(f"norm_mma={self.norm_mma!r} must be '', 'both', 'qz' or 'ksum'")
+        if self.norm_mma not in NORM_MMA_FORMS:
+            raise ValueError(f"norm_mma={self.norm_mma!r} must be one of {sorted(NORM_MMA_FORMS)}")
         if self.precision not in ("tf32", "tf32x3", "ieee"):
             raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
@@ -84,30 +90,45 @@ def _key_sum_mma(kk, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _query_key_sum_mma(qq, zs, PRECISION: tl.constexpr):
-    """``q_t · z`` for every row of ``qq`` [BT, BK] as one product on the tensor cores, with the fp32 vector ``z``
-    split into a high part in the operands' type and the rest (about twice the type's significant bits of z).
-    fp16 scales z by a power of two first, so that a large key sum (past fp16's 65504) stays in range."""
-    ZW: tl.constexpr = 16
-    if qq.dtype == tl.float32:
+def _split_key_sum(zs, DTYPE: tl.constexpr):
+    """The fp32 vector ``z`` as ``hi + lo`` with ``hi`` exact in the operands' type ``DTYPE`` (about twice the
+    type's significant bits of z in the pair), and the power of two the pair must be multiplied by afterwards:
+    fp16 scales z first, so that a large key sum (past fp16's 65504) stays in range."""
+    back = 1.0
+    if DTYPE == tl.float32:
         hi = (zs.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)  # TF32's 10-bit mantissa
-        lo = zs - hi
-    elif qq.dtype == tl.float16:
-        # 2^(14 - exponent of max |z|): the scaled z lies in (-2^15, 2^15); inv is its exact inverse
+    elif DTYPE == tl.float16:
+        # 2^(14 - exponent of max |z|): the scaled z lies in (-2^15, 2^15); back is its exact inverse
         top = (tl.max(tl.abs(zs), 0).to(tl.uint32, bitcast=True) >> 23) & 0xFF
         sb = tl.minimum(268 - top, 254)
         zs = zs * (sb << 23).to(tl.float32, bitcast=True)
+        back = ((254 - sb) << 23).to(tl.float32, bitcast=True)
         hi = zs.to(tl.float16).to(tl.float32)
-        lo = zs - hi
     else:
-        hi = zs.to(qq.dtype).to(tl.float32)
-        lo = zs - hi
+        hi = zs.to(DTYPE).to(tl.float32)
+    return hi, zs - hi, back
+
+
+@triton.jit
+def _query_key_sum_mma(qq, zs, PRECISION: tl.constexpr, ZW: tl.constexpr):
+    """``q_t · z`` for every row of ``qq`` [BT, BK] as one product ``q · [z_hi | z_lo | 0 ...]`` on the tensor
+    cores, the B operand [BK, ZW] written from registers: ZW = 16 (32-byte rows) or 64 (128-byte rows, the
+    shape of the state product ``q · S``)."""
+    hi, lo, back = _split_key_sum(zs, qq.dtype)
     col = tl.arange(0, ZW)[None, :]
     zb = tl.where(col == 0, hi[:, None], tl.where(col == 1, lo[:, None], 0.0)).to(qq.dtype)  # [BK, ZW]
-    qz = tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1)  # [BT]
-    if qq.dtype == tl.float16:
-        qz = qz * ((254 - sb) << 23).to(tl.float32, bitcast=True)
-    return qz
+    return tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1) * back  # [BT]
+
+
+@triton.jit
+def _query_key_sum_mma_t(qq, zs, PRECISION: tl.constexpr):
+    """``q_t · z`` as the transposed product ``[z_hi; z_lo; 0 ...] · qᵀ`` [64, BT]: z is the register operand
+    (A, as the scores are in ``scores · v``) and q the shared-memory one, read as ``kᵀ`` is in ``q · kᵀ``."""
+    ZM: tl.constexpr = 64  # one warpgroup's M
+    hi, lo, back = _split_key_sum(zs, qq.dtype)
+    row = tl.arange(0, ZM)[:, None]
+    za = tl.where(row == 0, hi[None, :], tl.where(row == 1, lo[None, :], 0.0)).to(qq.dtype)  # [ZM, BK]
+    return tl.sum(tl.dot(za, tl.trans(qq), input_precision=PRECISION), 0) * back  # [BT]
 
 
 @triton.jit
@@ -276,8 +297,12 @@ def _fused_linear_attention_kernel(
         out = tl.dot(qq, state.to(qq.dtype), input_precision=PRECISION)  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out, input_precision=PRECISION)
         if NORMALIZE:
-            if QZ_MMA:
-                qz = _query_key_sum_mma(qq, zs, PRECISION)
+            if QZ_MMA == 1:
+                qz = _query_key_sum_mma(qq, zs, PRECISION, 16)
+            elif QZ_MMA == 2:
+                qz = _query_key_sum_mma(qq, zs, PRECISION, 64)
+            elif QZ_MMA == 3:
+                qz = _query_key_sum_mma_t(qq, zs, PRECISION)
             else:
                 qz = tl.sum(qq.to(tl.float32) * zs[None, :], 1)
             den = (tl.sum(scores, 1) + qz) * scale + _EPS  # [BT]
@@ -388,6 +413,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     else:
         ring = flags = ticket = None
     tma = launch.tma and _tma_ready(q, k, v, o)
+    qz_mma, ksum_mma = NORM_MMA_FORMS[launch.norm_mma]
     if tma and not INTERPRET:
         _ensure_allocator()
     _fused_linear_attention_kernel[(rows * H * NV,)](
@@ -399,8 +425,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
         STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
         PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
-        TMA=tma, QZ_MMA=normalize and launch.norm_mma in ("both", "qz"),
-        KSUM_MMA=normalize and launch.norm_mma in ("both", "ksum"), num_warps=launch.num_warps,
+        TMA=tma, QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma, num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
     return Forward(o, ht, zt, den, launch)

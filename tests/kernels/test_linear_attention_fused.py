@@ -103,7 +103,10 @@ def test_normalize(launch, dtype, states, allocations):
 
 # The normaliser's sums as tensor-core products (Launch.norm_mma), through both launches.
 MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma="both"),
-                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both")}
+                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both"),
+                "whole_wide": dataclasses.replace(LAUNCHES["whole"], norm_mma="wide"),
+                "chain48_bv32_wide": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="wide"),
+                "chain32_qzt": dataclasses.replace(LAUNCHES["chain32"], norm_mma="qzt")}
 
 
 @pytest.mark.parametrize("launch", MMA_LAUNCHES)
@@ -118,7 +121,8 @@ def test_normalize_mma(launch, dtype, allocations):
     assert err <= (2e-5 if dtype == torch.bfloat16 else 1e-6), f"normaliser: relative error {err:.1e}"
 
 
-@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"]], ids=["cuda_cores", "mma"])
+@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"], MMA_LAUNCHES["whole_wide"],
+                                    MMA_LAUNCHES["chain32_qzt"]], ids=["cuda_cores", "mma", "wide", "qzt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_normalize_large_key_sum(launch, dtype):
     """A key sum far past fp16's range (a long history in z_state): q · z must neither overflow nor lose z's

@@ -181,9 +181,31 @@ def _no_normaliser(p: Problem) -> str | None:
     return None if p.params["normalize"] else "no normaliser in this row"
 
 
+def _trying(name: str):
+    """``chunk_linear_attn`` with the dispatch's candidate launch change ``name`` (dispatch.CANDIDATES)."""
+    def fn(*args, **kw):
+        with dispatch.trying(name):
+            return _ours(*args, **kw)
+
+    def skip(p: Problem) -> str | None:
+        prm = p.params
+        kind = "16" if prm["dtype"] != "float32" else dispatch.PRECISIONS[prm["precision"] or "highest"]
+        key = (max(64, 1 << (prm["K"] - 1).bit_length()), kind)
+        if key not in dispatch.CANDIDATES[name]:
+            return f"{name} changes nothing in this row"
+        if "norm_mma" in dispatch.CANDIDATES[name][key] and not prm["normalize"]:
+            return "no normaliser in this row"
+        return None
+
+    return fn, skip
+
+
 def versions() -> list[Version]:
     out = [Version("chunk_linear_attn", _ours, output=_flat),
            Version("norm on tensor cores", _ours_mma, skip=_no_normaliser, output=_flat)]
+    for name in dispatch.CANDIDATES:
+        fn, skip = _trying(name)
+        out.append(Version(f"try {name}", fn, skip=skip, output=_flat))
     if ON_GPU and importlib.util.find_spec("fla") is not None:
         out.append(Version("fla chunk", _fla, output=_flat))
     return out

@@ -54,6 +54,7 @@ class Launch:
     tma: bool = False
     precision: str = "tf32x3"
     norm_mma: str = ""
+    kt: bool = False
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -146,7 +147,7 @@ def _fused_linear_attention_kernel(
     CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
-    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr,
+    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr, KT_LOAD: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
     if CHAINED:
@@ -320,7 +321,18 @@ def _fused_linear_attention_kernel(
         else:
             tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], out.to(o_ptr.dtype.element_ty),
                      mask=mt[:, None] & mv[None, :])
-        state = tl.dot(tl.trans(kk), vv, state, input_precision=PRECISION)
+        if KT_LOAD:
+            # kᵀ loaded a second time (from L2) as a [BK, BT] tile: fp32 products need the contracted dimension
+            # contiguous in shared memory, the token axis here and the feature axis in q · kᵀ, so one copy of k
+            # cannot serve both; a second load keeps both asynchronous (one load written twice through
+            # registers, the alternative, waits for k every chunk)
+            kt = tl.load(k_base + rows[None, :] * stride_kt + offs_k[:, None], mask=mk[:, None] & mt[None, :],
+                         other=0.0)
+            if UPCAST:
+                kt = kt.to(tl.float32)
+        else:
+            kt = tl.trans(kk)
+        state = tl.dot(kt, vv, state, input_precision=PRECISION)
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
     if NORMALIZE:
@@ -425,7 +437,8 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
         STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
         PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
-        TMA=tma, QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma, num_warps=launch.num_warps,
+        TMA=tma, QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma, KT_LOAD=launch.kt,
+        num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
     return Forward(o, ht, zt, den, launch)

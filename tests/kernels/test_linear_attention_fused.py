@@ -132,6 +132,16 @@ def test_normalize_large_key_sum(launch, dtype):
     check(case, launch, normalize=True)
 
 
+@pytest.mark.parametrize("launch", ["whole", "chain48_bv32"])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "raw"])
+def test_second_key_load(launch, normalize, allocations):
+    """``Launch.kt``: kᵀ of the state update loaded again from memory (fp32's layout), every state in and out,
+    packed sequences with empty ones, ragged K."""
+    cu = [0, 0, 30, 31, 77]
+    case = make(1, 77, 2, 24, 40, torch.float32, seed=41 + len(launch), h0=True, z0=normalize, cu=cu)
+    check(case, dataclasses.replace(LAUNCHES[launch], kt=True), allocations, normalize=normalize)
+
+
 @pytest.mark.parametrize("launch", LAUNCHES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_normalize_varlen(launch, dtype, allocations):

@@ -29,7 +29,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from kernels.linear_attention.dispatch import CHAINED, ONE_PASS  # noqa: E402
+from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, ONE_PASS  # noqa: E402
 from kernels.linear_attention.fused import NORM_MMA_FORMS, Launch, _fused_linear_attention_kernel  # noqa: E402
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -59,6 +59,14 @@ def cases() -> dict[str, dict]:
             if tag == "one":
                 out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True)
                 out[f"{name} norm mma h0 ht"] = _case(dtype, bk, bk, mma, normalize=True, h0=True, ht=True, z0=True)
+            for cand, changes in CANDIDATES.items():  # the launch changes not yet the default
+                if (bk, kind) in changes:
+                    tried = Launch(**{**lo.__dict__, **changes[(bk, kind)]})
+                    if tag == "one":
+                        out[f"{name} try-{cand}"] = _case(dtype, bk, bk, tried)
+                    out[f"{name} norm try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True)
+                    out[f"{name} norm h0 ht try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True, h0=True,
+                                                                 ht=True, z0=True)
     return out
 
 

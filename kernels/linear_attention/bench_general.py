@@ -118,6 +118,7 @@ def targets(quick: bool) -> list[Problem]:
     rows = [problem(n, "bf16", 128, 128, 4, 16, 16384) for n in (True, False)]
     rows += [problem(True, "fp16", 128, 128, 4, 16, 16384),
              problem(False, "fp32", 128, 128, 4, 16, 16384, precision="high"),
+             problem(True, "fp32", 128, 128, 4, 16, 16384, precision="high"),
              problem(False, "fp32", 128, 128, 4, 16, 16384, precision="highest"),
              problem(True, "fp32", 128, 128, 4, 16, 16384, precision="highest"),
              problem(False, "bf16", 128, 64, 4, 16, 16384), problem(False, "bf16", 64, 128, 4, 16, 16384),
@@ -131,7 +132,6 @@ def targets(quick: bool) -> list[Problem]:
         rows += [problem(False, "bf16", 256, 128, 4, 16, 16384), problem(False, "bf16", 128, 256, 4, 16, 16384),
                  problem(False, "bf16", 64, 256, 4, 16, 16384), problem(False, "bf16", 256, 64, 4, 16, 16384),
                  problem(True, "fp32", 128, 128, 1, 8, 262144, precision="high"),
-                 problem(True, "fp32", 128, 128, 4, 16, 16384, precision="high"),
                  problem(True, "fp16", 256, 256, 1, 8, 65536)]
     return rows
 

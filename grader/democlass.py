@@ -16,6 +16,7 @@ import pathlib
 import shutil
 import time
 
+from kernels.catalog import lesson_ids
 from kernels.device import MODE, ON_GPU, describe
 
 from . import demo
@@ -48,7 +49,7 @@ def course_lessons(only: list[str] | None = None) -> dict[str, tuple[dict, dict]
     from .percent import release
 
     out = {}
-    for p in sorted((_ROOT / "solutions").glob("[0-9][0-9]_*.py")):
+    for p in (_ROOT / "solutions" / f"{lesson}.py" for lesson in lesson_ids()):
         if only is not None and p.stem not in only:
             continue
         src = read_source(p)
@@ -65,9 +66,10 @@ def _points(nb: dict) -> float:
 
 
 def _leftovers(uid_base: int, slots: int) -> list[int]:
+    from .grade import UIDS_PER_SLOT
     from .sandbox import _pids_of
 
-    return [p for u in range(uid_base, uid_base + 3 * slots) for p in _pids_of(u)]
+    return [p for u in range(uid_base, uid_base + UIDS_PER_SLOT * slots) for p in _pids_of(u)]
 
 
 def _has_nbgrader() -> bool:
@@ -91,7 +93,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     sources = {**{k: v[0] for k, v in real.items()}, demo.LESSON: fx_src}
     from . import policy
 
-    points = {k: _points(v[0]) for k, v in real.items()}
+    points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
     klass = demo.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
     with_nbgrader = not direct and _has_nbgrader()
     if with_nbgrader and not copies:

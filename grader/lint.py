@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+from kernels.catalog import lesson_ids
 from kernels.checks.spec import get
 
 from .notebook import split
@@ -18,8 +19,8 @@ def lint(lessons: list[str] | None = None, sources: dict[str, dict] | None = Non
     from .democlass import read_source
 
     if sources is None:
-        sources = {p.stem: read_source(p) for p in sorted((_ROOT / "solutions").glob("[0-9][0-9]_*.py"))
-                   if not lessons or p.stem in lessons}
+        sources = {lesson: read_source(_ROOT / "solutions" / f"{lesson}.py") for lesson in lesson_ids()
+                   if not lessons or lesson in lessons}
     problems = []
     for lesson, nb in sources.items():
         _, graded = split(nb)

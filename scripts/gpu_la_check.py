@@ -292,11 +292,9 @@ def run_all(names: list[str], *, out: pathlib.Path, tiny: bool = False, jobs: in
     ``grace`` seconds after it."""
     env: dict = {"python": sys.version.split()[0], "tiny": tiny}
     with contextlib.suppress(Exception):
-        import torch
-        import triton
+        from kernels.device import machine
 
-        env.update(torch=torch.__version__, triton=triton.__version__,
-                   gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+        env.update({"gpu": None, **machine()})
     known = cases()
     result = {"env": env, "cases": {}, "sanitized": {}, "not_started": [], "complete": False}
     t0 = time.perf_counter()

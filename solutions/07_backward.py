@@ -502,9 +502,11 @@ backward_sweeps(T=100, K=8, V=8, chunk=16)
 # `python -m kernels.bench linear_attention --set backward` times a training step's attention, forward and
 # backward, for the package's differentiable `chunk_linear_attn`, fla's when it is installed, eager torch (its
 # autograd keeps every chunk state), and **yours** (`linear_attention` above), each checked against float64
-# autograd first. It also reports, on a GPU, the memory autograd holds between forward and backward beyond the
-# output, as a fraction of q, k, v: zero for yours and the package's. On a GPU this cell runs T = 4k and 16k; in
-# the interpreter one small row, whose times measure the interpreter.
+# autograd first. Its second table reports the memory autograd saves for the backward beyond the step's inputs
+# and outputs ("saved", on any device) and, on a GPU, what stays allocated between forward and backward ("held")
+# and the backward's peak, as fractions of q, k, v: nothing saved or held for the package's, nor for yours if your
+# Function saves only its inputs (in the interpreter, the fp32 copies of bf16 inputs made below count as saved).
+# On a GPU this cell runs T = 4k and 16k; in the interpreter one small row, whose times measure the interpreter.
 
 # %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
 from kernels.bench import Version, run

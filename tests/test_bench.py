@@ -4,6 +4,22 @@ import pytest
 import torch
 
 
+@pytest.mark.parametrize("topic", ["vector_add", "memory", "recurrent", "matmul"])
+def test_bench_versions_match_the_oracle(topic):
+    """Every version a topic's benchmark times computes what its oracle does, on the quick problems."""
+    import importlib
+
+    from kernels.testing import rel_error
+
+    bench = importlib.import_module(f"kernels.{topic}.bench")
+    for p in bench.problems(quick=True):
+        inputs = p.make_inputs(0)
+        ref = p.reference(**inputs)
+        for v in bench.versions():
+            if v.skip(p) is None:
+                assert rel_error(v.output(v.fn(**inputs)), ref) <= p.tol, (p.label, v.name)
+
+
 def test_bench_writes_each_finished_problem(tmp_path):
     """A run stopped part-way (a time limit on the GPU machine) still leaves the problems it finished, marked
     incomplete; a whole run is marked complete and has its table and plot."""
@@ -97,6 +113,25 @@ def test_backward_set(tmp_path):
     entry = saved["rows"][0]["versions"]["chunk_linear_attn fwd+bwd"]
     assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
     assert saved["rows"][0]["versions"]["wrong"]["status"] == "WRONG"
+    # autograd saves q, k, v and the initial state for our backward, the step's own inputs: nothing extra
+    assert entry["saved_bytes"] == 0 and entry["saved_fraction"] == 0 and entry["saved_tensors"] == 4, entry
+
+
+def test_backward_memory_counts_saved_intermediates():
+    """``fwd_bwd``'s ``saved_bytes`` counts a tensor the forward computes and saves (once, however many views of it
+    are saved), never the caller's inputs or the outputs."""
+    from kernels.linear_attention import bench_backward
+
+    def keeps_squares(q, k, v, scale, h0, final, cu):
+        o, ht = bench_backward._ours(q, k, v, scale, h0, final, cu)
+        sq = q * 2.0  # a new [B, T, H, K] tensor; mul saves it, and its view saves it once more
+        return o + (sq * sq[:, :, :, :1]).sum(-1, keepdim=True) * 0.0, ht
+
+    inputs = bench_backward.problems(quick=True)[0].make_inputs(0)
+    _, extras = bench_backward.fwd_bwd(keeps_squares)
+    got = extras(inputs)
+    assert got["saved_bytes"] == inputs["q"].numel() * inputs["q"].element_size(), got
+    assert abs(got["saved_fraction"] - 1 / 3) < 1e-9, got
 
 
 def test_warm_up_in_child_processes(tmp_path):

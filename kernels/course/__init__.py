@@ -9,7 +9,6 @@ rebuilds them in a temporary folder and raises :class:`OutOfSync` if ``course/``
 from .build import (
     COURSE,
     GRADER,
-    LESSONS,
     ROOT,
     SOLUTIONS,
     CourseError,
@@ -24,7 +23,6 @@ from .build import (
 __all__ = [
     "COURSE",
     "GRADER",
-    "LESSONS",
     "ROOT",
     "SOLUTIONS",
     "CourseError",

@@ -18,12 +18,13 @@ import sys
 import tempfile
 from collections.abc import Iterable
 
+from .. import catalog
+
 __all__ = [
     "ROOT",
     "SOLUTIONS",
     "COURSE",
     "GRADER",
-    "LESSONS",
     "KERNELSPEC",
     "CourseError",
     "OutOfSync",
@@ -38,18 +39,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 GRADER = ROOT / "grader"
-
-#: The lessons in order; id = file stem = nbgrader assignment id = notebook name.
-LESSONS = (
-    "00_setup",
-    "01_memory_hierarchy",
-    "02_naive_hbm_loops",
-    "03_tiled_sram",
-    "04_chunked_linear_attention",
-    "05_ptx_export_rust",
-    "06_profile_compile_autotune",
-    "07_backward",
-)
+README = ROOT / "README.md"
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -70,20 +60,22 @@ class OutOfSync(AssertionError):
 
 
 def lesson_ids(lessons: Iterable[str] | str | None = None) -> list[str]:
-    """Resolve lesson ids (``"00_setup"``, or the number ``"00"``); ``None``: every lesson in ``solutions/``."""
-    present = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.py"))
-    if lessons is None:
-        return present
-    if isinstance(lessons, str):
-        lessons = [lessons]
-    out = []
-    for name in lessons:
-        name = pathlib.Path(name).stem
-        hits = [p for p in present if p == name or p.split("_", 1)[0] == name]
-        if len(hits) != 1:
-            raise CourseError(f"no lesson {name!r} in {SOLUTIONS}; present: {', '.join(present) or 'none'}")
-        out.append(hits[0])
-    return list(dict.fromkeys(out))
+    """Resolve lesson ids (``"00_setup"``, or the number ``"00"``) against the catalog (:mod:`kernels.catalog`);
+    ``None``: every lesson. Each must have its source in ``solutions/``."""
+    try:
+        ids = catalog.lesson_ids(lessons)
+    except catalog.UnknownLesson as e:
+        raise CourseError(str(e)) from None
+    missing = [f"solutions/{i}.py" for i in ids if not (SOLUTIONS / f"{i}.py").is_file()]
+    if missing:
+        raise CourseError(f"the catalog lists lessons without a source: {', '.join(missing)}")
+    return ids
+
+
+def _unlisted() -> list[str]:
+    """Lesson sources in ``solutions/`` that the catalog does not list."""
+    known = set(catalog.lesson_ids())
+    return sorted(f"solutions/{p.name}" for p in SOLUTIONS.glob("[0-9][0-9]_*.py") if p.stem not in known)
 
 
 def _fail(lesson: str, cell, why: str):
@@ -266,24 +258,61 @@ def _diff(lesson: str, want: pathlib.Path, have: pathlib.Path) -> str:
     return "\n".join(lines[:40]) + more
 
 
+_TABLE = "<!-- the lesson table: written by the course build from kernels/catalog.py -->"
+_TABLE_END = "<!-- end of the lesson table -->"
+
+
+def _points(lesson: str) -> float:
+    nb = solution_notebook(lesson, validate=False)
+    return sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells
+               if c.metadata.get("nbgrader", {}).get("grade"))
+
+
+def _lesson_tables(readme: pathlib.Path, course: pathlib.Path) -> dict[pathlib.Path, str]:
+    """``README.md`` and ``course/README.md`` with their lesson tables made from the catalog (files that are
+    missing or have no table markers are left out)."""
+    rows = {
+        readme: ["| # | notebook | you write | widget |", "| --- | --- | --- | --- |"]
+        + [f"| {les.number} | `course/{les.id}.ipynb` | {les.summary} | {', '.join(les.widgets.values())} |"
+           for les in catalog.LESSONS],
+        course / "README.md": ["| notebook | what you build | graded |", "| --- | --- | --- |"]
+        + [f"| `{les.id}.ipynb` | {les.outline} | {_points(les.id):g} points |" for les in catalog.LESSONS],
+    }
+    out = {}
+    for path, lines in rows.items():
+        text = path.read_text() if path.is_file() else ""
+        if _TABLE not in text or _TABLE_END not in text:
+            continue
+        head, rest = text.split(_TABLE, 1)
+        out[path] = head + _TABLE + "\n" + "\n".join(lines) + "\n" + _TABLE_END + rest.split(_TABLE_END, 1)[1]
+    return out
+
+
 def build(lessons: Iterable[str] | str | None = None, check: bool = False, *, grader: pathlib.Path = GRADER,
-          course: pathlib.Path = COURSE, quiet: bool = False) -> dict[str, pathlib.Path]:
+          course: pathlib.Path = COURSE, readme: pathlib.Path = README, quiet: bool = False
+          ) -> dict[str, pathlib.Path]:
     """Build the student notebooks of ``lessons`` (default: all) from ``solutions/``; return their paths.
 
     Writes ``<grader>/source/<id>/<id>.ipynb``, runs ``nbgrader generate_assignment`` in the nbgrader course
     folder ``grader`` (with its ``nbgrader_config.py`` if present) and copies ``release/<id>/<id>.ipynb`` to
-    ``course/<id>.ipynb``. When building every lesson, notebooks in ``course/`` without a source are removed.
+    ``course/<id>.ipynb``. When building every lesson, notebooks in ``course/`` without a source are removed and
+    the lesson tables of ``readme`` and ``course/README.md`` are written from the catalog.
 
     ``check=True`` changes nothing: it builds into a temporary folder with the same nbgrader configuration and
     raises :class:`OutOfSync` (with a diff) if ``course/`` is not exactly what ``solutions/`` builds.
     """
     ids = lesson_ids(lessons)
-    if not ids:
-        raise CourseError(f"no lessons in {SOLUTIONS}")
+    if unlisted := _unlisted():
+        raise CourseError(f"{', '.join(unlisted)}: not in the lesson catalog (add an entry to kernels/catalog.py)")
     config = grader / "nbgrader_config.py"
     stale = sorted(p for p in course.glob("[0-9][0-9]_*.ipynb") if p.stem not in ids) if lessons is None else []
     if not check:
         built = _release(ids, grader, course, config=config, db=None, quiet=quiet)
+        for path, text in (_lesson_tables(readme, course) if lessons is None else {}).items():
+            if path.read_text() != text:
+                path.write_text(text)
+                if not quiet:
+                    print(f"{path.name}: the lesson table, from kernels/catalog.py")
         for p in stale:
             p.unlink()
             if not quiet:
@@ -295,6 +324,9 @@ def build(lessons: Iterable[str] | str | None = None, check: bool = False, *, gr
                          db=f"sqlite:///{tmp / 'grader' / 'gradebook.db'}", quiet=True)
         problems = [d for lesson, p in built.items() if (d := _diff(lesson, p, course / p.name))]
     problems += [f"course/{p.name} has no solutions/{p.stem}.py" for p in stale]
+    tables = _lesson_tables(readme, course) if lessons is None else {}
+    problems += [f"{path}: the lesson table differs from kernels/catalog.py's" for path, text in tables.items()
+                 if path.read_text() != text]
     if problems:
         raise OutOfSync("course/ is out of sync with solutions/ (run `make course`):\n" + "\n".join(problems))
     return {lesson: course / f"{lesson}.ipynb" for lesson in ids}

@@ -19,13 +19,10 @@ from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import VERSIONS, chunk_linear_attn
 from .chunked_torch import chunked_forward, torch_chunked_linear_attention
-from .reference import reference_linear_attention
+from .reference import FLOPS_CHUNK, forward_flops, reference_linear_attention
 
 __all__ = ["problems", "versions", "report", "sets", "FLOPS_CHUNK"]
 
-#: The chunk length the FLOP count assumes: per token and head 4·K·V (state update and readout) plus C·(K+V),
-#: the causal half of the 2·C·(K+V) that the intra-chunk scores and their product with V take.
-FLOPS_CHUNK = 64
 
 
 def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:
@@ -51,7 +48,7 @@ def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False)
 
     size = torch.tensor([], dtype=dtype).element_size()
     nbytes = B * T * H * (2 * K + 2 * V) * size + (2 * N * H * K * V * 4 if state else 0)
-    flops = B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    flops = forward_flops(B, T, H, K, V)
     params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
                   state=state)
     return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype)
@@ -166,7 +163,8 @@ def warm_key(p) -> tuple:
 
 def report(result: dict) -> str:
     """A second table: each version's relative error against float64 and, on a GPU, the memory it holds beyond
-    its inputs and outputs during a call (MiB, and as a fraction of the inputs' size)."""
+    its inputs and outputs during a call (MiB, and as a fraction of the inputs' size); for forward + backward
+    also what autograd saves and holds for the backward (``bench_backward.fwd_bwd``)."""
     rows = result["rows"]
     names = list(dict.fromkeys(n for r in rows for n in r["versions"]))
     head = ["problem", "QKVO MiB"] + names
@@ -180,15 +178,25 @@ def report(result: dict) -> str:
             mem = ""
             if "scratch_bytes" in e:
                 mem = f" +{e['scratch_bytes'] / 2**20:.0f}M ({e['scratch_bytes'] / e['input_bytes']:.3f})"
+            if "saved_bytes" in e:
+                mem += f" saved {_size(e['saved_bytes'])} ({e['saved_fraction']:.3f})"
             if "held_bytes" in e:
-                mem += f" held {e['held_bytes'] / 2**20:.0f}M ({e['held_fraction']:.3f})"
+                mem += f" held {_size(e['held_bytes'])} ({e['held_fraction']:.3f})"
+            if "backward_peak_bytes" in e:
+                mem += f" bwd peak {_size(e['backward_peak_bytes'])} ({e['backward_peak_fraction']:.3f})"
             cells.append(err + mem)
         lines.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:>{w}}}" for w in widths)
     title = ("relative error vs float64 (+ intermediates in device memory during one call: MiB, and the fraction "
-             "of the inputs' size; held: kept by autograd from forward to backward, as a fraction of q, k, v)")
+             "of the inputs' size; forward + backward, as fractions of q, k, v: saved: what autograd saved for the "
+             "backward beyond the step's inputs and outputs; held: allocated from forward to backward beyond the "
+             "outputs; bwd peak: the backward's peak above its start, gradients included)")
     return "\n".join([title, fmt.format(*head)] + [fmt.format(*c) for c in lines] + _normaliser_cost(rows))
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.0f}M" if abs(nbytes) >= 2**20 else f"{nbytes / 2**10:.1f}K"
 
 
 def _normaliser_cost(rows: list[dict]) -> list[str]:

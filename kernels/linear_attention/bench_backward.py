@@ -4,9 +4,11 @@ Rows: B=4, H=16, D=128, bf16, unnormalised, T = 4k … 256k, then initial/final 
 version runs the forward and the backward of the loss ``Σ o·do + Σ final_state·dht`` and returns dq, dk, dv (and
 the initial state's gradient), checked against float64 autograd of the chunked oracle before it is timed (the 256k
 row is too big for the oracle and is not checked). The HBM floor is 11 tensor-volumes at K = V: q, k, v read and o
-written forward; q, k, v, do read and dq, dk, dv written backward. Beside the time, on a GPU: the memory autograd
-holds between forward and backward beyond the outputs (``held_bytes``, and as a fraction of q, k, v), and the
-peak during the whole step (the runner's ``scratch_bytes``).
+written forward; q, k, v, do read and dq, dk, dv written backward. Beside the time, the memory of one step
+(:func:`fwd_bwd`), each as bytes and as a fraction of q, k, v: what autograd saved for the backward beyond the
+step's own inputs and outputs (``saved``, on any device); on a GPU also what stayed allocated between forward and
+backward (``held``), the backward's peak above its start (``backward_peak``), and the peak of the whole step less
+the gradients (the runner's ``scratch_bytes``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn
-from .bench import FLOPS_CHUNK
 from .chunked_torch import chunked_forward
-from .reference import reference_backward
+from .reference import forward_flops, reference_backward
 
 __all__ = ["problems", "versions", "fwd_bwd"]
 
@@ -48,7 +49,7 @@ def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False)
 
     size = torch.tensor([], dtype=dtype).element_size()
     nbytes = B * T * H * (6 * K + 5 * V) * size + (4 * N * H * K * V * 4 if state else 0)
-    flops = 3 * B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    flops = 3 * forward_flops(B, T, H, K, V)
     params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
                   state=state)
     return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype,
@@ -69,26 +70,60 @@ def _flat(grads) -> torch.Tensor:
     return torch.cat([g.flatten().float() for g in grads if g is not None])
 
 
+def _storage(x: torch.Tensor) -> tuple[int, int]:
+    """(address, bytes) of the memory block under ``x`` (a view and its base share one)."""
+    st = x.untyped_storage()
+    return st.data_ptr(), st.nbytes()
+
+
 def fwd_bwd(fn):
     """A version timing ``fn``'s forward and backward: ``fn(q, k, v, scale, initial_state, output_final_state,
-    cu_seqlens) -> (o, final_state)`` with autograd; returns the gradients of q, k, v and the initial state."""
-    def run(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, held=None):
+    cu_seqlens) -> (o, final_state)`` with autograd; returns the gradients of q, k, v and the initial state.
+    Its ``extras`` measures the memory of one step: what autograd saved for the backward beyond the step's inputs
+    and outputs (``saved_bytes``, on any device, from the tensors handed to ``saved_tensors_hooks``), and on a GPU
+    what stayed allocated between forward and backward beyond the outputs (``held_bytes``) and the peak the
+    backward allocated above what it started with (``backward_peak_bytes``, the gradients included); each also as a
+    fraction of q, k, v."""
+    def run(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, memory=None):
         leaves = [x.detach().requires_grad_() for x in (q, k, v)]
         h0 = None if initial_state is None else initial_state.detach().requires_grad_()
-        base = torch.cuda.memory_allocated() if held is not None else 0
-        o, ht = fn(*leaves, scale, h0, dht is not None, cu_seqlens)
-        if held is not None:  # what autograd keeps for the backward beyond the outputs themselves
-            held["bytes"] = torch.cuda.memory_allocated() - base - sum(x.numel() * x.element_size() for x in
-                                                                     (o, ht) if x is not None)
+        gpu = memory is not None and q.is_cuda
+        if gpu:
+            torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated() if gpu else 0
+        saved: dict[int, int] = {}
+
+        def pack(x):
+            if memory is not None:
+                saved.setdefault(*_storage(x))
+            return x
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            o, ht = fn(*leaves, scale, h0, dht is not None, cu_seqlens)
         outs, grads = (o, ht) if dht is not None else (o,), (do, dht) if dht is not None else (do,)
+        if memory is not None:
+            # the caller's tensors (inputs) and the step's outputs are not memory the backward costs
+            own = dict(_storage(x) for x in (q, k, v, do, initial_state, dht, cu_seqlens, o, ht) if x is not None)
+            memory["saved_bytes"] = sum(n for ptr, n in saved.items() if ptr not in own)
+            memory["saved_tensors"] = len(saved)
+        if gpu:
+            torch.cuda.synchronize()
+            memory["held_bytes"] = torch.cuda.memory_allocated() - base - sum(
+                x.numel() * x.element_size() for x in (o, ht) if x is not None)
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
         torch.autograd.backward(outs, grads)
+        if gpu:
+            torch.cuda.synchronize()
+            memory["backward_peak_bytes"] = torch.cuda.max_memory_allocated() - start
         return [x.grad for x in leaves] + ([h0.grad] if h0 is not None else [])
 
     def extras(inputs: dict) -> dict:
-        held: dict = {}
-        run(**inputs, held=held)
+        memory: dict = {}
+        run(**inputs, memory=memory)
         size = sum(inputs[n].numel() * inputs[n].element_size() for n in ("q", "k", "v"))
-        return {"held_bytes": held["bytes"], "held_fraction": held["bytes"] / size}
+        return {**memory, **{n.replace("_bytes", "_fraction"): memory[n] / size for n in
+                             ("saved_bytes", "held_bytes", "backward_peak_bytes") if n in memory}}
 
     return run, extras
 

@@ -22,8 +22,7 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn, dispatch
-from .bench import FLOPS_CHUNK
-from .reference import reference_linear_attention
+from .reference import forward_flops, reference_linear_attention
 
 __all__ = ["problems", "targets", "versions", "problem", "MAX_INPUT_BYTES"]
 
@@ -80,7 +79,7 @@ def problem(norm: bool, dt: str, K: int, V: int, B: int, H: int, T: int, *, prec
     nbytes = B * T * H * (2 * K + 2 * V) * size
     if state:
         nbytes += 2 * N * H * (K * V + (K if norm else 0)) * 4
-    flops = B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    flops = forward_flops(B, T, H, K, V)
     params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), normalize=norm,
                   precision=precision, varlen=lens is not None, state=state)
     tol = tolerance(dtype, tf32=dtype == torch.float32)  # fla's fp32 is TF32 whatever the setting

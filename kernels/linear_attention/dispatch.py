@@ -3,7 +3,7 @@
 One program per (sequence, head, V block) walks its whole sequence when those chains keep the GPU busy to the
 end (``lookback.one_pass_fills``); otherwise sequences are cut into segments chained through L2, short enough
 that about two programs per SM have work. fp32 tiles take the ``tl.dot`` precision that
-``torch.get_float32_matmul_precision()`` asks for (:data:`fused.PRECISIONS`). The tables are the H200's
+``torch.get_float32_matmul_precision()`` asks for (:data:`PRECISIONS`). The tables are the H200's
 measurements where there are any (``PERF.md``), compiled without spills for sm_90 elsewhere.
 """
 
@@ -12,16 +12,63 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
 
 from ..device import INTERPRET
-from .fused import PRECISIONS, Launch
+from ..validate import check_power_of_two
 from .lookback import LOOKBACK_COST, one_pass_fills
 
-__all__ = ["launch_for", "plan", "float32_precision", "normaliser_on_tensor_cores", "trying", "ONE_PASS", "CHAINED",
-           "MIN_SEGMENT", "NORM_MMA", "CANDIDATES", "PRECISIONS"]
+__all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
+           "normaliser_on_tensor_cores", "trying", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
+
+#: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
+PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
+#: ``Launch.norm_mma`` -> (the kernel's QZ_MMA: how ``q · z`` is computed, KSUM_MMA: ``Σ k`` as ``kᵀ · e₀``).
+#: QZ_MMA 0: on the CUDA cores; 1: ``q · [z_hi | z_lo]`` with a [BK, 16] operand written from registers (wrong
+#: outputs on the H200, PERF.md); 2: the same with a [BK, 64] operand (128-byte rows, as the state product's);
+#: 3: ``[z_hi; z_lo] · qᵀ`` [64, BT], z the register operand.
+NORM_MMA_FORMS = {"": (0, False), "both": (1, True), "qz": (1, False), "ksum": (0, True), "wide": (2, True),
+                  "qzt": (3, True)}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one call is cut into programs: ``L`` tokens a segment (None: each program walks its whole sequence),
+    chunks of ``BT`` tokens, ``BV`` value columns a program, warps, pipeline stages, chunks prefetched into L2
+    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), the fp32 dot precision, and which
+    of the normaliser's two sums run as products on the tensor cores, each chunk's from zero (``norm_mma``, one of
+    :data:`NORM_MMA_FORMS`: "both", "qz" for ``q · z`` alone, "ksum" for ``Σ k`` alone, "wide" for both with
+    ``q · z``'s operand 64 columns wide, "qzt" for both with ``q · z`` as ``zᵀ qᵀ``; "" for reductions on the
+    CUDA cores); ``kt``: kᵀ of the state update loaded from memory a second time, in its own layout (for fp32,
+    whose products cannot read one shared-memory copy of k both ways)."""
+
+    L: int | None
+    BT: int
+    BV: int
+    num_warps: int
+    num_stages: int
+    prefetch: int = 0
+    tma: bool = False
+    precision: str = "tf32x3"
+    norm_mma: str = ""
+    kt: bool = False
+
+    def check(self) -> None:
+        check_power_of_two("BT", self.BT, lo=16, hi=128)
+        check_power_of_two("BV", self.BV, lo=16, hi=256)
+        check_power_of_two("num_warps", self.num_warps, lo=1, hi=16)
+        if self.L is not None and (self.L < self.BT or self.L % self.BT):
+            raise ValueError(f"segment length L={self.L} must be a positive multiple of the chunk BT={self.BT}")
+        if self.num_stages < 1 or self.prefetch < 0:
+            raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
+        if self.norm_mma not in NORM_MMA_FORMS:
+            raise ValueError(f"norm_mma={self.norm_mma!r} must be one of {sorted(NORM_MMA_FORMS)}")
+        if self.precision not in ("tf32", "tf32x3", "ieee"):
+            raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
+
 
 # (BK, kind) -> the whole-sequence launch; kind is "16" for bf16/fp16 inputs, else the fp32 dot precision.
 # bf16/fp16 D=128: chunked.py's measured tiles (BV = 64, 4 warps, 3 stages: 0.36 ms at B=4 H=16 T=16k). The

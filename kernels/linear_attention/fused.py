@@ -10,7 +10,6 @@ launches of the same loop: one program per (sequence, head, V block) walking its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -18,56 +17,16 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
-from ..validate import FLOAT_DTYPES, check_power_of_two, check_tensor
+from ..validate import FLOAT_DTYPES, check_tensor
 from .checks import check_inputs, host_offsets, offsets_read_once
+from .dispatch import NORM_MMA_FORMS, PRECISIONS, Launch, launch_for
 from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
 __all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS", "NORM_MMA_FORMS"]
 
-#: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
-PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
 _EPS = tl.constexpr(EPS)
-#: ``Launch.norm_mma`` -> (the kernel's QZ_MMA: how ``q · z`` is computed, KSUM_MMA: ``Σ k`` as ``kᵀ · e₀``).
-#: QZ_MMA 0: on the CUDA cores; 1: ``q · [z_hi | z_lo]`` with a [BK, 16] operand written from registers (wrong
-#: outputs on the H200, PERF.md); 2: the same with a [BK, 64] operand (128-byte rows, as the state product's);
-#: 3: ``[z_hi; z_lo] · qᵀ`` [64, BT], z the register operand.
-NORM_MMA_FORMS = {"": (0, False), "both": (1, True), "qz": (1, False), "ksum": (0, True), "wide": (2, True),
-                  "qzt": (3, True)}
 _SLOTS = tl.constexpr(SLOTS)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How one call is cut into programs: ``L`` tokens a segment (None: each program walks its whole sequence),
-    chunks of ``BT`` tokens, ``BV`` value columns a program, warps, pipeline stages, chunks prefetched into L2
-    ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), the fp32 dot precision, and which
-    of the normaliser's two sums run as products on the tensor cores, each chunk's from zero (``norm_mma``:
-    "both", "qz" for ``q · z`` alone, "ksum" for ``Σ k`` alone; "" for reductions on the CUDA cores)."""
-
-    L: int | None
-    BT: int
-    BV: int
-    num_warps: int
-    num_stages: int
-    prefetch: int = 0
-    tma: bool = False
-    precision: str = "tf32x3"
-    norm_mma: str = ""
-    kt: bool = False
-
-    def check(self) -> None:
-        check_power_of_two("BT", self.BT, lo=16, hi=128)
-        check_power_of_two("BV", self.BV, lo=16, hi=256)
-        check_power_of_two("num_warps", self.num_warps, lo=1, hi=16)
-        if self.L is not None and (self.L < self.BT or self.L % self.BT):
-            raise ValueError(f"segment length L={self.L} must be a positive multiple of the chunk BT={self.BT}")
-        if self.num_stages < 1 or self.prefetch < 0:
-            raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
-        if self.norm_mma not in NORM_MMA_FORMS:
-            raise ValueError(f"norm_mma={self.norm_mma!r} must be one of {sorted(NORM_MMA_FORMS)}")
-        if self.precision not in ("tf32", "tf32x3", "ieee"):
-            raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
 
 class Forward(NamedTuple):
@@ -388,8 +347,6 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         offsets = host_offsets(cu_seqlens)
         lengths = [e - s for s, e in zip(offsets, offsets[1:])]
     if launch is None:
-        from .dispatch import launch_for
-
         launch = launch_for(q, v, lengths)
     launch.check()
     BK = max(16, triton.next_power_of_2(K))

@@ -11,9 +11,10 @@ import pathlib
 
 import nbformat
 
+from kernels.catalog import lesson_ids
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LESSONS = ("00_setup", "01_memory_hierarchy", "02_naive_hbm_loops", "03_tiled_sram", "04_chunked_linear_attention",
-           "05_ptx_export_rust", "06_profile_compile_autotune", "07_backward")
+LESSONS = lesson_ids()
 
 PREAMBLE = f"import sys\nsys.path.insert(0, {str(ROOT)!r})"
 

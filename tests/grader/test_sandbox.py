@@ -122,6 +122,40 @@ def test_a_large_message_is_refused_unread(cfg):
     assert _pids_of(cfg.uid_base + 96) == []
 
 
+GRAD_ANSWER = """
+import torch
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+def double(x):
+    return Double.apply(x)
+"""
+
+
+def test_a_differentiable_answer_runs_its_backward_in_the_sandbox(cfg):
+    """A call with ``grad`` runs the answer and its backward in the notebook's sandbox (``kernels.gradcall``,
+    importable there beside the ``kernels.checks`` stub): the output, the gradient and the saved inputs come back."""
+    w = _notebook(cfg, GRAD_ANSWER, uid=97)
+    x = torch.randn(5, dtype=torch.float64)
+    g = torch.randn(5, dtype=torch.float64)
+    w.send({"op": "call", "name": "double", "args": [{"__cpu__": x, "ptr": x.data_ptr()}], "kwargs": {},
+            "forbid": [], "grad": {"requires": [0], "output": {"__cpu__": g, "ptr": g.data_ptr()}}})
+    m = w.recv(60)
+    w.close()
+    assert m["event"] == "returned", m
+    r = m["value"]
+    assert r["__grad_call__"] and r["custom"] and r["saved"] == [{"input": 0, "shape": [5]}], r
+    assert torch.equal(r["output"], 2 * x) and torch.equal(r["grads"][0], 2 * g)
+
+
 def test_packages_installed_under_tmp_stay_importable(request):
     """Python packages on sys.path inside the temp folder (a ``pip install --target /tmp/site``, as on a machine
     without a writable environment) are bound back read-only over the worker's private /tmp, so workers can

@@ -13,6 +13,7 @@ import torch
 import triton
 
 from ...device import pick
+from ...gradcall import call_and_backward, leaves
 from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 from .l04_chunked_linear_attention import _Counter, _tensor, recurrent
@@ -246,34 +247,13 @@ DKDV = Exercise(
 
 # ---- exercise 4: the autograd.Function -------------------------------------------------------------------------
 
-def _call_and_backward(fn, args, requires, grad_output):
-    """What the grader's sandbox does with a differentiable answer, done here: the output, the inputs' gradients,
-    the output's gradient node and which inputs it saved."""
-    args = [a.detach().requires_grad_() if i in requires else a for i, a in enumerate(args)]
-    with torch.enable_grad():
-        out = fn(*args)
-        if not isinstance(out, torch.Tensor):
-            return out
-        node = out.grad_fn
-        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-        saved = []
-        for t in (node.saved_tensors if custom else ()):
-            if t is not None:
-                same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
-                saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
-        if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
-            out.backward(grad_output)
-    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
-            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}
-
-
 def _autograd_run(args, inputs, outputs, case):
     (fn,) = args
     call = (inputs["q"], inputs["k"], inputs["v"], inputs["scale"])
     if hasattr(fn, "call_with_grad"):  # graded: the call and its backward run in the notebook's sandbox
         r = fn.call_with_grad(call, (0, 1, 2), inputs["do"])
     else:
-        r = _call_and_backward(fn, call, (0, 1, 2), inputs["do"])
+        r = call_and_backward(fn, leaves(call, (0, 1, 2)), {}, (0, 1, 2), inputs["do"])
     if not (isinstance(r, dict) and r.get("__grad_call__")):
         raise CheckFailed(f"linear_attention returned a {type(r).__name__}; return the output tensor o")
     if not r["custom"]:

@@ -1,0 +1,40 @@
+"""Calling a differentiable answer and running its backward, in whatever process holds the answer.
+
+The notebook's ``check`` does this in its own process; the grader does it in the notebook's sandbox, where
+``kernels.checks`` is a stub, so this module lives outside it and imports nothing but torch. Only the output, the
+inputs' gradients and a few facts about the autograd graph come back: the check judges them elsewhere.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["leaves", "call_and_backward"]
+
+
+def leaves(args, requires) -> list:
+    """``args`` with those at the indices ``requires`` detached into fresh leaves that require grad."""
+    return [a.detach().requires_grad_() if i in requires else a for i, a in enumerate(args)]
+
+
+def call_and_backward(fn, args, kwargs, requires, grad_output):
+    """Call ``fn(*args, **kwargs)`` (``args`` made by :func:`leaves`), say what its output's gradient node is and
+    which of the inputs it saved, then run its backward with ``grad_output``: a dict of ``output``, ``grads`` (of
+    the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom`` (a ``torch.autograd.Function``'s
+    node) and ``saved`` (each saved tensor's input index or None, and shape); or whatever ``fn`` returned, when it
+    is not a tensor (the check names what came back instead)."""
+    with torch.enable_grad():
+        out = fn(*args, **kwargs)
+        if not isinstance(out, torch.Tensor):
+            return out
+        node = out.grad_fn
+        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+        saved = []
+        for t in (node.saved_tensors if custom else ()):
+            if t is not None:
+                same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
+                saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
+        if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
+            out.backward(grad_output)
+    return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
+            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}

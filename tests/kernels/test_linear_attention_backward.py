@@ -127,6 +127,18 @@ def test_bad_inputs():
                     match="dht must have")
 
 
+@pytest.mark.parametrize("name", ["fp32 T37 K32 V48 state", "fp16 B2 T100"])
+def test_whole_head_blocks(name, poison):  # noqa: F811
+    """``block`` (a measurement option): one dk and one dv program a head owning whole heads, with K = V (the shared
+    loop, one program of each kind) and K != V, against float64; every element written."""
+    c = _case(*CASES[name], seed=15)
+    got = chunked_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                           c["cu_seqlens"], need_dh0=c["initial_state"] is not None, block=64)
+    ref = reference_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                             c["cu_seqlens"], recurrent=True)
+    _check(name, got, ref, _tol(c["q"].dtype))
+
+
 # On the GPU: the issue's shapes at a length that is not a chunk multiple, against fla-core's own backward.
 
 def _fla_grads(c, normalize=False):

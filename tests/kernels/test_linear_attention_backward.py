@@ -214,7 +214,11 @@ def test_kernels_compile_for_sm90_with_every_option():
               dict(num_warps=4, num_stages=2)),
              ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",
               dict(K=128, V=64, BT=64, BK=64, BV=64, BKA=128, BVA=64, NK=2, SHARED=False, **common),
-              dict(num_warps=4, num_stages=2))]
+              dict(num_warps=4, num_stages=2)),
+             ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",  # whole heads (_whole_heads)
+              dict(K=128, V=128, BT=64, BK=128, BV=128, BKA=128, BVA=128, NK=1, SHARED=True, USE_DHT=False,
+                   STORE_DH0=False, IS_VARLEN=True, UPCAST=False, PRECISION=None),
+              dict(num_warps=8, num_stages=3))]
     ptx = compile_for_sm90(specs, dtypes=("bf16",), scalars={"h0_ptr": "*fp32", "dht_ptr": "*fp32",
                                                              "dh0_ptr": "*fp32", "cu_ptr": "*i64", "scale": "fp32"})
-    assert len(ptx) == 3 and all("wgmma" in p for p in ptx.values())
+    assert len(ptx) == 4 and all("wgmma" in p for p in ptx.values())

@@ -163,8 +163,9 @@ def specialize(params: dict, args: tuple, kwargs: dict, arch: int = 90) -> dict:
             attrs[p["name"]] = [["tt.divisibility", 16]]
         runtime.append(p["name"])
     for k, v in options.items():
-        if isinstance(v, bool) or not isinstance(v, int) and k != "enable_fp_fusion":
-            raise CubinError(f"{k}={v!r} is not an integer")
+        if k == "enable_fp_fusion" and not isinstance(v, bool) or k != "enable_fp_fusion" and v is not None \
+                and (isinstance(v, bool) or not isinstance(v, int)):
+            raise CubinError(f"{k}={v!r} is not {'True or False' if k == 'enable_fp_fusion' else 'an integer'}")
     spec = {"signature": sig, "constexprs": const, "attrs": attrs, "options": options, "arch": int(arch)}
     spec["key"] = hashlib.sha256(repr(sorted((k, repr(v)) for k, v in spec.items())).encode()).hexdigest()[:32]
     spec["bound"], spec["runtime"] = values, runtime
@@ -302,11 +303,15 @@ class CubinKernel:
             if min(g) == 0:  # Triton launches nothing on an empty grid
                 return
             lc = self.launcher(spec)
-            values = []
+            # the launcher takes the pointers first, then the scalars; it packs them in the kernel's order
+            pointers, scalars = [], []
             for name in spec["runtime"]:
                 v = spec["bound"][name]
-                values.append(v.data_ptr() if isinstance(v, torch.Tensor) else int(v) if isinstance(v, bool) else v)
-            lc(*values, sizes={"grid_x": g[0], "grid_y": g[1], "grid_z": g[2]})
+                if spec["signature"][name].startswith("*"):
+                    pointers.append(v.data_ptr())
+                else:
+                    scalars.append(int(v) if isinstance(v, bool) else v)
+            lc(*pointers, *scalars, sizes={"grid_x": g[0], "grid_y": g[1], "grid_z": g[2]})
             self.launches += 1
 
         return launch

@@ -20,7 +20,7 @@ from ..device import DEVICE, INTERPRET, ON_GPU
 from ..device import sync as _sync
 from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, precision_of, repoison
 from . import provenance
-from .spec import Case, CheckFailed, Exercise, get
+from .spec import Case, CheckFailed, Exercise, NotGradedHere, get
 
 __all__ = [
     "GRADING_ENV",
@@ -28,6 +28,7 @@ __all__ = [
     "check",
     "resolve_live",
     "check_value",
+    "toolchain_missing",
     "draw_seed",
     "case_inputs",
     "reference",
@@ -412,6 +413,16 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
     return problems
 
 
+def toolchain_missing(ex: Exercise) -> str | None:
+    """Where the exercise's toolchain (:attr:`Exercise.toolchain`) is missing on this machine, what to do about it
+    (the message starts with "needs <tool>"); else None."""
+    if ex.toolchain == "cargo":
+        from ..export import rust_exercise
+
+        return None if rust_exercise.cargo() else rust_exercise.GET_CARGO
+    return None
+
+
 def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
     """A value argument must be plain data; then the exercise's rule decides."""
     for v in values:
@@ -712,7 +723,10 @@ def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
     outcome naming the case (kept in ``Outcome.error``), never an exception out of here."""
     out = Outcome(ex.id, passed=True)
     if "value" in ex.args:
-        why = check_value(ex, _values(ex, args), hidden)
+        try:
+            why = check_value(ex, _values(ex, args), hidden)
+        except NotGradedHere as e:  # the toolchain is missing here: neither passed nor failed
+            return Outcome(ex.id, True, [f"{ex.id}: not graded here: {e}"], not_graded=[str(e)])
         if why:
             return Outcome(ex.id, False, [f"{ex.id}: {why}"])
     if all(k == "value" for k in ex.args):

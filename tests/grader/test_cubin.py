@@ -162,6 +162,84 @@ def test_a_forged_reply_is_refused():
         check_reply({"cubin": torch.zeros(5 << 20, dtype=torch.uint8), "meta": good})
 
 
+MIXED = ADD.replace("def add_kernel(x_ptr, y_ptr, out_ptr, n_elements,",
+                    "def add_kernel(n_elements, x_ptr, scale, y_ptr, out_ptr,")
+
+
+class _FakeDriver:
+    """Just enough of ``cuda.bindings.driver`` to see what the launcher hands ``cuLaunchKernel``."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    def __init__(self):
+        self.launches, self.loaded = [], []
+
+    def CUstream(self, s):
+        return s
+
+    def __getattr__(self, name):  # cuInit, cuDeviceGet, cuCtxSetCurrent, ...: succeed
+        return lambda *a: (0, name)
+
+    def cuModuleLoadData(self, addr):
+        import ctypes
+
+        self.loaded.append(ctypes.string_at(addr, 4))
+        return 0, "module"
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        import ctypes
+
+        ptrs = (ctypes.c_void_p * self.n).from_address(params)  # the values die with the launch: read them now
+        self.launches.append({"grid": (gx, gy, gz), "block": bx, "params": [ctypes.string_at(a, 8) for a in ptrs]})
+        return (0,)
+
+
+def test_a_launch_is_packed_in_the_kernel_s_order(monkeypatch):
+    """Without a GPU: the stand-in binds a launch whose pointers and scalars interleave, and the package's launcher
+    packs the values the cubin takes (runtime parameters in order, then the two scratch pointers)."""
+    import struct
+
+    from kernels.checks.cubin import CubinKernel
+    from kernels.export import launch
+
+    fake = _FakeDriver()
+    monkeypatch.setattr(launch, "driver", lambda: fake)
+    monkeypatch.setattr(launch.Launcher, "_stream", lambda self, s: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    elf = torch.frombuffer(bytearray(b"\x7fELF" + b"\0" * 60), dtype=torch.uint8)
+    meta = {"name": "add_kernel", "num_warps": 2, "num_ctas": 1, "shared": 1024, "global_scratch_size": 0,
+            "global_scratch_align": 1, "profile_scratch_size": 0, "profile_scratch_align": 1, "tmem_size": 0}
+    asked = []
+
+    def compiler(spec):
+        asked.append(spec)
+        return check_reply({"cubin": elf, "meta": meta})
+
+    k = CubinKernel(kernel_params(MIXED, "add_kernel"), compiler, arch=90)
+    x, y, out = torch.zeros(256), torch.zeros(256), torch.zeros(256)
+    fake.n = 7  # n_elements, x, scale, y, out and the two scratch pointers
+    k[(3,)](1000, x, 0.5, y[1:], out, BLOCK_SIZE=128)
+    fake.n = 6  # n_elements = 1 is compiled in
+    k[lambda m: (m["BLOCK_SIZE"] // 64, 2)](1, x, 2.0, y, out, BLOCK_SIZE=128)
+    k[(0,)](1000, x, 0.5, y, out, BLOCK_SIZE=128)  # an empty grid launches nothing, as in Triton
+    assert fake.loaded == [b"\x7fELF"] * 2 and len(asked) == 2
+    assert asked[1]["constexprs"]["n_elements"] == 1  # an integer equal to 1 is compiled in, as the JIT does
+    first, second = fake.launches
+    assert first["grid"] == (3, 1, 1) and first["block"] == 64 and second["grid"] == (2, 2, 1)
+    i32, u64, f32 = (lambda b: struct.unpack("<i", b[:4])[0]), (lambda b: struct.unpack("<Q", b)[0]), \
+        (lambda b: struct.unpack("<f", b[:4])[0])
+    v = first["params"]
+    assert (i32(v[0]), u64(v[1]), f32(v[2]), u64(v[3]), u64(v[4])) == (1000, x.data_ptr(), 0.5, y[1:].data_ptr(),
+                                                                       out.data_ptr())
+    assert u64(v[5]) == u64(v[6]) == 0  # global and profile scratch: none asked for
+    v = second["params"]
+    assert (u64(v[0]), f32(v[1]), u64(v[2]), u64(v[3])) == (x.data_ptr(), 2.0, y.data_ptr(), out.data_ptr())
+
+
 @pytest.mark.gpu
 def test_the_grader_side_launches_the_cubin(tmp_path):
     """On a GPU: compile in this process (a test: no sandbox), launch through the package's launcher."""
@@ -252,3 +330,29 @@ def test_a_wrong_or_flaky_launch_while_timed_is_counted():
 
     r, _ = _timed(every_fifth_wrong, verify=1e-3)
     assert 0 < r["skipped"][0] <= seen["launches"] // 5 + 1
+
+
+def test_the_interpreter_pre_check_runs_apart(grader_run):
+    """On a GPU with cubins the kernel's Python runs only in the pre-check (and the compile): the small cases,
+    bounds-checked in the interpreter, in the kernel worker, which is stopped before the launch worker starts."""
+    from grader import cubin
+    from grader.grade import CheckResult, _Session
+    from grader.notebook import CheckCall
+    from kernels.checks import engine
+    from kernels.checks.spec import get
+
+    ex = get("00_setup.vector_add")
+    session = _Session(grader_run, "pre", "00_setup", 0, [], [], [])
+    call = CheckCall(ex.id, ("add_kernel",), False)
+    cases, _ = engine.active_cases(ex, False)
+    items = [{"index": i, "case": c, "seed": 5, "cpu": engine.case_inputs(ex, c, 5)} for i, c in cases]
+    request = [{"index": it["index"], "hidden": False, "inputs": it["cpu"]} for it in items]
+    wild = ADD.replace("tl.store(out_ptr + offs,", "tl.store(out_ptr + offs + 1,")
+    try:
+        assert cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": ADD}], [None], request, items) == {}
+        assert "kernel" not in session.workers
+        found = cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": wild}], [None], request, items)
+        assert isinstance(found, CheckResult) and not found.passed
+        assert "out of bounds" in "\n".join(found.lines), found.lines
+    finally:
+        session.finish()

@@ -451,4 +451,18 @@ AUTOGRAD = [
         why="keeps the inputs on ctx instead of save_for_backward: the same tensors"),
 ]
 
-ENTRIES = BACKWARD_TORCH + DQ_ENTRIES + DKDV_ENTRIES + AUTOGRAD
+
+def _speed(name, dq=(), dkdv=(), **kw):
+    """Both kernels, timed together on a GPU (under the interpreter the check runs its visible case only)."""
+    return Entry("07_backward.backward_speed", name, edit(DQ, *dq) + "\n\n" + edit(DKDV, *dkdv), **kw)
+
+
+BACKWARD_SPEED = [
+    _speed("dq-no-scale", dq=("(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"),
+           fault="relative error", why="a dq kernel that forgets the scale, fast or not"),
+    _speed("dS-never-carried", dkdv=(_UPDATE, ""), fault="relative error",
+           why="a dk/dv kernel that never carries dS to the earlier chunks"),
+    _speed("solution", wrong=False, why="the lesson's two kernels"),
+]
+
+ENTRIES = BACKWARD_TORCH + DQ_ENTRIES + DKDV_ENTRIES + AUTOGRAD + BACKWARD_SPEED

@@ -567,6 +567,10 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
                     _notebook_shell()
                 else:
                     import kernels.checks.engine  # noqa: F401
+                if req.get("cubin"):  # the launcher of the cubin path: NVIDIA's driver bindings
+                    from kernels.export.launch import driver
+
+                    driver()
                 ch.send({"event": "probe"})
             except BaseException as e:
                 ch.send({"event": "probe", "error": _error(e)})

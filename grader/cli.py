@@ -30,7 +30,7 @@ def _demo(args) -> int:
     import kernels  # noqa: F401  (decides GPU or interpreter first)
     from kernels.device import ON_GPU
 
-    from .democlass import run_demo
+    from .demo import run_demo
 
     if args.gpu and not ON_GPU:
         print("--gpu: no CUDA device here", file=sys.stderr)

@@ -60,7 +60,7 @@ def test_installs_and_runs_lesson_00(dist, tmp_path):
     import site
     import sysconfig
 
-    from grader.democlass import read_source
+    from grader.demo import read_source
 
     venv = tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)

@@ -43,7 +43,7 @@ EXPECTED = {("alice", LESSON): 8.0, ("bob", LESSON): 4.0, ("carol", LESSON): 0.0
 def _build(root: pathlib.Path) -> pathlib.Path:
     """A course folder with lesson 00 and the three collected submissions."""
     from grader import demo, workflow
-    from grader.democlass import course_lessons
+    from grader.demo import course_lessons
 
     src, rel = course_lessons([LESSON])[LESSON]
     workflow.build_course(root, {LESSON: src})

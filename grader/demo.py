@@ -36,7 +36,7 @@ def read_source(path: pathlib.Path) -> dict:
         import jupytext  # noqa: F401
         import nbformat
 
-        from kernels.course import solution_notebook
+        from .course import solution_notebook
     except ImportError:
         from .percent import read_percent
 

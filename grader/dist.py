@@ -3,8 +3,8 @@
 The hand-out (``dist/student/`` by default) holds:
 
 - ``kernels/``: the course package the notebooks import (checks, plots, benchmarks, reference maths), less what
-  would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them),
-  the course build (``kernels/course``, which reads ``solutions/``), and each package kernel that is itself the
+  would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them)
+  and each package kernel that is itself the
   answer to an exercise (:data:`ANSWERS`), whose body is replaced by a ``NotImplementedError`` naming the lesson;
 - ``notebooks/``: the student notebooks of ``course/`` (nbgrader's release: solutions and hidden tests removed);
 - ``pyproject.toml`` and ``README.md``: ``pip install .`` then ``jupyter lab notebooks``.
@@ -32,7 +32,7 @@ ANSWERS = {
     "kernels/linear_attention/chunked.py": [("_chunked_linear_attention_kernel", "04_chunked_linear_attention")],
 }
 #: folders of the package that the hand-out leaves out
-EXCLUDED = ("kernels/checks/zoo", "kernels/course")
+EXCLUDED = ("kernels/checks/zoo",)
 
 _PYPROJECT = '''[build-system]
 requires = ["setuptools>=68"]

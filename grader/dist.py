@@ -22,6 +22,8 @@ import pathlib
 import re
 import shutil
 
+from kernels.catalog import lesson_ids
+
 __all__ = ["ANSWERS", "EXCLUDED", "build"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -114,7 +116,7 @@ def build(out: pathlib.Path | None = None) -> pathlib.Path:
             shutil.copy(src, dest)
     nbs = out / "notebooks"
     nbs.mkdir()
-    for nb in sorted((_ROOT / "course").glob("[0-9][0-9]_*.ipynb")):
+    for nb in (_ROOT / "course" / f"{lesson}.ipynb" for lesson in lesson_ids()):
         text = nb.read_text()
         json.loads(text)  # a generated notebook, valid JSON
         (nbs / nb.name).write_text(text)

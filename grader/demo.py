@@ -66,9 +66,10 @@ def _points(nb: dict) -> float:
 
 
 def _leftovers(uid_base: int, slots: int) -> list[int]:
+    from .grade import UIDS_PER_SLOT
     from .sandbox import _pids_of
 
-    return [p for u in range(uid_base, uid_base + 3 * slots) for p in _pids_of(u)]
+    return [p for u in range(uid_base, uid_base + UIDS_PER_SLOT * slots) for p in _pids_of(u)]
 
 
 def _has_nbgrader() -> bool:

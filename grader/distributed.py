@@ -96,7 +96,9 @@ def _release(grader, free) -> None:
 
     cfg = grader.sandbox
     cfg.close()  # its bubblewrap templates end with the run (each holds torch and Triton imported)
-    for uid in range(cfg.uid_base, cfg.uid_base + 3 * max(1, free.maxsize or free.qsize())):
+    from .grade import UIDS_PER_SLOT
+
+    for uid in range(cfg.uid_base, cfg.uid_base + UIDS_PER_SLOT * max(1, free.maxsize or free.qsize())):
         sweep(uid)
     if cfg._lock is not None:
         os.close(cfg._lock)

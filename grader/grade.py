@@ -26,12 +26,16 @@ from kernels.checks import engine, provenance
 from kernels.checks.spec import CheckFailed, get
 from kernels.device import ON_GPU, describe
 
+from . import cubin as _cubin
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
 from .sandbox import SandboxConfig, SetupError, Worker, WorkerDied, bwrap_path
 
 __all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader", "SetupError"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: Sandbox uids per slot: one per kind of worker ("launch": the GPU worker that launches cubins).
+_UID_OFFSET = {"kernel": 0, "compile": 1, "notebook": 2, "launch": 3}
+UIDS_PER_SLOT = len(_UID_OFFSET)
 
 
 @dataclass
@@ -47,6 +51,8 @@ class Settings:
     lesson_paths: list[str] = field(default_factory=list)
     gpu_memory_fraction: float | None = None
     hide: list[str] = field(default_factory=list)  # kept for callers; workers see only an allowlist (bubblewrap)
+    # on a GPU, launch and time the cubin the sandbox compiled, from a worker that never runs the student's Python
+    cubin: bool = os.environ.get("GRADER_CUBIN", "1") != "0"
 
 
 @dataclass
@@ -171,6 +177,7 @@ class Grader:
                 sys.path.append(d)
         self.sandbox.lessons = str(self.lessons_dir)
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
+        self.cubin = self.sandbox.mode == "gpu" and self.settings.cubin
         self.gpu = GpuLock()
         try:
             self.isolation = self._probe()
@@ -185,7 +192,9 @@ class Grader:
         sandbox uid can run everything a grading run needs; in GPU mode, warm Triton's cache once and seed every
         later worker with it."""
         mode = self.sandbox.mode
-        kinds = [("kernel", mode), ("notebook", mode)] + ([("compile", "compile")] if mode == "interpreter" else [])
+        cubin = mode == "gpu" and self.settings.cubin
+        kinds = [("kernel", mode), ("notebook", mode)] + ([("compile", "compile")] if mode == "interpreter" or cubin
+                                                          else [])
         self.sandbox.start(*kinds)
         how = "?"
         for kind, m in kinds:
@@ -202,7 +211,7 @@ class Grader:
                         dest.write_bytes(data.numpy().tobytes())
                 w.close()
                 w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name=f"probe-{kind}")
-            w.send({"op": "probe"})
+            w.send({"op": "probe", "cubin": kind == "kernel" and cubin})
             err = w.recv(120, what="starting its notebook runner").get("error")
             w.close()
             if err:
@@ -210,7 +219,10 @@ class Grader:
                     f"a sandboxed worker (uid {w.uid}, no root rights, {how}, {kind}) cannot start: "
                     f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
                     "on its Python path and readable by all users (after `pip install --target DIR`, say, run "
-                    "`chmod -R a+rX DIR`); nothing was graded")
+                    "`chmod -R a+rX DIR`)" + ("; the cubin launcher needs cuda-bindings (or grade with GRADER_CUBIN=0 "
+                                              "to launch through Triton's JIT in the sandbox)"
+                                              if "cuda-bindings" in str(err.get("message")) else "")
+                    + "; nothing was graded")
         return how
 
     def seed(self, *parts) -> int:
@@ -285,10 +297,13 @@ class _Session:
         w = self.workers.get(kind)
         if w is not None and w.alive():
             return w
-        mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode}[kind]
-        uid = self.g.sandbox.uid_base + 3 * self.slot + {"kernel": 0, "compile": 1, "notebook": 2}[kind]
+        mode = {"kernel": self.g.sandbox.mode, "compile": "compile", "notebook": self.g.sandbox.mode,
+                "launch": self.g.sandbox.mode}[kind]
+        # "launch": a kernel worker that never imports the student's source (it launches their cubins)
+        uid = self.g.sandbox.uid_base + UIDS_PER_SLOT * self.slot + _UID_OFFSET[kind]
         t0 = time.time()
-        w = Worker(self.g.sandbox, uid=uid, mode=mode, kind=kind, name=f"slot{self.slot}-{kind}",
+        w = Worker(self.g.sandbox, uid=uid, mode=mode, kind="kernel" if kind == "launch" else kind,
+                   name=f"slot{self.slot}-{kind}",
                    startup_timeout=self.budget(120), cache=self._cache(kind, uid))
         self.phase("start", t0)
         self.isolation = self.isolation or w.isolation
@@ -434,7 +449,11 @@ class _Session:
                     values.append(self.value(name))
             except CheckFailed as e:
                 raise _Fail("rejected", str(e)) from None
-        if "value" in ex.args:
+        if ex.toolchain:  # the rule builds and runs the student's code: in the sandbox, never here
+            why = self.toolchain_rule(ex, call, values)
+            if why:
+                raise _Fail("failed", why)
+        elif "value" in ex.args:
             why = engine.check_value(ex, tuple(values), call.hidden)
             if why:
                 raise _Fail("failed", why)
@@ -455,6 +474,25 @@ class _Session:
         if "invalid" in m:
             raise _Fail("failed", f"{name} must be plain data (numbers, strings, lists, dicts): {m['invalid']}")
         return m.get("value")
+
+    def toolchain_rule(self, ex, call, values) -> str | None:
+        """The rule of an exercise graded with an outside toolchain (lesson 05's Rust: cargo builds the student's
+        code and runs its tests), run in the compile sandbox, where the toolchain is bound read-only. Where the
+        grading machine lacks the toolchain the check is "not graded", with the reason (0 points, never a silent
+        0)."""
+        missing = engine.toolchain_missing(ex)
+        if missing:
+            raise _Fail("not graded", f"{missing} (on the grading machine: install it there and grade again)")
+        w = self.worker("compile")
+        w.send({"op": "rule", "exercise": ex.id, "hidden": call.hidden, "values": values})
+        try:
+            m = w.recv(self.budget(self.s.compile_timeout), what=f"building and testing with {ex.toolchain}")
+        except WorkerDied as e:
+            self.drop("compile")
+            raise _Fail("crashed", f"the {ex.toolchain} build {e}") from None
+        if m.get("needs"):
+            raise _Fail("not graded", m["needs"])
+        return m.get("why")
 
     def compile(self, ex, call, kernels, values) -> None:
         w = self.worker("compile")
@@ -517,8 +555,16 @@ class _Session:
                        "ref": engine.reference(ex, first["case"], cpu)}
             request.append({"index": recheck["index"], "hidden": call.hidden, "inputs": cpu})
             items = items + [recheck]
-        w = self.worker("kernel")
-        w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request})
+        cubin = self.g.cubin
+        traffic: dict = {}
+        if cubin:  # the kernel's Python runs only in the interpreter's pre-check and the compile, never here
+            found = _cubin.precheck(self, ex, call, kernels, values, request, items)
+            if isinstance(found, CheckResult):
+                return found
+            traffic = found
+        w = self.worker("launch" if cubin else "kernel")
+        w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request,
+                "cubin": cubin})
         res = CheckResult(ex.id, call.hidden, True, "passed")
         done, label, k = 0, None, 0
         deadline = time.time() + self.s.problem_timeout
@@ -531,15 +577,19 @@ class _Session:
             except WorkerDied as e:
                 if exclusive:
                     self.g.gpu.downgrade()
-                self.drop("kernel")
+                self.drop("launch" if cubin else "kernel")
                 status = "timeout" if "stopped after" in str(e) else "crashed"
                 return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
             ev = m.get("event")
             if ev == "case":
                 label = m.get("label")
+            elif ev == "compile" and cubin:
+                _cubin.relay(self, w, m, kernels, deadline)
             elif ev == "result":
                 item = items[k]
                 k += 1
+                if traffic.get(item["index"]) and isinstance(m.get("result"), dict):
+                    m["result"][engine.TRAFFIC] = traffic[item["index"]]
                 if not failed:
                     problems = self._judge(ex, item, m)
                     if problems:
@@ -568,7 +618,7 @@ class _Session:
                 if exclusive:
                     self.g.gpu.downgrade()
                 if m.get("cuda"):
-                    self.drop("kernel")
+                    self.drop("launch" if cubin else "kernel")
                 return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))
             elif ev == "done":
                 break

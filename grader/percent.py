@@ -75,6 +75,7 @@ def release(nb: dict) -> dict:
     out = json.loads(json.dumps(nb))
     for cell in out["cells"]:
         src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src  # nbformat keeps a cell's source as lines too
         src = _SOLUTION.sub(lambda m: f"{m['indent']}# YOUR CODE HERE\n{m['indent']}raise NotImplementedError()", src)
         cell["source"] = _HIDDEN.sub("", src).rstrip("\n")
     return out

@@ -27,6 +27,7 @@ class Attack:
     cells: dict  # lesson -> {grade_id: source}, on top of the release
     expect: dict  # lesson -> {"interpreter": score, "gpu": score}
     why: str = ""  # a regex one of its failed cells' messages must match (the reason it scores what it does)
+    why_gpu: str = ""  # the same on a GPU, where it differs
 
 
 def _both(score: float, gpu: float | None = None) -> dict:
@@ -128,6 +129,40 @@ _FUNCTION_WHY = {"reference_import": "No module named 'kernels.checks.lessons'",
                  "read_solutions": "nothing readable", "huge_result": "MiB, more than the 8.0 MiB allowed"}
 
 
+def _solution_cell(lesson: str, grade_id: str) -> str:
+    """The instructor's answer cell, its solution markers dropped (the starting point of the timing attacks)."""
+    from .percent import read_percent
+
+    nb = read_percent((_ROOT / "solutions" / f"{lesson}.py").read_text())
+    cell = next(c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+    src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    return "\n".join(ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln)
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    if old not in text:
+        raise RuntimeError(f"the red-team edit expects {old!r} in the solution it starts from")
+    return text.replace(old, new, 1)
+
+
+_LOOP = "    for _ in range(T):\n"
+
+
+def _timing_attacks() -> dict:
+    """Kernels that try to forge their time (GPU): honest everywhere but the timed launches. ``first_launch_only``
+    keeps a flag just before its output (a place the re-poisoning before each timed launch does not reach) and
+    skips the work once it is set; ``skip_if_filled`` skips the work when its output already holds numbers."""
+    fused = _solution_cell("02_naive_hbm_loops", "fused_kernel") + "\n"
+    first = _edit(fused, _LOOP, "    flag = tl.load(o_ptr - 1, mask=T >= 1024, other=0.0)\n"
+                                "    steps = tl.where(flag == 1.0, 0, T)\n    for _ in range(steps):\n")
+    first += "    tl.store(o_ptr - 1, 1.0, mask=(T >= 1024) & (j == 0) & (bh == 0))\n"
+    filled = _edit(fused, _LOOP, "    held = tl.load(o_ptr + b * stride_vb + h * stride_vh + offs_v, mask=mask_v, "
+                                 "other=0.0)\n"
+                                 "    steps = tl.where(tl.sum(((held == held) & mask_v).to(tl.int32), axis=0) > 0, 0, "
+                                 "T)\n    for _ in range(steps):\n")
+    return {"first_launch_only": first, "skip_if_filled": filled}
+
+
 def attacks() -> list[Attack]:
     full_bytes = 2.0
     out = [
@@ -166,6 +201,17 @@ def attacks() -> list[Attack]:
     for name, (what, src) in _FUNCTION_TRICKS.items():
         out.append(Attack(name, what, {"02_naive_hbm_loops": {"byte_counts": src}},
                           {"02_naive_hbm_loops": _both(0.0)}, why=_FUNCTION_WHY[name]))
+    timing = _timing_attacks()
+    out.append(Attack("first_launch_only", "the fused kernel does its work on the first launch at the timed size and "
+                      "skips it later (a flag kept beside its output between launches)",
+                      {"02_naive_hbm_loops": {"fused_kernel": timing["first_launch_only"]}},
+                      {"02_naive_hbm_loops": _both(7.0, 5.0)},  # untimed in the interpreter
+                      why_gpu="skips work while timed|out of bounds while timed"))
+    out.append(Attack("skip_if_filled", "the fused kernel skips its work when its output already holds numbers "
+                      "(outputs left filled between timed launches would time nothing): every timed launch starts "
+                      "from poisoned outputs, so it does the work and keeps its points",
+                      {"02_naive_hbm_loops": {"fused_kernel": timing["skip_if_filled"]}},
+                      {"02_naive_hbm_loops": _both(7.0)}))
     naive = _UNIVERSAL_NAIVE
     out.append(Attack("universal", "every kernel and function of both lessons reaches around the grader (the "
                       "handle branch for kernels, the reference by import, frames and gc for functions, the checks "
@@ -241,7 +287,7 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     grader.sandbox.close()
     import re
 
-    why = {a.name: a.why for a in klass}
+    why = {a.name: (a.why_gpu if ON_GPU and a.why_gpu else a.why) for a in klass}
     mismatches = []
     for r in results:
         failed = [c.message for c in r.cells if c.score < c.points]

@@ -61,6 +61,82 @@ def check(exercise_id, *objects, hidden=False):
     return None
 '''
 
+#: Packages whose code computes what graded functions must compute themselves (the references, the package's
+#: kernels and their Python entry points, the export's launch rules): in the notebook's sandbox each is replaced
+#: by a stub, so its imports still succeed (a lesson's setup cell imports a reference to compare with) but every
+#: name in it, in any of its modules, raises when called. ``fla`` too, where installed.
+CLOSED_PACKAGES = ("linear_attention", "recurrent", "matmul", "memory", "vector_add", "export")
+CLOSED_ELSEWHERE = ("fla",)
+_CLOSED_STUB = '''"""Closed while a notebook is graded: graded answers cannot call the package's references."""
+
+import importlib.abc
+import importlib.machinery
+import sys
+
+__path__ = []
+
+
+def _closed(name):
+    def closed(*args, **kwargs):
+        raise RuntimeError(f"{name} is not available while your notebook is graded (graded answers are your own "
+                           "code; the package's references and kernels are closed to them)")
+    closed.__name__ = closed.__qualname__ = name.rsplit(".", 1)[-1]
+    return closed
+
+
+def _getattr(module):
+    def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _closed(f"{module}.{name}")
+    return __getattr__
+
+
+__getattr__ = _getattr(__name__)
+
+
+class _Closed(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, prefix):
+        self.prefix = prefix + "."
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith(self.prefix):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__path__ = []
+        module.__getattr__ = _getattr(module.__name__)
+
+
+sys.meta_path.insert(0, _Closed(__name__))
+'''
+
+
+def _closed_binds(cfg: SandboxConfig, kernels: pathlib.Path) -> list[str]:
+    """bubblewrap arguments that put :data:`_CLOSED_STUB` in place of each closed package."""
+    import importlib.util
+
+    stub = cfg.root / "closed-stub.py"
+    stub.write_text(_CLOSED_STUB)
+    dirs = [kernels / name for name in CLOSED_PACKAGES if (kernels / name).is_dir()]
+    for name in CLOSED_ELSEWHERE:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for d in (spec.submodule_search_locations or []) if spec is not None else []:
+            d = pathlib.Path(d)
+            if d.is_dir() and any(d.resolve().is_relative_to(pathlib.Path(e).resolve()) for e in cfg.environment):
+                dirs.append(d)
+    out = []
+    for d in dirs:
+        out += ["--tmpfs", str(d), "--ro-bind", str(stub), str(d / "__init__.py")]
+    return out
+
 
 class SetupError(RuntimeError):
     """The grading machine cannot grade at all (no submission's fault): said once, before anything is graded."""
@@ -235,6 +311,8 @@ class _Template:
                 a += ["--symlink", os.readlink(p), str(p)]
             elif p.is_dir():
                 a += ["--ro-bind", str(p), str(p)]
+        if self.profile == "compile":  # cargo's linker is /usr/bin/cc -> /etc/alternatives/cc: /etc must be open
+            a += ["--perms", "0755", "--dir", "/etc"]
         for e in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
                   "localtime", "hosts"):
             a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
@@ -247,6 +325,7 @@ class _Template:
             stub = cfg.root / "checks-stub.py"
             stub.write_text(_CHECKS_STUB)
             a += ["--tmpfs", str(kernels / "checks"), "--ro-bind", str(stub), str(kernels / "checks" / "__init__.py")]
+            a += _closed_binds(cfg, kernels)
         elif cfg.lessons:
             a += ["--ro-bind", str(cfg.lessons), "/grader/lessons"]
         for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader
@@ -267,6 +346,8 @@ class _Template:
         for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
             if k in os.environ:
                 a += ["--setenv", k, os.environ[k]]
+        if self.profile == "compile":
+            a += _rust_toolchain()
         return _with_parents(a) + ["--"]
 
     def _read(self) -> None:
@@ -349,6 +430,31 @@ class _Template:
         except subprocess.TimeoutExpired:
             pass
         self.log.close()
+
+
+def _rust_toolchain() -> list[str]:
+    """What the compile sandbox needs to build lesson 05's Rust exercise, where this machine has cargo: the
+    toolchain (rustup's, or the system's under /usr) and the workbook's crate, read-only; cargo first on ``PATH``,
+    its home and jobs in the worker's own ``/tmp``. Without cargo, nothing (the exercise is "not graded")."""
+    from kernels.export.rust_exercise import cargo
+
+    exe = cargo()
+    if exe is None:
+        return []
+    rustc = pathlib.Path(exe).with_name("rustc")
+    try:
+        sysroot = subprocess.run([str(rustc) if rustc.exists() else "rustc", "--print", "sysroot"],
+                                 capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if not sysroot or not (pathlib.Path(sysroot) / "bin" / "cargo").is_file():
+        return []
+    a = [] if sysroot.startswith("/usr/") or sysroot == "/usr" else ["--ro-bind", sysroot, sysroot]
+    crate = _ROOT / "rust"
+    for part in ("Cargo.toml", "Cargo.lock", "src", "exercise", "tests/fixtures"):
+        a += ["--ro-bind-try", str(crate / part), str(crate / part)]
+    return a + ["--setenv", "PATH", f"{sysroot}/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "CARGO_HOME",
+                "/tmp/.cargo", "--setenv", "CARGO_BUILD_JOBS", "2"]
 
 
 def _with_parents(args: list[str]) -> list[str]:

@@ -139,15 +139,16 @@ def _flush():
             pass
 
 
-def _sync():
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
 def _cuda_broken(e: BaseException) -> bool:
     text = f"{type(e).__name__} {e}"
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUDA_ERROR",
                                    "device-side assert", "misaligned address"))
+
+
+def _sync() -> None:
+    from kernels.device import sync  # imported late: importing kernels decides the interpreter
+
+    sync()
 
 
 def _cuda_health(err: BaseException | None) -> str | None:
@@ -178,8 +179,34 @@ def _kernel_args(ex, req, folder, interpret):
     return tuple(args)
 
 
-def _serve_kernel(ch: _Channel, req: dict) -> None:
-    from kernels.checks.engine import run_case, time_performance
+def _cubin_args(ex, req, ch):
+    """The graded kernels as :class:`~kernels.checks.cubin.CubinKernel` stand-ins: each specialisation a launch
+    needs is asked of the grader (which has the sandboxed compiler build it) and comes back as a cubin. The
+    student's source is never imported here: its parameters are read from the text with ``ast``."""
+    from kernels.checks.cubin import CubinError, CubinKernel, check_reply, kernel_params
+    from kernels.checks.spec import CheckFailed
+
+    def compiler(i):
+        def ask(spec):
+            ch.send({"event": "compile", "kernel": i, "spec": spec})
+            reply = ch.recv()
+            if reply.get("op") != "cubin":
+                raise CubinError("the grader sent no cubin")
+            if reply.get("error"):
+                raise CheckFailed(str(reply["error"])[:4000])
+            return check_reply(reply)
+        return ask
+
+    args = []
+    for i, (kind, ks, value) in enumerate(zip(ex.args, req["kernels"], req["values"])):
+        args.append(CubinKernel(kernel_params(ks["text"], ks["entry"]), compiler(i)) if kind == "kernel" else value)
+    return tuple(args)
+
+
+def _serve_precheck(ch: _Channel, req: dict) -> None:
+    """The interpreter's bounds-checked run of the small cases (out-of-bounds accesses named before they can fault
+    on the device, the exercise's traffic rule): on a GPU with cubins, the only place the kernel's Python runs."""
+    from kernels.checks.engine import _small, precheck
     from kernels.checks.spec import get
     from kernels.device import INTERPRET
 
@@ -187,9 +214,28 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
     args = _kernel_args(ex, req, "/tmp/graded", INTERPRET)
     for item in req["cases"]:
         case = ex.cases(item["hidden"])[item["index"]] if item.get("index") is not None else ex.performance.case
+        if not _small(ex, case, item["inputs"]):
+            continue
+        ch.send({"event": "case", "label": case.label})
+        problems, traffic = precheck(ex, args, case, item["inputs"])
+        _flush()
+        ch.send({"event": "prechecked", "index": item.get("index"), "problems": problems, "traffic": traffic})
+    ch.send({"event": "done"})
+
+
+def _serve_kernel(ch: _Channel, req: dict) -> None:
+    from kernels.checks.engine import run_case, time_performance
+    from kernels.checks.spec import get
+    from kernels.device import INTERPRET
+
+    ex = get(req["exercise"])
+    cubin = bool(req.get("cubin"))
+    args = _cubin_args(ex, req, ch) if cubin else _kernel_args(ex, req, "/tmp/graded", INTERPRET)
+    for item in req["cases"]:
+        case = ex.cases(item["hidden"])[item["index"]] if item.get("index") is not None else ex.performance.case
         ch.send({"event": "case", "label": case.label})
         try:
-            outs, result = run_case(ex, args, case, item["inputs"])
+            outs, result = run_case(ex, args, case, item["inputs"], check_first=False if cubin else None)
         except BaseException as e:  # the student's kernel may raise anything
             _flush()
             ch.send({"event": "error", "label": case.label, "error": _error(e), "cuda": _cuda_broken(e)})
@@ -218,7 +264,7 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
 
 
 def _serve_compile(ch: _Channel, req: dict) -> None:
-    from kernels.checks.aot import dry_run
+    from kernels.checks.dry_run import dry_run
     from kernels.checks.spec import CheckFailed
 
     try:
@@ -229,6 +275,54 @@ def _serve_compile(ch: _Channel, req: dict) -> None:
         ch.send({"event": "compiled", "ok": False, "message": str(e)})
     except BaseException as e:
         ch.send({"event": "compiled", "ok": False, "message": f"compiling for sm_90 failed: {type(e).__name__}: {e}"})
+
+
+def _serve_rule(ch: _Channel, req: dict) -> None:
+    """The rule of an exercise graded with a toolchain (:attr:`kernels.checks.spec.Exercise.toolchain`): it builds
+    and runs the student's code here, in the sandbox; only the verdict goes back."""
+    from kernels.checks import engine
+    from kernels.checks.spec import NotGradedHere, get
+
+    try:
+        why = engine.check_value(get(req["exercise"]), tuple(req["values"]), bool(req["hidden"]))
+        ch.send({"event": "rule", "why": why})
+    except NotGradedHere as e:
+        ch.send({"event": "rule", "needs": str(e)})
+    except BaseException as e:
+        ch.send({"event": "rule", "why": f"the check could not run: {type(e).__name__}: {e}"})
+
+
+def _serve_cubin(ch: _Channel, req: dict) -> None:
+    """Compile the graded kernels' specialisations that the grader asks for, one at a time, and send back each
+    cubin and its metadata (this is where compiling runs the kernel's Python: never beside the launch)."""
+    from kernels.checks.cubin import compile_spec, metadata
+    from kernels.checks.provenance import KernelSource, load
+    from kernels.checks.spec import CheckFailed
+
+    fns = {}
+    for i, ks in enumerate(req["kernels"]):
+        if ks is not None:
+            try:
+                fns[i] = load(KernelSource(ks["entry"], ks["text"]), "/tmp/graded", interpret=False)
+            except BaseException as e:
+                fns[i] = e
+    while True:
+        msg = ch.recv()
+        if msg.get("op") != "spec":
+            return
+        fn = fns.get(int(msg.get("kernel", -1)))
+        try:
+            if isinstance(fn, BaseException) or fn is None:
+                raise CheckFailed(f"the kernel could not be loaded: {type(fn).__name__}: {fn}")
+            compiled = compile_spec(fn, msg["spec"])
+            blob = compiled.asm["cubin"]
+            ch.send({"event": "cubin", "cubin": torch.frombuffer(bytearray(blob), dtype=torch.uint8),
+                     "meta": metadata(compiled)})
+        except CheckFailed as e:
+            ch.send({"event": "cubin", "error": str(e)})
+        except BaseException as e:
+            ch.send({"event": "cubin", "error": f"compiling for the GPU failed: {type(e).__name__}: {e}"})
+        _flush()
 
 
 # ---- notebook problems -------------------------------------------------------------------------------------
@@ -460,12 +554,23 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
             _serve_kernel(ch, req)
         elif kind == "compile":
             _serve_compile(ch, req)
+        elif kind == "rule":
+            _serve_rule(ch, req)
+        elif kind == "cubin":
+            _serve_cubin(ch, req)
+            return
+        elif kind == "precheck":
+            _serve_precheck(ch, req)
         elif kind == "probe":  # can this uid, in this sandbox, start everything a grading run needs?
             try:
                 if cfg.get("profile") == "notebook":
                     _notebook_shell()
                 else:
                     import kernels.checks.engine  # noqa: F401
+                if req.get("cubin"):  # the launcher of the cubin path: NVIDIA's driver bindings
+                    from kernels.export.launch import driver
+
+                    driver()
                 ch.send({"event": "probe"})
             except BaseException as e:
                 ch.send({"event": "probe", "error": _error(e)})
@@ -504,15 +609,17 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import kernels  # noqa: F401  (decides the interpreter, before any kernel is decorated)
 
-    if mode == "compile":
-        os.environ["TRITON_INTERPRET"] = "0"
+    if mode == "compile":  # kernels built from here on are compiled-mode functions
+        from kernels.compile import enter_compile_mode
+
+        enter_compile_mode()
     torch.set_num_threads(1)
     if profile == "notebook":
         import IPython.core.interactiveshell  # noqa: F401
         return
     import importlib
 
-    from kernels.checks import aot, engine, provenance, spec  # noqa: F401
+    from kernels.checks import dry_run, engine, provenance, spec  # noqa: F401
 
     for name in sorted(os.listdir(os.path.join(os.path.dirname(spec.__file__), "lessons"))):
         if name.startswith("l") and name.endswith(".py"):

@@ -14,13 +14,11 @@ until the last), so a run stopped by a time limit keeps what it finished.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import itertools
 import json
 import math
 import pathlib
-import platform
 import subprocess
 import sys
 import time
@@ -29,7 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .device import DEVICE, MODE, ON_GPU, describe
+from .device import DEVICE, MODE, ON_GPU, machine
+from .device import sync as _sync
 from .testing import rel_error
 
 __all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "graph_launch_us", "parse_where", "run",
@@ -64,11 +63,6 @@ class Version:
     skip: Callable[[Problem], str | None] = lambda p: None
     output: Callable[[object], torch.Tensor] = lambda r: r
     extras: Callable[[dict], dict] | None = None
-
-
-def _sync():
-    if ON_GPU:
-        torch.cuda.synchronize()
 
 
 def time_ms(fn: Callable[[], object], *, warmup: int = 25, rep: int = 100) -> float:
@@ -167,27 +161,6 @@ def _memory(version: Version, inputs: dict) -> dict:
     returned = _tensor_bytes(out)
     del out
     return {"extra_peak_bytes": peak, "scratch_bytes": max(0, peak - returned), "input_bytes": _tensor_bytes(inputs)}
-
-
-def _env() -> dict:
-    import triton
-
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "mode": MODE,
-        "where": describe(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-    }
-    if ON_GPU:
-        env["gpu"] = torch.cuda.get_device_name(0)
-        try:
-            env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            env["driver"] = "unknown"
-    return env
 
 
 def parse_where(text: str | None) -> dict[str, set[str]]:
@@ -293,7 +266,7 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     out = out or pathlib.Path("bench-results")
     out.mkdir(parents=True, exist_ok=True)
     stem = out / (f"{topic}-{MODE}" if problem_set == "ladder" else f"{topic}-{problem_set}-{MODE}")
-    result = {"topic": topic, "set": problem_set, "env": _env(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {},
+    result = {"topic": topic, "set": problem_set, "env": machine(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {},
               "rows": rows, "complete": False, **({"warm": warmed} if warmed else {})}
     for p in problems:
         if budget is not None and time.perf_counter() - t0 > budget:

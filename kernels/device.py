@@ -18,8 +18,10 @@ __all__ = [
     "ON_GPU",
     "MODE",
     "describe",
+    "machine",
     "sizes",
     "pick",
+    "sync",
     "upcast_for_dot",
 ]
 
@@ -114,6 +116,40 @@ def sizes(topic: str) -> dict:
 def pick(*, cpu, gpu):
     """``gpu`` on a GPU, ``cpu`` under the interpreter."""
     return gpu if ON_GPU else cpu
+
+
+_DRIVER: list[str] = []
+
+
+def machine() -> dict:
+    """The record of where a result was measured, for every results file: date, mode, the one-line description,
+    torch, Triton and Python versions, and on a GPU its name and driver version."""
+    import datetime
+    import platform
+
+    import triton
+
+    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mode": MODE,
+              "where": describe(), "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version()}
+    if ON_GPU:
+        if not _DRIVER:
+            import subprocess
+
+            try:
+                _DRIVER.append(subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                              capture_output=True, text=True, timeout=30).stdout.strip())
+            except (OSError, subprocess.SubprocessError):
+                _DRIVER.append("unknown")
+        record.update(gpu=torch.cuda.get_device_name(0), driver=_DRIVER[0])
+    return record
+
+
+def sync() -> None:
+    """Wait for the GPU's queued work (before reading a clock or a result); nothing under the interpreter, and
+    nothing where this process has not touched CUDA (a sync would create a context)."""
+    if ON_GPU and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def upcast_for_dot(dtype: torch.dtype) -> bool:

@@ -18,6 +18,7 @@ from .device import DEVICE
 __all__ = [
     "TOLERANCE",
     "tolerance",
+    "precision_of",
     "generator",
     "randn",
     "Poisoned",
@@ -41,6 +42,11 @@ TOLERANCE: dict[str, float] = {
 }
 
 _NAMES = {torch.float32: "ieee", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "ieee"}
+
+
+def precision_of(dtype: torch.dtype) -> str:
+    """The :data:`TOLERANCE` key of a kernel whose inputs are ``dtype`` (``"ieee"`` for fp32, fp64 and others)."""
+    return _NAMES.get(dtype, "ieee")
 
 
 def tolerance(dtype: torch.dtype, *, tf32: bool = False) -> float:

@@ -1,6 +1,9 @@
 """Where forward + backward time goes, at B=4 H=16 D=128 bf16: the fused forward, the dq pass alone, the dk/dv pass
 alone, both, the whole autograd step (forward + backward through ``chunk_linear_attn``), fla's forward and fla's
-forward + backward, at T = 4k, 16k, 64k (median ms, CUDA-event timing, inputs larger than L2); then the two passes
+forward + backward, at T = 4k, 16k, 64k (median ms, CUDA-event timing, inputs larger than L2); each again as GPU
+time alone (``*_graph_ms``: calls recorded in a CUDA graph and replayed, no host work in the timing), and the host's
+time to issue a step or a backward (``*_host_us``): where a step's host time exceeds its GPU time, the timing above
+measures the host; then the two passes
 at other warps and stages, each variant's gradients compared with the default's before it is timed (a variant
 that differs is reported, not timed). ``--budget`` seconds bound the run; results/gpu/backward-probe.json is
 rewritten after every row, so a run cut short keeps what it measured.
@@ -15,15 +18,67 @@ import time
 import torch
 import triton.testing
 
+from kernels.device import machine
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked_bwd import chunked_backward
 from kernels.linear_attention.fused import fused_forward
 
-VARIANTS = {"warps 8": dict(num_warps=8), "stages 1": dict(num_stages=1), "stages 3": dict(num_stages=3)}
+# 8 warps at the default 2 stages take 140 registers in the dk/dv pass, so one program an SM and two waves; capped at
+# 128 (no spill there, 366 bytes in the dq pass: scripts/sm90_backward.py) two fit, 16 warps an SM in one wave
+VARIANTS = {"warps 8": dict(num_warps=8), "stages 1": dict(num_stages=1), "stages 3": dict(num_stages=3),
+            "warps 8 maxnreg 128": dict(num_warps=8, maxnreg=128)}
 
 
 def _time(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+_L2 = 60 * 2**20
+
+
+def _graph_ms(fns: list, calls: int = 24) -> float | None:
+    """GPU time alone: median ms per call of ``calls`` calls cycling over ``fns`` (one per input set, the sets
+    together larger than twice the L2), recorded as one CUDA graph and replayed, so no host work is timed.
+    None where a call cannot be recorded (it waits for the host)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for f in fns:
+                f()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                fns[i % len(fns)]()
+        graph.replay()
+        times = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+        del graph
+        return sorted(times)[2]
+    except Exception as e:  # noqa: BLE001 - a call that cannot be recorded is reported, not fatal
+        print(f"  (not recorded as a graph: {type(e).__name__}: {str(e)[:120]})", flush=True)
+        torch.cuda.synchronize()
+        return None
+
+
+def _host_us(fn, calls: int = 30) -> float:
+    """Microseconds of host time to issue one call (the GPU left to run behind): what a step costs when its GPU
+    work is shorter than that."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
 
 
 def _fla():
@@ -34,17 +89,25 @@ def _fla():
     return fla_attn
 
 
+def _inputs(B: int, T: int, H: int, D: int, seed: int):
+    gen = torch.Generator("cuda").manual_seed(seed)
+    q, k, v, do = (torch.randn(B, T, H, D, generator=gen, device="cuda").bfloat16() for _ in range(4))
+    return q, k, v, do, [x.detach().requires_grad_() for x in (q, k, v)]
+
+
+def _step(fn, leaves, do, scale):
+    for x in leaves:
+        x.grad = None
+    o, _ = fn(*leaves, scale, None, False, normalize=False)
+    o.backward(do)
+
+
 def _row(T: int, B: int, H: int, D: int, fla) -> dict:
     scale = D ** -0.5
-    gen = torch.Generator("cuda").manual_seed(T)
-    q, k, v, do = (torch.randn(B, T, H, D, generator=gen, device="cuda").bfloat16() for _ in range(4))
-    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    q, k, v, do, leaves = _inputs(B, T, H, D, T)
 
     def step(fn=chunk_linear_attn):
-        for x in leaves:
-            x.grad = None
-        o, _ = fn(*leaves, scale, None, False, normalize=False)
-        o.backward(do)
+        _step(fn, leaves, do, scale)
 
     def bwd(**kw):
         return chunked_backward(q, k, v, do, scale, **kw)
@@ -57,6 +120,22 @@ def _row(T: int, B: int, H: int, D: int, fla) -> dict:
     if fla is not None:
         r["fla_forward_ms"] = _time(lambda: fla(q, k, v, scale, None, False, normalize=False))
         r["fla_step_ms"] = _time(lambda: step(fla))
+    # the same, GPU time alone (CUDA graphs over input sets larger than the L2), and the host's time per call
+    size = 4 * q.numel() * q.element_size()
+    sets = [(q, k, v, do, leaves)] + [_inputs(B, T, H, D, 1000 + i) for i in range(max(0, -(-2 * _L2 // size) - 1))]
+    r["graph_sets"] = len(sets)
+    for name, make in (("forward", lambda q, k, v, do, lv: lambda: fused_forward(q, k, v, scale)),
+                       ("dq_pass", lambda q, k, v, do, lv: lambda: chunked_backward(q, k, v, do, scale,
+                                                                                     passes=("dq",))),
+                       ("dkdv_pass", lambda q, k, v, do, lv: lambda: chunked_backward(q, k, v, do, scale,
+                                                                                       passes=("dkdv",))),
+                       ("backward", lambda q, k, v, do, lv: lambda: chunked_backward(q, k, v, do, scale)),
+                       ("autograd_step", lambda q, k, v, do, lv: lambda: _step(chunk_linear_attn, lv, do, scale))):
+        r[f"{name}_graph_ms"] = _graph_ms([make(*x) for x in sets])
+    r["autograd_step_host_us"] = _host_us(step)
+    r["backward_host_us"] = _host_us(bwd)
+    if fla is not None:
+        r["fla_step_host_us"] = _host_us(lambda: step(fla))
     ref = bwd()
     for label, kw in VARIANTS.items():
         got = bwd(**kw)
@@ -66,6 +145,10 @@ def _row(T: int, B: int, H: int, D: int, fla) -> dict:
             continue
         for name in ("dq", "dkdv"):
             r[f"{label}_{name}_ms"] = _time(lambda kw=kw, name=name: bwd(passes=(name,), **kw))
+            r[f"{label}_{name}_graph_ms"] = _graph_ms([
+                lambda x=x, kw=kw, name=name: chunked_backward(*x[:4], scale, passes=(name,), **kw) for x in sets])
+    if fla is not None:  # last: a call that cannot be recorded leaves nothing else to spoil
+        r["fla_step_graph_ms"] = _graph_ms([lambda x=x: _step(fla, x[4], x[3], scale) for x in sets])
     return r
 
 
@@ -77,7 +160,7 @@ def main() -> None:
     t0 = time.perf_counter()
     B, H, D = 4, 16, 128
     fla = _fla()
-    out = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "B": B, "H": H, "D": D,
+    out = {**machine(), "B": B, "H": H, "D": D,
            "dtype": "bfloat16", "rows": {}}
     path = pathlib.Path(args.out)
     for T in (4096, 16384, 65536):
@@ -85,7 +168,8 @@ def main() -> None:
             out["stopped"] = f"budget of {args.budget:.0f} s spent before T={T}"
             break
         r = out["rows"][f"T{T // 1024}k"] = _row(T, B, H, D, fla)
-        print(f"T={T}: " + "  ".join(f"{n} {x:.3f}" for n, x in r.items()), flush=True)
+        print(f"T={T}: " + "  ".join(f"{n} {x:.3f}" if isinstance(x, float) else f"{n} {x}" for n, x in r.items()),
+              flush=True)
         path.write_text(json.dumps(out, indent=1))
         torch.cuda.empty_cache()
     path.write_text(json.dumps(out, indent=1))

@@ -15,7 +15,6 @@ jupytext and nbformat.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import pathlib
 import sys
@@ -43,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cell-timeout", type=int, default=300, help="seconds before a cell counts as hung")
     args = ap.parse_args(argv)
 
-    import torch
-    import triton
 
     import kernels
     from grader.course import graded_cells, lesson_ids
@@ -61,10 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(rows):  # after each copy, so a run cut short by a time limit still leaves what it found
         record = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "where": kernels.describe(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
+            **kernels.device.machine(),
             "mode": "full notebooks" if args.full else "graded cells only, one kernel per copy",
             "seconds": round(time.perf_counter() - t0, 1),
             "lessons": list(rows.values()),

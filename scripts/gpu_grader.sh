@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The grader on the GPU machine, in one call: its GPU tests, then the demo class with the GPU-only cases (a hung
-# kernel, an illegal address, a race the interpreter hides, speed requirements). Writes results/gpu/grade-demo.json
-# (and $OUT/grade-demo.json, $OUT/grader-gpu.log). Expects .gpu-wheels/ (../shared/gpu/wheelhouse.sh).
+# kernel, an illegal address, a race the interpreter hides, speed requirements), then the red-team class (timing
+# forgery among them). Kernels are graded as cubins compiled in the sandbox and launched by the grader's own
+# launcher (GRADER_CUBIN=0: Triton's JIT in the sandbox, as before; COMPARE_JIT=1 times the full solution that way
+# too, into results/gpu/jit/). Writes results/gpu/grade-demo.json and redteam.json (and $OUT/grade-demo.json,
+# $OUT/redteam.json, $OUT/grader-gpu.log). Expects .gpu-wheels/ (../shared/gpu/wheelhouse.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,8 +27,18 @@ if ! command -v bwrap >/dev/null; then
   for deb in .gpu-wheels/bubblewrap_*.deb; do
     [ -f "$deb" ] && dpkg-deb -x "$deb" /tmp/bwrap && export PATH=/tmp/bwrap/usr/bin:$PATH
   done
-  command -v bwrap >/dev/null && bwrap --version || echo "bubblewrap is missing: the grader cannot sandbox (put its .deb in .gpu-wheels/)"
+  if ! command -v bwrap >/dev/null; then
+    echo "bubblewrap is missing and no .gpu-wheels/bubblewrap_*.deb was found: the grader cannot sandbox"
+    echo "  (on a networked Debian/Ubuntu machine: apt-get download bubblewrap; copy the .deb into .gpu-wheels/)"
+  fi
 fi
+if command -v bwrap >/dev/null; then  # bwrap links libselinux, libcap and libpcre2: name any the image lacks
+  bwrap --version
+  ldd "$(command -v bwrap)" | grep "not found" && echo "bubblewrap's libraries above are missing on this machine"
+  bwrap --ro-bind / / --dev /dev --proc /proc -- /bin/true || echo "bwrap cannot start a sandbox here (namespaces?)"
+fi
+python3 -c "import cuda.bindings.driver" 2>/dev/null \
+  || echo "cuda-bindings is missing: the grader's cubin launcher cannot load kernels (GRADER_CUBIN=0 grades as before)"
 t0=$(date +%s)
 if [ "${TESTS_LIMIT:-240}" != 0 ]; then  # TESTS_LIMIT=0: the demo only
   echo "=== grader GPU tests"
@@ -41,6 +54,11 @@ echo "=== [$(( $(date +%s) - t0 ))s] red-team class on the GPU (crafted attacks 
 timeout "${REDTEAM_LIMIT:-240}" python3 -m grader redteam --report results/gpu/redteam.json
 red=$?
 [ -n "${OUT:-}" ] && cp results/gpu/redteam.json "$OUT/" 2>/dev/null
+if [ "${COMPARE_JIT:-0}" != 0 ]; then  # the full solution again, kernels run by Triton's JIT in the sandbox
+  echo "=== [$(( $(date +%s) - t0 ))s] the full solution with GRADER_CUBIN=0 (for the time beside the cubin path's)"
+  GRADER_CUBIN=0 timeout "${COMPARE_LIMIT:-200}" python3 -m grader demo --gpu --direct --students solution \
+    --work /tmp/grader-demo-jit --report results/gpu/jit || echo "the JIT comparison failed ($?)"
+fi
 echo "=== [$(( $(date +%s) - t0 ))s] done (demo exit $rc, red team exit $red)"
 [ $rc = 0 ] && exit $red
 exit $rc

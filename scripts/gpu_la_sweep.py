@@ -21,6 +21,7 @@ import triton.testing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from kernels.device import machine  # noqa: E402
 from kernels.linear_attention import dispatch  # noqa: E402
 from kernels.linear_attention.bench_general import problem  # noqa: E402
 from kernels.linear_attention.fused import Launch, fused_forward  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> None:
     args = ap.parse_args()
     out = pathlib.Path("results/gpu/la-sweep.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "rows": {}, "not_started": []}
+    result = {**machine(), "rows": {}, "not_started": []}
     t0 = time.perf_counter()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name, (spec, variants) in ROWS.items():

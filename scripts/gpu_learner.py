@@ -14,7 +14,6 @@ Parts, in order, each recorded as it finishes (a run cut off by its time limit k
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import pathlib
 import sys
@@ -92,12 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=280.0, help="seconds; parts not started by then are skipped")
     ap.add_argument("--skip", nargs="*", default=[], help="parts to leave out")
     args = ap.parse_args(argv)
-    import torch
 
     import kernels
 
-    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "where": kernels.describe(), "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    record = {"gpu": None, **kernels.device.machine()}
     t0 = time.time()
     for name, part in (("capstone", capstone), ("prefetch", prefetch), ("graph", graph), ("notebooks", notebooks)):
         if name in args.skip:

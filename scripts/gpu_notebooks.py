@@ -6,7 +6,6 @@ machine; runs anywhere (on a CPU machine it records interpreter times).
 
 from __future__ import annotations
 
-import datetime
 import json
 import pathlib
 import sys
@@ -19,8 +18,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def main() -> int:
     import jupytext
     import nbclient
-    import torch
-    import triton
 
     import kernels
     from kernels.catalog import lesson_ids
@@ -39,10 +36,7 @@ def main() -> int:
         rows.append({"notebook": src.stem, "status": status, "seconds": round(secs, 1), "error": error})
         print(f"{src.stem:32s} {status:7s} {secs:7.1f} s", flush=True)
     record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "where": kernels.describe(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **kernels.device.machine(),
         "notebooks": rows,
     }
     out = ROOT / "results" / ("gpu" if kernels.ON_GPU else "cpu")

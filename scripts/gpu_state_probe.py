@@ -9,6 +9,7 @@ import pathlib
 import torch
 import triton.testing
 
+from kernels.device import machine
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked import chunked_linear_attention
 
@@ -43,8 +44,8 @@ def main() -> None:
             f"{label} {r[label + '_ms']:.3f} ms (max diff {r[label + '_max_diff']:.1e})" for label in VARIANTS)
             + f"  chunk_linear_attn {r['chunk_linear_attn_ms']:.3f} ms", flush=True)
     out = pathlib.Path("results/gpu/state-probe.json")
-    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__, "B": B, "T": T,
-                               "H": H, "D": D, "dtype": "bfloat16", "rows": rows}, indent=1))
+    out.write_text(json.dumps({**machine(), "B": B, "T": T, "H": H, "D": D, "dtype": "bfloat16", "rows": rows},
+                              indent=1))
 
 
 if __name__ == "__main__":

@@ -26,14 +26,12 @@ import torch  # noqa: E402
 torch.cuda.is_available = lambda: True  # kernels decorates compiled-mode JIT functions
 
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
-from kernels.linear_attention.dispatch import CHAINED, ONE_PASS  # noqa: E402
+from kernels.compile import TRITON_TYPES, compile_for, specialise  # noqa: E402
+from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS  # noqa: E402
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-_TY = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def _case(dtype, K, V, launch: Launch, *, normalize=False, h0=False, ht=False, z0=False, den=False, varlen=False,
@@ -59,11 +57,19 @@ def cases() -> dict[str, dict]:
             if tag == "one":
                 out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True)
                 out[f"{name} norm mma h0 ht"] = _case(dtype, bk, bk, mma, normalize=True, h0=True, ht=True, z0=True)
+            for cand, changes in CANDIDATES.items():  # the launch changes not yet the default
+                if (bk, kind) in changes:
+                    tried = Launch(**{**lo.__dict__, **changes[(bk, kind)]})
+                    if tag == "one":
+                        out[f"{name} try-{cand}"] = _case(dtype, bk, bk, tried)
+                    out[f"{name} norm try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True)
+                    out[f"{name} norm h0 ht try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True, h0=True,
+                                                                 ht=True, z0=True)
     return out
 
 
 def _signature(c: dict) -> tuple[dict, dict, dict]:
-    dt = _TY[c["dtype"]]
+    dt = TRITON_TYPES[c["dtype"]]
     lo: Launch = c["launch"]
     K, V = c["K"], c["V"]
     BK = max(16, triton.next_power_of_2(K))
@@ -84,26 +90,19 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
                       STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
                       LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
-                      QZ_MMA=c["normalize"] and lo.norm_mma in ("both", "qz"),
-                      KSUM_MMA=c["normalize"] and lo.norm_mma in ("both", "ksum"))
-    sig, attrs = {}, {}
-    for i, p in enumerate(_fused_linear_attention_kernel.params):
+                      QZ_MMA=NORM_MMA_FORMS[lo.norm_mma][0] if c["normalize"] else 0,
+                      KSUM_MMA=c["normalize"] and NORM_MMA_FORMS[lo.norm_mma][1], KT_LOAD=lo.kt)
+    values = dict(constexprs)
+    for p in _fused_linear_attention_kernel.params:
         if p.is_constexpr:
-            sig[p.name] = "constexpr"
-        elif p.name in ptrs:
-            if ptrs[p.name] is None:
-                sig[p.name] = "constexpr"
-                constexprs[p.name] = None
-            else:
-                sig[p.name] = ptrs[p.name]
-                attrs[(i,)] = [["tt.divisibility", 16]]
+            continue
+        if p.name in ptrs:
+            values[p.name] = ptrs[p.name] and {"ptr": ptrs[p.name][1:], "aligned": True}
         elif p.name == "scale":
-            sig[p.name] = "fp32"
+            values[p.name] = {"type": "fp32"}
         else:
-            sig[p.name] = "i32"
-            if p.name.startswith("stride"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return sig, constexprs, attrs
+            values[p.name] = {"type": "i32", "div16": p.name.startswith("stride")}
+    return specialise(_fused_linear_attention_kernel, values, specialize=True)
 
 
 def _count(pattern: str, text: str) -> int:
@@ -114,9 +113,8 @@ def report(c: dict) -> dict:
     lo: Launch = c["launch"]
     sig, constexprs, attrs = _signature(c)
     t0 = time.perf_counter()
-    k = triton.compile(ASTSource(_fused_linear_attention_kernel, sig, constexprs, attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=lo.num_warps,
-                                                                       num_stages=lo.num_stages))
+    k = compile_for(_fused_linear_attention_kernel, sig, constexprs, attrs,
+                    dict(num_warps=lo.num_warps, num_stages=lo.num_stages))
     seconds = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         ptx = pathlib.Path(d, "k.ptx")

@@ -13,7 +13,6 @@ Usage: python3 scripts/tune_linear_attention.py [--budget SECONDS] [--quick] [--
 from __future__ import annotations
 
 import argparse
-import datetime
 import faulthandler
 import json
 import math
@@ -24,13 +23,12 @@ import time
 import traceback
 
 import torch
-import triton
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.bench import time_ms  # noqa: E402
-from kernels.device import DEVICE, ON_GPU  # noqa: E402
+from kernels.bench import copy_bandwidth, time_ms  # noqa: E402
+from kernels.device import DEVICE, ON_GPU, machine, sync  # noqa: E402
 from kernels.linear_attention.lookback import Config, config_for, lookback_linear_attention  # noqa: E402
 from kernels.linear_attention.reference import reference_linear_attention  # noqa: E402
 from kernels.testing import tolerance  # noqa: E402
@@ -102,27 +100,11 @@ def floor_ms(T, Hn=None, K=None, V=None, Bn=None, elsize=2, bps=HBM_BPS) -> floa
     return Bn * T * Hn * (2 * K + 2 * V) * elsize / bps * 1e3
 
 
-def sync():
-    if ON_GPU:
-        torch.cuda.synchronize()
-
-
 def bench(fn) -> float:
+    """Median milliseconds after a first (compiling) call."""
     fn()
     sync()
-    if not ON_GPU:
-        return time_ms(fn)
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=20, rep=80, return_mode="median"))
-
-
-def measured_bandwidth() -> float:
-    n = 2**29 if ON_GPU else 2**22
-    src = torch.empty(n, dtype=torch.float32, device=DEVICE).normal_()
-    dst = torch.empty_like(src)
-    ms = bench(lambda: dst.copy_(src))
-    return 2 * 4 * n / (ms * 1e-3)
+    return time_ms(fn, warmup=20, rep=80)
 
 
 def varlen_check(cfg, dtype=torch.bfloat16):
@@ -194,9 +176,7 @@ def main() -> int:
         from fla.ops.linear_attn import chunk_linear_attn as fla
     except Exception:  # noqa: BLE001
         fla = None
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "gpu": torch.cuda.get_device_name(0) if ON_GPU else "none (interpreter)",
-              "torch": torch.__version__, "triton": triton.__version__,
+    result = {"gpu": "none (interpreter)", **machine(),
               "fla": None if fla is None else __import__("fla").__version__, "sizes": SIZES,
               "shape": dict(B=B, H=H, D=D, dtype="bf16"), "configs": {}, "fla_main": {}, "extras": {}}
 
@@ -210,7 +190,7 @@ def main() -> int:
         faulthandler.dump_traceback_later(seconds, exit=True)
 
     arm()
-    result["copy_bandwidth_Bps"] = bw = measured_bandwidth()
+    result["copy_bandwidth_Bps"] = bw = copy_bandwidth()
     result["floors_ms"] = {T: {"hbm_4.26": floor_ms(T), "hbm_measured": floor_ms(T, bps=bw)} for T in SIZES}
     scale = D**-0.5
     tol = tolerance(torch.bfloat16)

@@ -293,6 +293,11 @@ check("07_backward.dq", dq_kernel, hidden=True)
 # The package's version (`kernels/linear_attention/chunked_bwd.py`) splits `dH` over programs (two K blocks for
 # `dk`, two V blocks for `dv` at `D = 128`), so that the GPU has more programs than heads and each holds a
 # `[128, 64]` block in registers; they read the same chunks at the same time, from L2.
+#
+# The launcher below (given) pipelines two stages, `num_stages=2`, and the check launches your kernel the same way:
+# with Triton's default of three, chunks of 64 at `K = V = 128` in bf16 ask for 233,472 bytes of shared memory,
+# 1 KiB more than the 232,448 a block may have on an H100 or H200, and the launch fails with `OutOfResources`
+# (the interpreter has no such limit; lesson 06 shows how to read the figure from the compiler).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-dkdv", "locked": false, "schema_version": 3, "solution": true}
 @triton.jit
@@ -347,7 +352,7 @@ def launch_dkdv(q, k, v, do, scale, chunk=16, precision="ieee", num_warps=4):
     dv = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
     dkdv_kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
                           *strides(do), *strides(dk), *strides(dv), BT=chunk, BK=pow2(K), BV=pow2(V),
-                          PRECISION=precision, num_warps=num_warps)
+                          PRECISION=precision, num_warps=num_warps, num_stages=2)
     return dk, dv
 
 
@@ -502,9 +507,11 @@ backward_sweeps(T=100, K=8, V=8, chunk=16)
 # `python -m kernels.bench linear_attention --set backward` times a training step's attention, forward and
 # backward, for the package's differentiable `chunk_linear_attn`, fla's when it is installed, eager torch (its
 # autograd keeps every chunk state), and **yours** (`linear_attention` above), each checked against float64
-# autograd first. It also reports, on a GPU, the memory autograd holds between forward and backward beyond the
-# output, as a fraction of q, k, v: zero for yours and the package's. On a GPU this cell runs T = 4k and 16k; in
-# the interpreter one small row, whose times measure the interpreter.
+# autograd first. Its second table reports the memory autograd saves for the backward beyond the step's inputs
+# and outputs ("saved", on any device) and, on a GPU, what stays allocated between forward and backward ("held")
+# and the backward's peak, as fractions of q, k, v: nothing saved or held for the package's, nor for yours if your
+# Function saves only its inputs (in the interpreter, the fp32 copies of bf16 inputs made below count as saved).
+# On a GPU this cell runs T = 4k and 16k; in the interpreter one small row, whose times measure the interpreter.
 
 # %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
 from kernels.bench import Version, run

@@ -1,16 +1,32 @@
+import os
+
 import pytest
 import torch
 
 import kernels  # noqa: F401  (decides the mode before any test module decorates a kernel)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    if config.pluginmanager.hasplugin("xdist"):
+        _one_worker_per_module_fixture(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA (run `make test-gpu` on a GPU machine)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _one_worker_per_module_fixture(items):
+    """Under ``--dist loadgroup`` the tests that share a module- or class-scoped fixture (a compile subprocess, a
+    course build, a cargo build) go to one xdist worker, so the fixture is built once, not once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs and defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def pytest_report_header(config):
@@ -51,13 +67,16 @@ def _gpu_turn(request):
 
 _outcomes: dict[str, str] = {}
 _config = None
-_driver = None  # nvidia-smi's answer, asked once per run
 _last_write = 0.0
 
 
 def pytest_configure(config):
     global _config
     _config = config
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and not torch.cuda.is_available():
+        # xdist workers share the cores: each one's torch using all of them would make them fight over every core
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 def pytest_runtest_logreport(report):
@@ -81,32 +100,17 @@ def _record(exitstatus):
     if (not torch.cuda.is_available() or not _outcomes or _config is None
             or hasattr(_config, "workerinput")):
         return  # (xdist workers: the controller sees every report and writes the file)
-    import datetime
     import json
     import pathlib
-    import subprocess
 
-    import triton
-
-    global _driver
     root = pathlib.Path(__file__).resolve().parent.parent
     out = root / "results" / "gpu"
     out.mkdir(parents=True, exist_ok=True)
-    if _driver is None:
-        try:
-            _driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                     capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            _driver = "unknown"
     counts: dict[str, int] = {}
     for v in _outcomes.values():
         counts[v] = counts.get(v, 0) + 1
     record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(0),
-        "driver": _driver,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **kernels.device.machine(),  # date, GPU, driver (asked once per run), versions
         "args": _config.invocation_params.args,
         "finished": exitstatus is not None,
         "counts": counts,

@@ -4,6 +4,22 @@ import pytest
 import torch
 
 
+@pytest.mark.parametrize("topic", ["vector_add", "memory", "recurrent", "matmul"])
+def test_bench_versions_match_the_oracle(topic):
+    """Every version a topic's benchmark times computes what its oracle does, on the quick problems."""
+    import importlib
+
+    from kernels.testing import rel_error
+
+    bench = importlib.import_module(f"kernels.{topic}.bench")
+    for p in bench.problems(quick=True):
+        inputs = p.make_inputs(0)
+        ref = p.reference(**inputs)
+        for v in bench.versions():
+            if v.skip(p) is None:
+                assert rel_error(v.output(v.fn(**inputs)), ref) <= p.tol, (p.label, v.name)
+
+
 def test_bench_writes_each_finished_problem(tmp_path):
     """A run stopped part-way (a time limit on the GPU machine) still leaves the problems it finished, marked
     incomplete; a whole run is marked complete and has its table and plot."""
@@ -65,7 +81,7 @@ def test_problem_sets_filters_and_budget(tmp_path):
     assert saved["complete"] and saved["set"] == "general"
     assert {r["normalize"] for r in saved["rows"]} == {True} and len(saved["rows"]) == 2
     for r in saved["rows"]:
-        for name in ("chunk_linear_attn", "norm on tensor cores"):  # the normaliser's sums both ways
+        for name in ("chunk_linear_attn", "norm on tensor cores", "try norm-wide"):  # the normaliser three ways
             entry = r["versions"][name]
             assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, (name, entry)
     with pytest.raises(ValueError, match="not a parameter"):

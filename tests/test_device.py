@@ -55,12 +55,9 @@ def test_compile_only_process_keeps_triton_helpers_compilable(tmp_path):
     ``tl.arange``/``tl.cdiv`` fails to compile."""
     script = tmp_path / "compile_fill.py"
     script.write_text(textwrap.dedent("""
-        import os
         import triton, triton.language as tl
-        import kernels
-        os.environ["TRITON_INTERPRET"] = "0"  # as kernels.checks.aot does: the kernels below are built compiled
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
+        from kernels.compile import compile_for, enter_compile_mode
+        enter_compile_mode()  # as every compile process does: the kernels below are built compiled
 
         @triton.jit
         def row_sum(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
@@ -68,9 +65,8 @@ def test_compile_only_process_keeps_triton_helpers_compilable(tmp_path):
             x = tl.load(x_ptr + offs, mask=offs < n, other=0.0) + tl.zeros([BLOCK], dtype=tl.float32)
             tl.atomic_add(o_ptr + tl.cdiv(n, BLOCK) * 0, tl.sum(x, axis=0))
 
-        src = ASTSource(fn=row_sum, signature={"x_ptr": "*fp32", "o_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                        constexprs={"BLOCK": 16})
-        k = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        sig = {"x_ptr": "*fp32", "o_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+        k = compile_for(row_sum, sig, {"BLOCK": 16})
         assert ".entry row_sum" in k.asm["ptx"]
         print("ok")
     """))

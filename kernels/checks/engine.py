@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import DEVICE, INTERPRET, ON_GPU
-from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, repoison
+from ..device import sync as _sync
+from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, precision_of, repoison
 from . import provenance
-from .spec import Case, CheckFailed, Exercise, get
+from .spec import Case, CheckFailed, Exercise, NotGradedHere, get
 
 __all__ = [
     "GRADING_ENV",
@@ -27,6 +28,7 @@ __all__ = [
     "check",
     "resolve_live",
     "check_value",
+    "toolchain_missing",
     "draw_seed",
     "case_inputs",
     "reference",
@@ -97,8 +99,7 @@ def tolerance(ex: Exercise, case: Case) -> float:
         return float(ex.tolerance(case))
     if case.precision is not None:
         return TOLERANCE[case.precision]
-    names = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-    return TOLERANCE[names.get(case.dtype, "ieee")]
+    return TOLERANCE[precision_of(case.dtype)]
 
 
 def _precision_name(case: Case) -> str:
@@ -202,11 +203,6 @@ def poisoned_view(buffer: torch.Tensor, shape: tuple, guard: int) -> Poisoned:
     """The :class:`Poisoned` over a returned buffer laid out by :func:`alloc_outputs`."""
     n = math.prod(shape)
     return Poisoned(buffer, buffer[guard: guard + n].view(shape), guard)
-
-
-def _sync():
-    if ON_GPU:
-        torch.cuda.synchronize()
 
 
 #: ``result[PROBLEMS]``: what :func:`run_case` found wrong before any output is compared (out-of-bounds accesses,
@@ -417,6 +413,16 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
     return problems
 
 
+def toolchain_missing(ex: Exercise) -> str | None:
+    """Where the exercise's toolchain (:attr:`Exercise.toolchain`) is missing on this machine, what to do about it
+    (the message starts with "needs <tool>"); else None."""
+    if ex.toolchain == "cargo":
+        from ..export import rust_exercise
+
+        return None if rust_exercise.cargo() else rust_exercise.GET_CARGO
+    return None
+
+
 def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
     """A value argument must be plain data; then the exercise's rule decides."""
     for v in values:
@@ -451,8 +457,41 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()])
 
 
+def _launch_checker(outputs: dict[str, Poisoned], tol: float):
+    """``(snapshot, check, count)``: ``snapshot()`` keeps the outputs of a full launch; ``check()`` (after each
+    timed launch, outside the timed region, on the device) counts the launches whose outputs differ from it beyond
+    ``tol`` (a poison NaN left in place counts); ``count()`` -> (launches, elements) that differed."""
+    state: dict = {}
+    first = next(iter(outputs.values())).out
+
+    def snapshot():
+        state["ref"] = {k: p.out.detach().clone() for k, p in outputs.items()}
+        state["atol"] = {k: tol * float(r.double().abs().nan_to_num(0.0).max()) if r.is_floating_point() and r.numel()
+                         else 0.0 for k, r in state["ref"].items()}
+        state["bad"] = torch.zeros(2, dtype=torch.int64, device=first.device)
+
+    def check():
+        wrong = None
+        for k, p in outputs.items():
+            ref = state["ref"][k]
+            if p.out.is_floating_point():
+                got, want = p.out.float(), ref.float()  # (no copies for fp32: nothing in place here)
+                ok = (got - want).abs() <= want.abs() * tol + state["atol"][k]
+                w = (~ok).sum()
+            else:
+                w = (p.out != ref).sum()
+            wrong = w if wrong is None else wrong + w
+        state["bad"][0] += (wrong > 0).to(torch.int64)
+        state["bad"][1] += wrong
+
+    def count():
+        return tuple(int(v) for v in state["bad"].tolist()) if "bad" in state else (0, 0)
+
+    return snapshot, check, count
+
+
 def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep: float = 50,
-               inputs: tuple | list = (), flush_bytes: int = 256 << 20) -> dict:
+               inputs: tuple | list = (), flush_bytes: int = 256 << 20, verify: float | None = None) -> dict:
     """Time ``launch(outs)``, which writes the tensors ``outs[name]``, so that every timed launch starts from
     outputs it cannot tell from a fresh call's; then check what the timed launches did.
 
@@ -465,8 +504,13 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
     the ``inputs`` (whole buffers, padding included) are compared with copies taken before, and one more launch is
     made on freshly allocated NaN-filled outputs (with guard bands), for the caller to compare with its reference.
 
+    ``verify`` (a relative tolerance): every warm-up and timed launch's outputs are compared, after its end event,
+    with those of the first full launch, so a kernel that does its work only on some launches (the first, the
+    untimed ones, those it guesses are not timed) is found whatever way it tells them apart: ``"skipped"`` is
+    (launches, elements) that differed.
+
     Returns ``{"ms", "times", "launches", "stray": {name: (before, after)}, "inputs_changed": [index, ...],
-    "after": {name: Poisoned}, "result": what the last launch returned}``.
+    "after": {name: Poisoned}, "result": what the last launch returned, "skipped": (launches, elements)}``.
     """
     import time
 
@@ -482,7 +526,10 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
             repoison(p)
         flush.zero_()
 
-    def timed(n: int) -> list[float]:
+    snapshot, check, skipped = _launch_checker(outputs, verify) if verify is not None else (None, None, None)
+
+    def timed(n: int, checked: bool = True) -> list[float]:
+        checked = checked and check is not None
         if not cuda:
             out = []
             for _ in range(n):
@@ -490,6 +537,8 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
                 t0 = time.perf_counter()
                 launch(outs)
                 out.append((time.perf_counter() - t0) * 1e3)
+                if checked:
+                    check()
             return out
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -498,9 +547,17 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
             s.record()
             launch(outs)
             e.record()
+            if checked:
+                check()
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
+    if snapshot is not None:  # the reference of what a launch writes at this size: a first full launch
+        fresh()
+        launch(outs)
+        if cuda:
+            torch.cuda.synchronize()
+        snapshot()
     estimate = max(min(timed(3)), 1e-3)
     timed(max(1, min(int(warmup / estimate), 1000)))
     times = timed(max(5, min(int(rep / estimate), 1000)))
@@ -512,7 +569,8 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
     if cuda:
         torch.cuda.synchronize()
     return {"ms": float(sorted(times)[len(times) // 2]), "times": times, "launches": len(times), "stray": stray,
-            "inputs_changed": changed, "after": after, "result": result}
+            "inputs_changed": changed, "after": after, "result": result,
+            "skipped": skipped() if skipped is not None else (0, 0)}
 
 
 def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
@@ -530,8 +588,14 @@ def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
     faults = []
     # run and baseline write into their output buffers; a dict they return adds named results to compare (any
     # other return value, such as the tensor of ``out.copy_(x)``, is not a result)
+    tol = tolerance(ex, case)
     student = time_fresh(lambda outs: ex.run(args, inputs, outs, case), mine, warmup=perf.warmup, rep=perf.rep,
-                         inputs=list(buffers.values()))
+                         inputs=list(buffers.values()), verify=max(tol, 1e-6) * 2)
+    launches, elements = student["skipped"]
+    if launches:
+        faults.append(f"{launches} of the {student['launches']} timed and warm-up launches left outputs different "
+                      f"from a full launch's ({elements} elements, the poison NaN counted): the kernel skips work "
+                      "while timed")
     for k, (before, after) in student["stray"].items():
         if before or after:
             faults.append(f"{k}: the kernel wrote out of bounds while timed ({before} elements before the start of "
@@ -542,7 +606,6 @@ def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
                       "timed; only the outputs may be written")
     baseline = time_fresh(lambda outs: perf.baseline(args, inputs, outs, case), base, warmup=perf.warmup,
                           rep=perf.rep)
-    tol = tolerance(ex, case)
     mismatch = []
     # compared where they are: float64 host copies of the timed size would take 4x its bytes of host memory
     for k, p in student["after"].items():
@@ -602,7 +665,8 @@ def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
 
 def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     """Turn the notebook's live objects into what ``run`` receives, enforcing provenance; under the interpreter
-    also compile every kernel launch of the check for sm_90 first (:mod:`kernels.checks.aot`)."""
+    also compile every kernel launch of the check for sm_90 first
+    (:func:`kernels.checks.provenance.verify_compiles`)."""
     if len(objects) != len(ex.args):
         raise CheckFailed(f"{ex.id} takes {len(ex.args)} object(s) after the exercise id ({', '.join(ex.args)}); "
                           f"got {len(objects)}. Expected: {ex.signature}")
@@ -622,9 +686,8 @@ def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     if INTERPRET and "kernel" in ex.args:
         why = check_value(ex, _values(ex, tuple(out)), hidden) if "value" in ex.args else None
         if why is None:
-            from . import aot
-
-            aot.verify(ex.id, hidden, sources, [a if k == "value" else None for k, a in zip(ex.args, out)])
+            provenance.verify_compiles(ex.id, hidden, sources,
+                                       [a if k == "value" else None for k, a in zip(ex.args, out)])
     return tuple(out)
 
 
@@ -660,7 +723,10 @@ def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
     outcome naming the case (kept in ``Outcome.error``), never an exception out of here."""
     out = Outcome(ex.id, passed=True)
     if "value" in ex.args:
-        why = check_value(ex, _values(ex, args), hidden)
+        try:
+            why = check_value(ex, _values(ex, args), hidden)
+        except NotGradedHere as e:  # the toolchain is missing here: neither passed nor failed
+            return Outcome(ex.id, True, [f"{ex.id}: not graded here: {e}"], not_graded=[str(e)])
         if why:
             return Outcome(ex.id, False, [f"{ex.id}: {why}"])
     if all(k == "value" for k in ex.args):

@@ -11,8 +11,8 @@ the notebook, plus ``triton``/``math`` imports. That module is what gets run, so
 2. **Not a package kernel**: every function's fingerprint (its AST with docstrings dropped and every variable
    renamed in order of appearance) differs from every ``@triton.jit`` function under ``kernels/``.
 3. **Compiles for a GPU**: before the interpreter runs it, every specialisation the check launches is compiled
-   ahead of time for sm_90 (``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``, no GPU
-   needed; :mod:`kernels.checks.aot`), which refuses calls to torch, numpy or any Python function that the
+   ahead of time for sm_90 (:mod:`kernels.compile`, no GPU needed; :mod:`kernels.checks.dry_run`), which refuses
+   calls to torch, numpy or any Python function that the
    interpreter would run. It runs in a process of its own: compiling and interpreting do not mix in one process.
 """
 
@@ -25,16 +25,17 @@ import hashlib
 import importlib.util
 import inspect
 import itertools
+import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
-
+from ..compile import SignatureError, bind, compile_for, run_compiled, specialise
 from .spec import CheckFailed
 
 __all__ = [
@@ -669,10 +670,8 @@ def fingerprint(source: str) -> str:
     return hashlib.sha256(ast.dump(fn, include_attributes=False).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
-def package_fingerprints() -> dict[str, str]:
-    """fingerprint -> ``kernels.<module>.<name>`` for every ``@triton.jit`` function in the package."""
-    out: dict[str, str] = {}
+def _package_jit_functions():
+    """``(kernels.<module>.<name>, source)`` of every ``@triton.jit`` function in the package, in file order."""
     for path in sorted(_PACKAGE.rglob("*.py")):
         try:
             src = path.read_text()
@@ -683,8 +682,15 @@ def package_fingerprints() -> dict[str, str]:
         imports = {"triton": "triton", "jit": "triton.jit"}
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
-                seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
-                out.setdefault(fingerprint(seg), f"{mod}.{node.name}")
+                yield f"{mod}.{node.name}", "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
+
+
+@functools.lru_cache(maxsize=1)
+def package_fingerprints() -> dict[str, str]:
+    """fingerprint -> ``kernels.<module>.<name>`` for every ``@triton.jit`` function in the package."""
+    out: dict[str, str] = {}
+    for name, seg in _package_jit_functions():
+        out.setdefault(fingerprint(seg), name)
     return out
 
 
@@ -692,18 +698,8 @@ def package_fingerprints() -> dict[str, str]:
 def package_normalized() -> dict[str, tuple[str, str]]:
     """normalized fingerprint -> (``kernels.<module>.<name>``, its source) for every package ``@triton.jit``."""
     out: dict[str, tuple[str, str]] = {}
-    for path in sorted(_PACKAGE.rglob("*.py")):
-        try:
-            src = path.read_text()
-            tree = ast.parse(src)
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        mod = ".".join(path.relative_to(_PACKAGE.parent).with_suffix("").parts)
-        imports = {"triton": "triton", "jit": "triton.jit"}
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _jit_decorator(node, imports)[0]:
-                seg = "\n".join(src.splitlines()[node.lineno - 1: node.end_lineno])
-                out.setdefault(normalized_fingerprint(seg), (f"{mod}.{node.name}", seg))
+    for name, seg in _package_jit_functions():
+        out.setdefault(normalized_fingerprint(seg), (name, seg))
     return out
 
 
@@ -736,64 +732,29 @@ def load(ks: KernelSource, folder: str | os.PathLike | None = None, *, interpret
     return getattr(mod, ks.entry)
 
 
-_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-          torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
-          torch.bool: "i1"}
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 
 
 def _signature(jit_fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
-    params = jit_fn.params
-    names = [p.name for p in params]
+    """``(signature, constexprs, options)`` of the launch ``jit_fn[grid](*args, **kwargs)``, no hints assumed."""
     options = {k: kwargs[k] for k in _OPTIONS if k in kwargs}
-    values = dict(zip(names, args))
-    for k, v in kwargs.items():
-        if k in _OPTIONS:
-            continue
-        if k not in names:
-            raise CheckFailed(f"the launch passes {k}=, but the kernel has no parameter {k!r} (it has: "
-                              f"{', '.join(names)})")
-        values[k] = v
-    missing = [n for n in names if n not in values]
-    if missing:
-        defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-        for n in missing:
-            if n not in defaults:
-                raise CheckFailed(f"the kernel's parameters {', '.join(names)} do not match the documented launch "
-                                  f"(nothing is passed for {n!r})")
-            values[n] = defaults[n]
-    sig, const = {}, {}
-    for p in params:
-        v = values[p.name]
-        if p.is_constexpr or v is None:
-            sig[p.name] = "constexpr"
-            const[p.name] = v
-        elif isinstance(v, torch.Tensor):
-            sig[p.name] = "*" + _TYPES.get(v.dtype, "fp32")
-        elif isinstance(v, bool):
-            sig[p.name] = "i1"
-        elif isinstance(v, int):
-            sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
-        elif isinstance(v, float):
-            sig[p.name] = "fp32"
-        else:
-            sig[p.name] = "constexpr"
-            const[p.name] = v
+    try:
+        values = bind(jit_fn, args, {k: v for k, v in kwargs.items() if k not in _OPTIONS})
+        sig, const, _ = specialise(jit_fn, values)
+    except SignatureError as e:
+        raise CheckFailed(str(e)) from None
     return sig, const, options
 
 
-def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None):
-    """Compile a (non-interpreted) JIT function for sm_90; raise :class:`CheckFailed` with the compiler's reason.
+def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None,
+                *, arch: int = 90):
+    """Compile a (non-interpreted) JIT function for sm_90 (or ``arch``); raise :class:`CheckFailed` with the
+    compiler's reason.
 
     ``attrs``: what the JIT would assume of the arguments (``{(i,): [["tt.divisibility", 16]]}``); none by default.
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     try:
-        src = ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs, attrs=attrs)
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options or None)
+        return compile_for(jit_fn, signature, constexprs, attrs, options, arch=arch)
     except Exception as e:  # the compiler's own errors have many types
         raise CheckFailed(_compile_message(jit_fn, e)) from None
 
@@ -832,6 +793,43 @@ class Recorder:
                 self.compiled[key] = aot_compile(self.jit_fn, sig, const, options)
 
         return launch
+
+
+_VERIFIED: dict[str, None] = {}
+
+
+def verify_compiles(exercise_id: str, hidden: bool, kernels: list, values: list, *, timeout: float = 600) -> None:
+    """Compile every launch of the check for sm_90 (:func:`kernels.checks.dry_run.dry_run`) in a process with the
+    interpreter off; raise :class:`CheckFailed` with the reason it does not compile. ``kernels``: a
+    ``{"entry", "text"}`` (a :class:`KernelSource`) or ``None`` for each argument of the exercise; ``values``: the
+    value arguments (``None`` elsewhere)."""
+    request = {"exercise": exercise_id, "hidden": hidden, "kernels": kernels, "values": values,
+               "paths": [p for p in sys.path if p]}
+    key = json.dumps(request, sort_keys=True, default=str)
+    if key in _VERIFIED:
+        return
+    try:
+        proc = run_compiled("kernels.checks.dry_run", input=key, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"compiling the kernel for sm_90 took longer than {timeout:.0f} s") from None
+    reply = _last_json(proc.stdout)
+    if reply is None:
+        tail = (proc.stderr or proc.stdout).strip()[-2000:]
+        raise CheckFailed(f"the ahead-of-time compile crashed (exit {proc.returncode}): {tail}")
+    if not reply.get("ok"):
+        raise CheckFailed(reply.get("message", "the kernel does not compile for sm_90"))
+    _VERIFIED[key] = None
+
+
+def _last_json(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            out = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(out, dict) and "ok" in out:
+            return out
+    return None
 
 
 # ---- function answers --------------------------------------------------------------------------------------

@@ -5,6 +5,6 @@ the CUDA driver API from Python; the ``rust/`` crate does the same from Rust. Im
 neither Triton nor CUDA.
 """
 
-from .cli import export, main
+from .cli import export, export_spec, main
 
-__all__ = ["export", "main"]
+__all__ = ["export", "export_spec", "main"]

@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of a Triton kernel to PTX and cubin, with a manifest a launcher can follow alone.
 
-``triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))`` needs no GPU. The
+Compiling for ``sm_90`` (:mod:`kernels.compile`) needs no GPU. The
 manifest records everything a launch needs that the PTX does not say plainly: the parameters in order with their
 types (constexprs are compiled in and gone), the two scratch pointers Triton appends, threads per block, dynamic
 shared memory, how to compute the grid and each buffer's size from the problem sizes, and which image to load.
@@ -16,10 +16,9 @@ import pathlib
 from collections.abc import Callable
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
+from ..compile import compile_for, interpreting, specialise
 from . import expr
 from .manifest import FORMAT, FORMAT_VERSION
 from .ptx import PtxVersionError, check_loadable, max_isa_for_cuda, ptx_entry, ptx_isa, ptx_target
@@ -69,15 +68,6 @@ class KernelSpec:
     doc: str = ""
 
 
-def interpreting() -> bool:
-    """Whether ``@triton.jit`` in this process makes interpreter wrappers (``TRITON_INTERPRET=1``).
-
-    Then neither the package's kernels nor ``triton.language``'s own jit helpers (``tl.cdiv``, ``tl.sum``, ...)
-    can be compiled here, so :func:`export` compiles in a fresh ``python -m kernels.export`` process instead.
-    """
-    return bool(triton.knobs.runtime.interpret) or not isinstance(triton.language.standard.cdiv, JITFunction)
-
-
 def _load(spec: KernelSpec) -> JITFunction:
     mod = importlib.import_module(spec.module)
     try:
@@ -90,8 +80,8 @@ def _load(spec: KernelSpec) -> JITFunction:
     return obj
 
 
-def _signature(spec: KernelSpec, fn: JITFunction, dtype: str, constexprs: dict) -> dict[str, str]:
-    """Triton's signature for ``fn``: each parameter's type, ``constexpr`` for compiled-in ones."""
+def _types(spec: KernelSpec, fn: JITFunction, dtype: str, constexprs: dict) -> dict[str, str]:
+    """Each parameter's type as the spec gives it, ``constexpr`` for compiled-in ones, checked against ``fn``."""
     sig: dict[str, str] = {}
     for p in fn.params:
         if p.is_constexpr:
@@ -184,7 +174,7 @@ def compile_kernel(spec: KernelSpec, *, dtype: str | None = None, constexprs: di
         cx.update({k: v for k, v in spec.derived(dtype, cx).items() if k in takes})
     if spec.check:
         spec.check(cx)
-    sig = _signature(spec, fn, dtype, cx)
+    sig = _types(spec, fn, dtype, cx)
     # A stride that is always 1 is compiled in, as Triton's JIT does with an argument equal to 1: the compiler then
     # knows the innermost dimension is contiguous and can vectorise.
     for name, value in spec.values.items():
@@ -199,8 +189,9 @@ def compile_kernel(spec: KernelSpec, *, dtype: str | None = None, constexprs: di
         if sig.get(name) not in ("i32", "i64", "u32", "u64") or computed is None:
             raise ExportError(f"{spec.name}: --hint16 {name}: only integer scalars computed from the sizes take "
                               "the multiple-of-16 hint")
-    hinted = {n for n, t in sig.items() if t.startswith("*") and align == 16} | set(hint16)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if n in hinted}
+    values = {n: cx[n] if t == "constexpr" else {"ptr": t[1:], "aligned": align == 16} if t.startswith("*")
+              else {"type": t, "div16": n in hint16} for n, t in sig.items()}
+    sig, const, attrs = specialise(fn, values, specialize=True)
     options = {"num_warps": num_warps or spec.num_warps, "num_stages": num_stages or spec.num_stages}
     if options["num_warps"] <= 0 or options["num_warps"] & (options["num_warps"] - 1):
         raise ExportError(f"num_warps must be a power of two, got {options['num_warps']}")
@@ -208,9 +199,8 @@ def compile_kernel(spec: KernelSpec, *, dtype: str | None = None, constexprs: di
         raise ExportError(f"num_stages must be at least 1, got {options['num_stages']}")
     if ptx_version is not None:
         options["ptx_version"] = int(ptx_version)
-    src = ASTSource(fn, sig, {k: v for k, v in cx.items() if sig.get(k) == "constexpr"}, attrs)
     try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+        compiled = compile_for(fn, sig, const, attrs, options, arch=arch)
     except Exception as e:  # the compiler raises many types; name the kernel and the settings
         raise ExportError(f"{spec.name}: Triton could not compile {spec.attr} for sm_{arch} with {cx} and "
                           f"{options}: {type(e).__name__}: {e}") from e

@@ -15,11 +15,12 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 
-__all__ = ["export", "export_many", "main", "parse_constexpr"]
+from ..compile import run_compiled
+
+__all__ = ["export", "export_many", "export_spec", "main", "parse_constexpr"]
 
 _EXIT_EXPORT, _EXIT_PTX = 2, 3
 _OPTIONS = ("dtype", "constexprs", "num_warps", "num_stages", "arch", "max_ptx", "driver_cuda", "ptx_version",
@@ -72,8 +73,7 @@ def export(kernel: str, out_dir: str | os.PathLike, **options) -> dict:
             argv += ["--hint16", ",".join(value)] if value else []
         else:
             argv += [f"--{key.replace('_', '-')}", str(value)]
-    proc = subprocess.run([sys.executable, "-m", "kernels.export", *argv, "--quiet"], capture_output=True,
-                          text=True, env=_clean_env())
+    proc = run_compiled("kernels.export", [*argv, "--quiet"])
     if proc.returncode:
         message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         message = message.removeprefix("error: ")
@@ -86,7 +86,6 @@ def export_many(jobs: list[dict]) -> list[dict | Exception]:
     """Several exports at once, each ``{"kernel": ..., "out_dir": ..., **options}``: a manifest or the exception
     for each, in order. Without a GPU they share one fresh compiler process instead of starting one each."""
     from . import aot, registry
-    from .ptx import PtxVersionError
 
     if not aot.interpreting():
         results: list[dict | Exception] = []
@@ -102,33 +101,57 @@ def export_many(jobs: list[dict]) -> list[dict | Exception]:
         if unknown:
             raise TypeError(f"unknown export options {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
         _precheck(registry.get(job["kernel"]), job)
+    return _in_compile_process(jobs)
+
+
+def export_spec(spec: dict, out_dir: str | os.PathLike, *, paths: list[str] | tuple[str, ...] = (),
+                **options) -> dict:
+    """Export a kernel that is not registered: ``spec`` holds the fields of :class:`~kernels.export.aot.KernelSpec`
+    as plain data, its ``module`` importable from ``paths`` (lesson 05 exports the learner's kernel so). It always
+    compiles in a fresh compile process, which imports the module as it is now. Returns the manifest; raises as
+    :func:`export` does."""
+    unknown = set(options) - set(_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown export options {sorted(unknown)}; known: {', '.join(_OPTIONS)}")
+    [answer] = _in_compile_process([{"spec": spec, "out_dir": out_dir, **options}], paths)
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+def _in_compile_process(jobs: list[dict], paths=()) -> list[dict | Exception]:
+    from .aot import ExportError
+    from .ptx import PtxVersionError
+
     with tempfile.TemporaryDirectory() as tmp:
         request = pathlib.Path(tmp) / "jobs.json"
         request.write_text(json.dumps([{**j, "out_dir": str(j["out_dir"])} for j in jobs]))
-        proc = subprocess.run([sys.executable, "-m", "kernels.export", "--batch", str(request), "--quiet"],
-                              capture_output=True, text=True, env=_clean_env())
+        proc = run_compiled("kernels.export", ["--batch", str(request), "--quiet"], paths=paths)
         if proc.returncode:
-            raise aot.ExportError(f"the export process failed: {proc.stderr.strip()[-2000:]}")
+            raise ExportError(f"the export process failed: {proc.stderr.strip()[-2000:]}")
         answers = json.loads(request.with_suffix(".out.json").read_text())
-    kinds = {"ptx": PtxVersionError, "export": aot.ExportError}
+    kinds = {"ptx": PtxVersionError, "export": ExportError}
     return [a["manifest"] if "manifest" in a else kinds[a["kind"]](a["error"]) for a in answers]
 
 
-def _clean_env() -> dict:
-    root = str(pathlib.Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    env.pop("TRITON_INTERPRET", None)
-    return env
+#: The KernelSpec fields that are tuples (JSON brings them as lists).
+_TUPLES = ("sizes", "grid", "requires", "aligned", "dtypes")
 
 
 def _batch(path: pathlib.Path) -> int:
+    from . import aot
     from .ptx import PtxVersionError
 
     answers = []
     for job in json.loads(path.read_text()):
         job = dict(job)
         try:
-            answers.append({"manifest": export(job.pop("kernel"), job.pop("out_dir"), **job)})
+            if "spec" in job:
+                spec = aot.KernelSpec(**{k: tuple(v) if k in _TUPLES and isinstance(v, list) else v
+                                         for k, v in job.pop("spec").items()})
+                answers.append({"manifest": aot.export_here(spec, job.pop("out_dir"), **job)})
+            else:
+                answers.append({"manifest": export(job.pop("kernel"), job.pop("out_dir"), **job)})
         except PtxVersionError as e:
             answers.append({"kind": "ptx", "error": str(e)})
         except ValueError as e:

@@ -17,7 +17,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "ManifestError", "Launch", "load", "image
 
 FORMAT = "gpu-kernel-workbook/kernel-manifest"
 FORMAT_VERSION = 1
-INT_RANGES = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1),
+INT_RANGES = {"u1": (0, 1), "i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1),
               "u64": (0, 2**64 - 1)}
 #: CUDA's limits on gridDim.x, .y, .z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)

@@ -14,7 +14,6 @@ which then stop at the missing driver) and the rest is reported as skipped.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import hashlib
 import json
@@ -28,7 +27,7 @@ import time
 
 import torch
 
-from ..device import ON_GPU
+from ..device import ON_GPU, machine
 from ..testing import randn, rel_error, tolerance
 from .cli import export_many
 from .manifest import ManifestError, resolve
@@ -197,13 +196,8 @@ def run(*, rust: str | None, out: pathlib.Path, quick: bool = False, launches: i
     exports = out / "export"
     driver = _driver_cuda() if ON_GPU else None
     limit = {"driver_cuda": driver} if driver else {}
-    result: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    "gpu": torch.cuda.get_device_name(0) if ON_GPU else None, "driver_cuda": driver,
-                    "torch": torch.__version__, "rust": rust, "exports": {}, "cases": [], "checks": [],
-                    "overhead": {}, "kernel_ms": {}}
-    import triton
-
-    result["triton"] = triton.__version__
+    result: dict = {"gpu": None, **machine(), "driver_cuda": driver, "rust": rust, "exports": {}, "cases": [],
+                    "checks": [], "overhead": {}, "kernel_ms": {}}
     names = [n for n in CASES if not quick or n in _QUICK]
     jobs = [{"kernel": CASES[n][0], "out_dir": exports, "stem": n, **CASES[n][1], **limit} for n in names]
     jobs += [{"kernel": "vector_add", "out_dir": work / "refused", "max_ptx": "7.0"},

@@ -19,13 +19,10 @@ from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import VERSIONS, chunk_linear_attn
 from .chunked_torch import chunked_forward, torch_chunked_linear_attention
-from .reference import reference_linear_attention
+from .reference import FLOPS_CHUNK, forward_flops, reference_linear_attention
 
 __all__ = ["problems", "versions", "report", "sets", "FLOPS_CHUNK"]
 
-#: The chunk length the FLOP count assumes: per token and head 4·K·V (state update and readout) plus C·(K+V),
-#: the causal half of the 2·C·(K+V) that the intra-chunk scores and their product with V take.
-FLOPS_CHUNK = 64
 
 
 def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:
@@ -51,7 +48,7 @@ def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False)
 
     size = torch.tensor([], dtype=dtype).element_size()
     nbytes = B * T * H * (2 * K + 2 * V) * size + (2 * N * H * K * V * 4 if state else 0)
-    flops = B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    flops = forward_flops(B, T, H, K, V)
     params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
                   state=state)
     return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype)

@@ -22,9 +22,8 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn
-from .bench import FLOPS_CHUNK
 from .chunked_torch import chunked_forward
-from .reference import reference_backward
+from .reference import forward_flops, reference_backward
 
 __all__ = ["problems", "versions", "fwd_bwd"]
 
@@ -50,7 +49,7 @@ def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False)
 
     size = torch.tensor([], dtype=dtype).element_size()
     nbytes = B * T * H * (6 * K + 5 * V) * size + (4 * N * H * K * V * 4 if state else 0)
-    flops = 3 * B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
+    flops = 3 * forward_flops(B, T, H, K, V)
     params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
                   state=state)
     return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype,

@@ -11,14 +11,14 @@ import torch
 
 from ..validate import FLOAT_DTYPES, check_same, check_tensor
 
-__all__ = ["MAX_HEAD_K", "Problem", "check_inputs", "check_cu_seqlens", "host_offsets", "offsets_read_once"]
+__all__ = ["MAX_HEAD_K", "Shape", "check_inputs", "check_cu_seqlens", "host_offsets", "offsets_read_once"]
 
 #: The key head size a version keeps whole on-chip: the state tile is [K, BV] fp32.
 MAX_HEAD_K = 256
 
 
 @dataclass(frozen=True)
-class Problem:
+class Shape:
     """The sizes a checked call describes: ``N`` sequences (``B``, or ``len(cu_seqlens) - 1``)."""
 
     B: int
@@ -82,7 +82,7 @@ def check_cu_seqlens(cu_seqlens, T: int, B: int) -> int:
 
 
 def check_inputs(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
-                 max_k: int = MAX_HEAD_K) -> Problem:
+                 max_k: int = MAX_HEAD_K) -> Shape:
     """Validate one call of ``<version>_linear_attention``; return its sizes."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, ndim=4)
@@ -111,4 +111,4 @@ def check_inputs(q, k, v, scale, initial_state=None, output_final_state=False, c
             what = "len(cu_seqlens) - 1" if cu_seqlens is not None else "B"
             raise ValueError(f"initial_state must have shape [N, H, K, V] = {(N, H, K, V)} (N = {what}), "
                              f"got {tuple(initial_state.shape)}")
-    return Problem(B, T, H, K, V, N, cu_seqlens is not None)
+    return Shape(B, T, H, K, V, N, cu_seqlens is not None)

@@ -194,12 +194,12 @@ def _strides(x: torch.Tensor) -> tuple[int, int, int]:
 
 def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, *,
                      need_dh0: bool = False, num_stages: int | None = None, num_warps: int | None = None,
-                     passes: tuple[str, ...] = ("dq", "dkdv")):
+                     maxnreg: int | None = None, passes: tuple[str, ...] = ("dq", "dkdv")):
     """Gradients of ``o = chunked_linear_attention(q, k, v, scale, initial_state)`` (unnormalised) and of its
     final state: ``(dq, dk, dv, dh0)``, dq/dk/dv in q's dtype and ``dh0`` [N, H, K, V] fp32 (None unless
     ``need_dh0``). do: [B, T, H, V]; dht: the final state's gradient [N, H, K, V] or None (zero).
-    ``num_stages``, ``num_warps`` and ``passes`` (which of the two run; the other's outputs stay unwritten) are
-    for measurements (``scripts/gpu_backward_probe.py``)."""
+    ``num_stages``, ``num_warps``, ``maxnreg`` (registers a thread may use) and ``passes`` (which of the two run;
+    the other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``)."""
     p = check_inputs(q, k, v, scale, initial_state, False, cu_seqlens)
     if do.shape != v.shape or do.dtype != q.dtype:
         raise ValueError(f"do must match v's shape {tuple(v.shape)} and q's dtype {q.dtype}, got "
@@ -223,13 +223,14 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
     precision = float32_precision() if q.dtype == torch.float32 else None
     upcast = upcast_for_dot(q.dtype)
     varlen = cu_seqlens is not None
+    extra = {} if maxnreg is None else {"maxnreg": maxnreg}
     if "dq" in passes:
         _chunked_dq_kernel[(triton.cdiv(p.K, BK), p.N * p.H)](
             k, v, do, dq, initial_state, cu_seqlens,
             p.T, p.H, float(scale),
             *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
             K=p.K, V=p.V, BT=BT, BK=BK, BVA=BVA, USE_H0=initial_state is not None, IS_VARLEN=varlen,
-            UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dq,
+            UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dq, **extra,
         )
     if "dkdv" not in passes:
         return dq, dk, dv, dh0
@@ -241,6 +242,6 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
         K=p.K, V=p.V, BT=BT, BK=BK, BV=BV, BKA=BKA, BVA=BVA, NK=nk, SHARED=p.K == p.V and BK == BV,
         USE_DHT=dht is not None, STORE_DH0=need_dh0,
-        IS_VARLEN=varlen, UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dkdv,
+        IS_VARLEN=varlen, UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dkdv, **extra,
     )
     return dq, dk, dv, dh0

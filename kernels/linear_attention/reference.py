@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import torch
 
+from ..recurrent.reference import reference_recurrent_loop
 from .checks import host_offsets
 
 __all__ = ["reference_linear_attention", "recurrent_linear_attention", "reference_backward",
-           "normalize_linear_attention", "normalizer", "split_initial_state", "EPS"]
+           "normalize_linear_attention", "normalizer", "split_initial_state", "EPS", "FLOPS_CHUNK",
+           "forward_flops"]
 
 #: Added to the normaliser ``scale · q_t · z_t``, as fla does.
 EPS = 1e-10
+#: The chunk length the FLOP count assumes: per token and head 4·K·V (state update and readout) plus C·(K+V),
+#: the causal half of the 2·C·(K+V) that the intra-chunk scores and their product with V take.
+FLOPS_CHUNK = 64
+
+
+def forward_flops(B: int, T: int, H: int, K: int, V: int) -> int:
+    """The FLOPs the benchmarks credit one forward call with (a backward pass: three times as many)."""
+    return B * T * H * (4 * K * V + FLOPS_CHUNK * (K + V))
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:
@@ -68,13 +78,9 @@ def _chunked_one(q, k, v, scale, h0, chunk):
 
 
 def _recurrent_one(q, k, v, scale, h0):
-    B, T, H, K = q.shape
-    state = q.new_zeros(B, H, K, v.shape[-1]) if h0 is None else h0.clone()  # [B, H, K, V]
-    o = q.new_empty(B, T, H, v.shape[-1])
-    for t in range(T):
-        state = state + k[:, t, :, :, None] * v[:, t, :, None, :]
-        o[:, t] = scale * (q[:, t, :, None, :] @ state).squeeze(-2)
-    return o, state
+    o, state = reference_recurrent_loop(q, k, v, scale=scale, initial_state=h0, output_final_state=True,
+                                        dtype=q.dtype)
+    return o.contiguous(), state
 
 
 def _run(one, q, k, v, scale, kv_init, output_final_state, cu_seqlens, **kw):

@@ -1,12 +1,12 @@
 """What the compiler made of a kernel: its stages, registers, spills, shared memory and memory instructions.
 
 ``compile_kernel(kernel, args, num_warps=..., num_stages=..., BLOCK=...)`` compiles one launch of a ``@triton.jit``
-kernel ahead of time for sm_90 (an H100/H200), with no GPU needed, through the package's AOT helper
-(:func:`kernels.checks.provenance.aot_compile`). ``args`` are the launch's arguments (tensors, ints, floats), from
-which the signature is read and, as Triton's JIT does, what may be assumed: a pointer 16-byte aligned, an int equal
-to 1 or a multiple of 16 (unless the kernel's ``do_not_specialize`` says otherwise). ``specialize=False`` assumes
-nothing, as an export for every size does. Compiling and interpreting do not mix in one process, so under the
-interpreter the compile runs in a subprocess (``python -m kernels.profile.compiler``).
+kernel ahead of time for sm_90 (an H100/H200), with no GPU needed, through :mod:`kernels.compile`. ``args`` are the
+launch's arguments (tensors, ints, floats), from which the signature is read and, as Triton's JIT does, what may be
+assumed: a pointer 16-byte aligned, an int equal to 1 or a multiple of 16 (unless the kernel's
+``do_not_specialize`` says otherwise). ``specialize=False`` assumes nothing, as an export for every size does.
+Compiling and interpreting do not mix in one process, so under the interpreter the compile runs in a subprocess
+(``python -m kernels.profile.compiler``).
 
 The result, :class:`Compiled`, holds the stages (TTIR, TTGIR with its layouts, LLVM IR, PTX, and SASS from the
 ``cuobjdump`` that ships with Triton), registers and spills (``ptxas -v``), shared memory, and every memory
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import inspect
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -28,6 +26,8 @@ import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+
+from ..compile import SignatureError, describe, enter_compile_mode, run_compiled, specialise
 
 __all__ = ["Compiled", "Access", "compile_kernel", "compile_many", "describe_args", "tool", "parse_accesses",
            "parse_sass_accesses", "diff", "STAGES", "CompileError"]
@@ -261,22 +261,15 @@ def _sass(cubin: bytes, notes: list[str]) -> str:
 
 # ---- describing a launch ------------------------------------------------------------------------------------
 
-_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "i8",
-           "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
-
-
 def describe_args(args) -> list:
     """The launch's arguments as the compiler needs them: a tensor becomes ``{"ptr": dtype, "aligned": bool}``
     (16-byte aligned address), an int or float stays a number."""
     out = []
     for a in args:
-        if hasattr(a, "data_ptr") and hasattr(a, "dtype"):
-            dtype = str(a.dtype).replace("torch.", "")
-            out.append({"ptr": _DTYPES.get(dtype, "fp32"), "aligned": a.data_ptr() % 16 == 0})
-        elif isinstance(a, dict) and "ptr" in a:
+        if isinstance(a, dict) and "ptr" in a:
             out.append({"ptr": a["ptr"], "aligned": bool(a.get("aligned", True))})
-        elif isinstance(a, (bool, int, float)) or a is None:
-            out.append(a)
+        elif isinstance(a, (bool, int, float)) or a is None or hasattr(a, "data_ptr"):
+            out.append(describe(a))
         else:
             raise TypeError(f"cannot compile for an argument of type {type(a).__name__}: pass tensors and numbers")
     return out
@@ -284,43 +277,14 @@ def describe_args(args) -> list:
 
 def _specialise(jit_fn, described: list, constexprs: dict, specialize: bool) -> tuple[dict, dict, dict]:
     """Signature, constants and attributes as Triton's JIT would derive them from the launch."""
-    params = list(jit_fn.params)
-    runtime = [p for p in params if not p.is_constexpr]
+    runtime = [p.name for p in jit_fn.params if not p.is_constexpr]
     if len(described) != len(runtime):
         raise CompileError(f"{jit_fn.fn.__name__} takes {len(runtime)} runtime arguments "
-                           f"({', '.join(p.name for p in runtime)}); {len(described)} given")
-    values = dict(zip([p.name for p in runtime], described))
-    sig, const, attrs = {}, {}, {}
-    for i, p in enumerate(params):
-        if p.is_constexpr:
-            if p.name in constexprs:
-                const[p.name] = constexprs[p.name]
-            elif p.default is not inspect.Parameter.empty:
-                const[p.name] = p.default
-            else:
-                raise CompileError(f"constexpr {p.name} needs a value (pass {p.name}=...)")
-            sig[p.name] = "constexpr"
-            continue
-        v = values[p.name]
-        free = specialize and not p.do_not_specialize
-        if isinstance(v, dict):
-            sig[p.name] = "*" + v["ptr"]
-            if specialize and v["aligned"] and not p.do_not_specialize_on_alignment:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif v is None:
-            sig[p.name], const[p.name] = "constexpr", None
-        elif isinstance(v, bool):
-            sig[p.name] = "i1"
-        elif isinstance(v, int):
-            if free and v == 1:
-                sig[p.name], const[p.name] = "constexpr", 1
-                continue
-            sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
-            if free and v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            sig[p.name] = "fp32"
-    return sig, const, attrs
+                           f"({', '.join(runtime)}); {len(described)} given")
+    try:
+        return specialise(jit_fn, {**constexprs, **dict(zip(runtime, described))}, specialize=specialize)
+    except SignatureError as e:
+        raise CompileError(str(e)) from None
 
 
 def _compile_here(source: dict, described: list, constexprs: dict, options: dict, specialize: bool,
@@ -428,15 +392,11 @@ def _answer(request: dict) -> dict:
 
 
 def _in_subprocess(requests: list[dict], timeout: float) -> list[dict]:
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    root = str(pathlib.Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, *sys.path, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="profile-compile-") as d:
         req, out = pathlib.Path(d) / "request.json", pathlib.Path(d) / "reply.json"
         req.write_text(json.dumps(requests, default=str))
         try:
-            proc = subprocess.run([sys.executable, "-m", "kernels.profile.compiler", str(req), str(out)], env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = run_compiled("kernels.profile.compiler", [str(req), str(out)], paths=sys.path, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CompileError(f"compiling for sm_90 took longer than {timeout:.0f} s") from None
         if not out.exists():
@@ -447,12 +407,7 @@ def _in_subprocess(requests: list[dict], timeout: float) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    os.environ["TRITON_INTERPRET"] = "0"
-    import triton  # noqa: F401  (Triton's own @jit helpers become compilable functions)
-
-    import kernels  # noqa: F401  (without a GPU this sets TRITON_INTERPRET=1; set it back for the kernels below)
-
-    os.environ["TRITON_INTERPRET"] = "0"
+    enter_compile_mode()
     requests = json.loads(pathlib.Path(argv[0]).read_text())
     pathlib.Path(argv[1]).write_text(json.dumps([_answer(r) for r in requests]))
     return 0

@@ -4,11 +4,8 @@ source line it came from; ``ptx_explorer`` lets the learner step through one cat
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -131,11 +128,9 @@ _SAMPLE: dict[int, str] = {}
 def sample_ptx(arch: int = 90) -> str:
     """PTX of a tiled fp16 matmul compiled ahead of time for ``sm_{arch}`` (no GPU needed; a few seconds)."""
     if arch not in _SAMPLE:
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        script = pathlib.Path(__file__).with_name("sample_kernel.py")
-        code = (f"import runpy, sys; sys.argv = [{str(script)!r}]; "
-                f"m = runpy.run_path({str(script)!r}); print(m['compile_sample']({arch}).asm['ptx'])")
-        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        from ..compile import run_compiled
+
+        res = run_compiled("kernels.viz.sample_kernel", [str(arch)], timeout=300)
         if res.returncode:
             raise RuntimeError(f"compiling the sample kernel failed:\n{res.stderr[-2000:]}")
         _SAMPLE[arch] = res.stdout
@@ -209,8 +204,8 @@ class PtxExplorer(View):
 def ptx_explorer(ptx=None, *, names: list[str] | None = None) -> PtxExplorer:
     """PTX explorer (lesson 05): parameters, memory instructions by space, tensor-core instructions.
 
-    ``ptx``: PTX text, a ``.ptx`` path, or a compiled kernel (``triton.compile(...)``); ``None``: the sample
-    matmul's PTX for sm_90 (:func:`sample_ptx`). ``names``: the kernel's
+    ``ptx``: PTX text, a ``.ptx`` path, or a compiled kernel (what ``kernels.compile.compile_for`` returns);
+    ``None``: the sample matmul's PTX for sm_90 (:func:`sample_ptx`). ``names``: the kernel's
     declared non-constexpr parameter names, to label the PTX parameters. Controls: ``category``, ``k``
     (which occurrence).
     """

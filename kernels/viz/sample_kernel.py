@@ -1,13 +1,17 @@
-"""A tiled fp16 matmul compiled ahead of time for sm_90 (no GPU needed); run as a script it prints the PTX.
+"""A tiled fp16 matmul compiled ahead of time for sm_90 (no GPU needed); run as a module it prints the PTX.
 
-Run in its own process (``python kernels/viz/sample_kernel.py``) so that ``@triton.jit`` makes a real
-``JITFunction`` even where the workbook runs kernels in the interpreter.
+It runs in a compile process of its own (:func:`kernels.viz.ptx.sample_ptx`:
+``kernels.compile.run_compiled("kernels.viz.sample_kernel", [ARCH])``), so that ``@triton.jit`` makes a real
+``JITFunction`` even where the workbook runs kernels in the interpreter; a plain ``python -m`` would import
+:mod:`kernels.viz`, and so Triton, in interpreter mode first.
 """
+
+import sys
 
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+
+from kernels.compile import compile_for
 
 
 @triton.jit
@@ -33,9 +37,8 @@ def compile_sample(arch: int = 90):
     sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
            "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
-    src = ASTSource(sample_matmul_kernel, sig, constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64})
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32))
+    return compile_for(sample_matmul_kernel, sig, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, arch=arch)
 
 
 if __name__ == "__main__":
-    print(compile_sample().asm["ptx"])
+    print(compile_sample(int(sys.argv[1]) if len(sys.argv) > 1 else 90).asm["ptx"])

@@ -78,7 +78,6 @@ def test_a_kernel_the_lesson_provides_is_not_an_answer():
 
 def test_ahead_of_time_compile_refuses_what_the_interpreter_runs(tmp_path):
     """``tl.arange(0, 100)`` runs under the interpreter but does not compile: the sm_90 compile catches it."""
-    from kernels.checks import aot
     from kernels.checks.spec import CheckFailed
 
     bad = ("@triton.jit\ndef scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):\n"
@@ -86,9 +85,10 @@ def test_ahead_of_time_compile_refuses_what_the_interpreter_runs(tmp_path):
            "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)\n")
     good = bad.replace("tl.arange(0, 100)", "tl.arange(0, BLOCK)")
     ks_bad, ks_good = from_cells([SETUP, bad], "scale_kernel"), from_cells([SETUP, good], "scale_kernel")
-    aot.verify("90_grader_fixture.scale", False, [{"entry": ks_good.entry, "text": ks_good.text}], [None])
+    ex = "90_grader_fixture.scale"
+    provenance.verify_compiles(ex, False, [{"entry": ks_good.entry, "text": ks_good.text}], [None])
     with pytest.raises(CheckFailed, match="does not compile for a GPU"):
-        aot.verify("90_grader_fixture.scale", False, [{"entry": ks_bad.entry, "text": ks_bad.text}], [None])
+        provenance.verify_compiles(ex, False, [{"entry": ks_bad.entry, "text": ks_bad.text}], [None])
 
 
 def test_function_answers_may_not_reach_the_package():

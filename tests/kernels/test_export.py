@@ -186,7 +186,7 @@ def test_a_spec_that_does_not_match_its_kernel_is_refused():
     """A broken twin of the vector-add spec: one parameter untyped, one typed that the kernel lacks."""
     import dataclasses
 
-    from kernels.export.aot import _signature
+    from kernels.export.aot import _types
     from kernels.export.registry import get
 
     spec = get("vector_add")
@@ -198,15 +198,15 @@ def test_a_spec_that_does_not_match_its_kernel_is_refused():
     class Fn:
         params = [Param("x_ptr"), Param("y_ptr"), Param("out_ptr"), Param("n_elements"), Param("BLOCK_SIZE", True)]
 
-    _signature(spec, Fn, "fp32", {"BLOCK_SIZE": 1024})
+    _types(spec, Fn, "fp32", {"BLOCK_SIZE": 1024})
     untyped = dataclasses.replace(spec, signature={k: v for k, v in spec.signature.items() if k != "y_ptr"})
     with pytest.raises(ExportError, match="parameter 'y_ptr' .* has no type"):
-        _signature(untyped, Fn, "fp32", {"BLOCK_SIZE": 1024})
+        _types(untyped, Fn, "fp32", {"BLOCK_SIZE": 1024})
     extra = dataclasses.replace(spec, signature={**spec.signature, "alpha": "fp32"})
     with pytest.raises(ExportError, match=r"types \['alpha'\]"):
-        _signature(extra, Fn, "fp32", {"BLOCK_SIZE": 1024})
+        _types(extra, Fn, "fp32", {"BLOCK_SIZE": 1024})
     with pytest.raises(ExportError, match="constexpr 'BLOCK_SIZE' has no value"):
-        _signature(spec, Fn, "fp32", {})
+        _types(spec, Fn, "fp32", {})
 
 
 def test_size_expressions():

@@ -12,6 +12,7 @@ import triton
 from torch.overrides import TorchFunctionMode
 
 from ...device import pick
+from ...recurrent.reference import reference_recurrent_loop
 from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 
@@ -20,13 +21,7 @@ __all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "CHUNKED_SPEED", "recu
 
 def recurrent(q, k, v, scale):
     """``o_t = scale · q_t S_t`` with ``S_t = S_{t-1} + k_t v_tᵀ``, token by token (float64 in, float64 out)."""
-    B, T, H, K = q.shape
-    state = q.new_zeros(B, H, K, v.shape[-1])  # [B, H, K, V]
-    o = q.new_empty(B, T, H, v.shape[-1])
-    for t in range(T):
-        state = state + k[:, t, :, :, None] * v[:, t, :, None, :]
-        o[:, t] = scale * (q[:, t, :, None, :] @ state).squeeze(-2)
-    return o
+    return reference_recurrent_loop(q, k, v, scale=scale, dtype=q.dtype)[0]
 
 
 def intra_chunk(q, k, v, scale, chunk):

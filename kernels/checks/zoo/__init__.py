@@ -111,6 +111,8 @@ def grade_entry(entry: Entry) -> dict:
             out = engine.grade_local(ex, objects, hidden)
             row["hidden" if hidden else "visible"] = {"passed": out.passed, "message": out.message,
                                                      "perf": out.perf}
+            if ex.toolchain and out.not_graded:  # its toolchain is missing here: nothing was graded
+                row["skipped"] = out.not_graded[0]
     row["seconds"] = round(time.time() - t0, 2)
     row["problems"] = judge(entry, row)
     row["ok"] = not row["problems"]
@@ -124,10 +126,10 @@ def grade_ids(ids: list[str]) -> list[dict]:
 
 
 def compile_entry(entry: Entry, folder: str) -> str | None:
-    """Compile every launch of the entry's visible and hidden checks for sm_90 (:func:`kernels.checks.aot.dry_run`,
+    """Compile every launch of the entry's visible and hidden checks for sm_90 (:func:`kernels.checks.dry_run.dry_run`,
     in a process whose Triton compiles); the error, or ``None``. What a notebook's check does first under the
     interpreter, and what a GPU does before it runs anything."""
-    from .. import aot
+    from ..dry_run import dry_run
 
     ex = get(entry.exercise)
     kernels, values = [], []
@@ -141,7 +143,7 @@ def compile_entry(entry: Entry, folder: str) -> str | None:
             values.append(dict(entry.namespace).get(name))
     try:
         for hidden in (False, True) if has_hidden(ex) else (False,):
-            aot.dry_run(entry.exercise, hidden, kernels, values, folder)
+            dry_run(entry.exercise, hidden, kernels, values, folder)
     except Exception as e:  # noqa: BLE001 (a compile error of any kind is the answer)
         return f"{type(e).__name__}: {e}"
     return None
@@ -155,6 +157,8 @@ def has_hidden(ex) -> bool:
 def judge(entry: Entry, row: dict) -> list[str]:
     """What is wrong with the checks' verdicts on ``entry`` (empty: they said what they must)."""
     faults = [f.strip().lower() for f in entry.fault.split("|") if f.strip()]
+    if row.get("skipped"):
+        return []
 
     def named(message: str) -> bool:
         return not faults or any(f in message.lower() for f in faults)

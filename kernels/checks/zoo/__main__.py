@@ -11,7 +11,6 @@ errors.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import multiprocessing
 import pathlib
@@ -20,16 +19,9 @@ import time
 
 
 def _environment() -> dict:
-    import torch
-    import triton
+    from kernels.device import machine
 
-    from kernels.device import MODE, describe
-
-    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mode": MODE,
-           "where": describe(), "torch": torch.__version__, "triton": triton.__version__}
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name(0)
-    return out
+    return machine()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,26 +96,20 @@ def _triton_compiles() -> bool:
 
 
 def _compile_fresh(argv: list[str]) -> int:
-    """Run ``--compile`` in a fresh process that imports Triton first, with the interpreter off."""
-    import os
-    import subprocess
+    """Run ``--compile`` in a fresh compile process (:func:`kernels.compile.run_compiled`)."""
+    from kernels.compile import run_compiled
 
-    code = ("import os, sys; os.environ['TRITON_INTERPRET'] = '0'; import triton; "
-            "from kernels.checks.zoo.__main__ import main; sys.exit(main(sys.argv[1:]))")
-    return subprocess.run([sys.executable, "-c", code, *argv], env=dict(os.environ, TRITON_INTERPRET="0")).returncode
+    return run_compiled("kernels.checks.zoo", argv, capture=False).returncode
 
 
 def _compile(args) -> int:
-    import os
     import tempfile
 
-    os.environ["TRITON_INTERPRET"] = "0"
-    import triton  # noqa: F401  (Triton's own @jit helpers become compilable functions)
+    from kernels.compile import enter_compile_mode
 
-    import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without a GPU: kernels below are built compiled)
+    enter_compile_mode()
     from kernels.checks.zoo import compile_entry, entries
 
-    os.environ["TRITON_INTERPRET"] = "0"
     chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
               if (not args.only or any(o in e.id for o in args.only)) and e.wrong_here("interpreter") is False]
     failed = 0

@@ -117,8 +117,8 @@ def test_a_kernel_calling_python_is_refused():
 
 
 def test_the_solution_compiles_for_sm90_in_every_case():
-    from kernels.checks import aot
+    from kernels.checks import provenance
     from kernels.checks.provenance import from_cells
 
     ks = from_cells(["import triton\nimport triton.language as tl\n", KERNEL], "tiled_matmul_kernel")
-    aot.verify("03_tiled_sram.tiled_matmul", True, [{"entry": ks.entry, "text": ks.text}], [None])
+    provenance.verify_compiles("03_tiled_sram.tiled_matmul", True, [{"entry": ks.entry, "text": ks.text}], [None])

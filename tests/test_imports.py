@@ -1,0 +1,80 @@
+"""The package's import graph has no cycle: every ``import`` between its modules, at the top or inside a function,
+points one way. A cycle makes the import order matter and hides which module owns what."""
+
+import ast
+import pathlib
+import sys
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _modules(package: str) -> dict[str, pathlib.Path]:
+    base = _ROOT / package
+    out = {}
+    for path in base.rglob("*.py"):
+        parts = list(path.relative_to(_ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _edges(name: str, path: pathlib.Path, known: dict) -> set[str]:
+    """The package's modules that ``name`` imports (a package's ``__init__`` counts as the package)."""
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        for t in targets:
+            while t and t not in known:  # `import a.b.c` of a name inside a module: the module
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def cycles(package: str) -> list[list[str]]:
+    known = _modules(package)
+    graph = {m: _edges(m, p, known) for m, p in known.items()}
+    found, state, stack = [], {}, []
+
+    def visit(m: str) -> None:
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                found.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    return found
+
+
+def test_no_import_cycle_in_the_package():
+    found = cycles("kernels")
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_a_cycle_is_found(tmp_path, monkeypatch):
+    pkg = tmp_path / "loop"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    monkeypatch.setattr(sys.modules[__name__], "_ROOT", tmp_path)
+    assert cycles("loop") == [["loop.a", "loop.b", "loop.a"]]

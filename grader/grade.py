@@ -211,7 +211,7 @@ class Grader:
                         dest.write_bytes(data.numpy().tobytes())
                 w.close()
                 w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name=f"probe-{kind}")
-            w.send({"op": "probe"})
+            w.send({"op": "probe", "cubin": kind == "kernel" and cubin})
             err = w.recv(120, what="starting its notebook runner").get("error")
             w.close()
             if err:
@@ -219,7 +219,10 @@ class Grader:
                     f"a sandboxed worker (uid {w.uid}, no root rights, {how}, {kind}) cannot start: "
                     f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
                     "on its Python path and readable by all users (after `pip install --target DIR`, say, run "
-                    "`chmod -R a+rX DIR`); nothing was graded")
+                    "`chmod -R a+rX DIR`)" + ("; the cubin launcher needs cuda-bindings (or grade with GRADER_CUBIN=0 "
+                                              "to launch through Triton's JIT in the sandbox)"
+                                              if "cuda-bindings" in str(err.get("message")) else "")
+                    + "; nothing was graded")
         return how
 
     def seed(self, *parts) -> int:

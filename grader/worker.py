@@ -567,6 +567,10 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
                     _notebook_shell()
                 else:
                     import kernels.checks.engine  # noqa: F401
+                if req.get("cubin"):  # the launcher of the cubin path: NVIDIA's driver bindings
+                    from kernels.export.launch import driver
+
+                    driver()
                 ch.send({"event": "probe"})
             except BaseException as e:
                 ch.send({"event": "probe", "error": _error(e)})
@@ -605,8 +609,10 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import kernels  # noqa: F401  (decides the interpreter, before any kernel is decorated)
 
-    if mode == "compile":
-        os.environ["TRITON_INTERPRET"] = "0"
+    if mode == "compile":  # kernels built from here on are compiled-mode functions
+        from kernels.compile import enter_compile_mode
+
+        enter_compile_mode()
     torch.set_num_threads(1)
     if profile == "notebook":
         import IPython.core.interactiveshell  # noqa: F401

@@ -148,10 +148,10 @@ def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
 # %% [markdown] nbgrader={"grade": false, "grade_id": "export-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Compile ahead of time
 #
-# Triton compiles for `sm_90` without asking any GPU (`kernels.compile.compile_for` calls
-# `triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))`); the package's exporter
-# (`python -m kernels.export`, `kernels.export.export_spec` for a kernel of your own) wraps it and writes the
-# manifest. It needs, besides the kernel:
+# Triton compiles for `sm_90` without asking any GPU (`kernels.compile.compile_for` hands `triton.compile` an
+# `ASTSource` of the kernel, its signature and constexprs, and the target `GPUTarget("cuda", 90, 32)`); the
+# package's exporter (`python -m kernels.export`, `kernels.export.export_spec` for a kernel of your own) wraps it
+# and writes the manifest. It needs, besides the kernel:
 #
 # - a **signature**: the type of every runtime parameter, `*bf16` for a pointer to bf16, `i32` for an int,
 #   `fp32` for a float. In a JIT launch Triton reads these off the actual arguments;

@@ -142,7 +142,7 @@ def _lesson_rust():
     """Lesson 05's Rust exercise: the solution's source, and the student's (the body replaced by the stub)."""
     import re
 
-    from kernels.course import solution_notebook
+    from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
     source = re.search(r'r"""\n(.*)"""', cell.source, re.S).group(1)

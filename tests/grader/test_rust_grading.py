@@ -16,7 +16,7 @@ CELLS = ("ex3-rust", "ex3-rust-grade")
 @pytest.fixture(scope="module")
 def rust_lesson():
     """The lesson's instructor notebook and release cut down to the Rust answer and its graded cell."""
-    from grader.democlass import course_lessons
+    from grader.demo import course_lessons
 
     src, rel = course_lessons([LESSON])[LESSON]
 

@@ -211,7 +211,7 @@ class Grader:
                         dest.write_bytes(data.numpy().tobytes())
                 w.close()
                 w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name=f"probe-{kind}")
-            w.send({"op": "probe"})
+            w.send({"op": "probe", "cubin": kind == "kernel" and cubin})
             err = w.recv(120, what="starting its notebook runner").get("error")
             w.close()
             if err:
@@ -219,7 +219,10 @@ class Grader:
                     f"a sandboxed worker (uid {w.uid}, no root rights, {how}, {kind}) cannot start: "
                     f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
                     "on its Python path and readable by all users (after `pip install --target DIR`, say, run "
-                    "`chmod -R a+rX DIR`); nothing was graded")
+                    "`chmod -R a+rX DIR`)" + ("; the cubin launcher needs cuda-bindings (or grade with GRADER_CUBIN=0 "
+                                              "to launch through Triton's JIT in the sandbox)"
+                                              if "cuda-bindings" in str(err.get("message")) else "")
+                    + "; nothing was graded")
         return how
 
     def seed(self, *parts) -> int:
@@ -448,7 +451,9 @@ class _Session:
                 raise _Fail("rejected", str(e)) from None
         plan = engine.Plan(ex, call.hidden,
                            lambda *parts: self.g.seed(self.student, self.lesson, cell.grade_id, n, *parts))
-        if not plan.check_values(tuple(values)) or plan.values_only:
+        # a toolchain's rule builds and runs the student's code: in the sandbox, never here
+        rule = (lambda v: self.toolchain_rule(ex, call, v)) if ex.toolchain else None
+        if not plan.check_values(tuple(values), rule) or plan.values_only:
             return _result(plan)
         if "function" in ex.args:
             return self.run_function(plan, call, values)
@@ -465,6 +470,25 @@ class _Session:
         if "invalid" in m:
             raise _Fail("failed", f"{name} must be plain data (numbers, strings, lists, dicts): {m['invalid']}")
         return m.get("value")
+
+    def toolchain_rule(self, ex, call, values) -> str | None:
+        """The rule of an exercise graded with an outside toolchain (lesson 05's Rust: cargo builds the student's
+        code and runs its tests), run in the compile sandbox, where the toolchain is bound read-only. Where the
+        grading machine lacks the toolchain the check is "not graded", with the reason (0 points, never a silent
+        0)."""
+        missing = engine.toolchain_missing(ex)
+        if missing:
+            raise _Fail("not graded", f"{missing} (on the grading machine: install it there and grade again)")
+        w = self.worker("compile")
+        w.send({"op": "rule", "exercise": ex.id, "hidden": call.hidden, "values": values})
+        try:
+            m = w.recv(self.budget(self.s.compile_timeout), what=f"building and testing with {ex.toolchain}")
+        except WorkerDied as e:
+            self.drop("compile")
+            raise _Fail("crashed", f"the {ex.toolchain} build {e}") from None
+        if m.get("needs"):
+            raise _Fail("not graded", m["needs"])
+        return m.get("why")
 
     def compile(self, ex, call, kernels, values) -> None:
         w = self.worker("compile")
@@ -613,6 +637,8 @@ class _Session:
 def _result(plan: engine.Plan) -> CheckResult:
     """The plan's outcome as the grader reports it."""
     out = plan.outcome()
+    if plan.unrated:  # the grader's side never judges a toolchain's rule (the sandbox does): kept for safety
+        return CheckResult(out.exercise, plan.hidden, False, "not graded", [f"{out.exercise}: {plan.unrated}"])
     if not out.passed:
         return CheckResult(out.exercise, plan.hidden, False, "failed", out.lines, perf=out.perf)
     status = "passed (partly not graded)" if out.not_graded and "kernel" in plan.ex.args else "passed"

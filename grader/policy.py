@@ -80,3 +80,21 @@ def speed_points(source: dict) -> float:
         except (KeyError, ImportError):
             continue
     return total
+
+
+def toolchain_points(source: dict) -> float:
+    """Points of the instructor notebook's graded cells whose exercise builds with a toolchain this machine lacks
+    (lesson 05's Rust without cargo): "not graded" here, so a correct submission does not get them."""
+    from kernels.checks.engine import toolchain_missing
+    from kernels.checks.spec import get
+
+    from .notebook import split
+
+    total = 0.0
+    for cell in split(source)[1]:
+        try:
+            if any(toolchain_missing(get(c.exercise)) for c in cell.checks):
+                total += cell.points
+        except (KeyError, ImportError):
+            continue
+    return total

@@ -311,6 +311,8 @@ class _Template:
                 a += ["--symlink", os.readlink(p), str(p)]
             elif p.is_dir():
                 a += ["--ro-bind", str(p), str(p)]
+        if self.profile == "compile":  # cargo's linker is /usr/bin/cc -> /etc/alternatives/cc: /etc must be open
+            a += ["--perms", "0755", "--dir", "/etc"]
         for e in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
                   "localtime", "hosts"):
             a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
@@ -344,6 +346,8 @@ class _Template:
         for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
             if k in os.environ:
                 a += ["--setenv", k, os.environ[k]]
+        if self.profile == "compile":
+            a += _rust_toolchain()
         return _with_parents(a) + ["--"]
 
     def _read(self) -> None:
@@ -426,6 +430,31 @@ class _Template:
         except subprocess.TimeoutExpired:
             pass
         self.log.close()
+
+
+def _rust_toolchain() -> list[str]:
+    """What the compile sandbox needs to build lesson 05's Rust exercise, where this machine has cargo: the
+    toolchain (rustup's, or the system's under /usr) and the workbook's crate, read-only; cargo first on ``PATH``,
+    its home and jobs in the worker's own ``/tmp``. Without cargo, nothing (the exercise is "not graded")."""
+    from kernels.export.rust_exercise import cargo
+
+    exe = cargo()
+    if exe is None:
+        return []
+    rustc = pathlib.Path(exe).with_name("rustc")
+    try:
+        sysroot = subprocess.run([str(rustc) if rustc.exists() else "rustc", "--print", "sysroot"],
+                                 capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if not sysroot or not (pathlib.Path(sysroot) / "bin" / "cargo").is_file():
+        return []
+    a = [] if sysroot.startswith("/usr/") or sysroot == "/usr" else ["--ro-bind", sysroot, sysroot]
+    crate = _ROOT / "rust"
+    for part in ("Cargo.toml", "Cargo.lock", "src", "exercise", "tests/fixtures"):
+        a += ["--ro-bind-try", str(crate / part), str(crate / part)]
+    return a + ["--setenv", "PATH", f"{sysroot}/bin:/usr/local/bin:/usr/bin:/bin", "--setenv", "CARGO_HOME",
+                "/tmp/.cargo", "--setenv", "CARGO_BUILD_JOBS", "2"]
 
 
 def _with_parents(args: list[str]) -> list[str]:

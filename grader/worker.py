@@ -277,6 +277,21 @@ def _serve_compile(ch: _Channel, req: dict) -> None:
         ch.send({"event": "compiled", "ok": False, "message": f"compiling for sm_90 failed: {type(e).__name__}: {e}"})
 
 
+def _serve_rule(ch: _Channel, req: dict) -> None:
+    """The rule of an exercise graded with a toolchain (:attr:`kernels.checks.spec.Exercise.toolchain`): it builds
+    and runs the student's code here, in the sandbox; only the verdict goes back."""
+    from kernels.checks import engine
+    from kernels.checks.spec import NotGradedHere, get
+
+    try:
+        why = engine.check_value(get(req["exercise"]), tuple(req["values"]), bool(req["hidden"]))
+        ch.send({"event": "rule", "why": why})
+    except NotGradedHere as e:
+        ch.send({"event": "rule", "needs": str(e)})
+    except BaseException as e:
+        ch.send({"event": "rule", "why": f"the check could not run: {type(e).__name__}: {e}"})
+
+
 def _serve_cubin(ch: _Channel, req: dict) -> None:
     """Compile the graded kernels' specialisations that the grader asks for, one at a time, and send back each
     cubin and its metadata (this is where compiling runs the kernel's Python: never beside the launch)."""
@@ -539,6 +554,8 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
             _serve_kernel(ch, req)
         elif kind == "compile":
             _serve_compile(ch, req)
+        elif kind == "rule":
+            _serve_rule(ch, req)
         elif kind == "cubin":
             _serve_cubin(ch, req)
             return
@@ -550,6 +567,10 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
                     _notebook_shell()
                 else:
                     import kernels.checks.engine  # noqa: F401
+                if req.get("cubin"):  # the launcher of the cubin path: NVIDIA's driver bindings
+                    from kernels.export.launch import driver
+
+                    driver()
                 ch.send({"event": "probe"})
             except BaseException as e:
                 ch.send({"event": "probe", "error": _error(e)})
@@ -588,8 +609,10 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import kernels  # noqa: F401  (decides the interpreter, before any kernel is decorated)
 
-    if mode == "compile":
-        os.environ["TRITON_INTERPRET"] = "0"
+    if mode == "compile":  # kernels built from here on are compiled-mode functions
+        from kernels.compile import enter_compile_mode
+
+        enter_compile_mode()
     torch.set_num_threads(1)
     if profile == "notebook":
         import IPython.core.interactiveshell  # noqa: F401

@@ -101,9 +101,10 @@ LESSONS: tuple[Lesson, ...] = (
         title="Your kernel outside Python: PTX, the driver API and Rust",
         summary="ahead-of-time PTX, a manifest-driven launch, the launch grid in Rust",
         outline=("your kernel compiled ahead of time to PTX: predicting its launch configuration, a manifest-driven "
-                 "launch through the driver API, the Rust launcher"),
+                 "launch through the driver API, the Rust launcher and its launch grid, written by you"),
         topic="export",
-        exercises={"predict_launch": ("predict_launch",), "build_launch": ("build_launch",)},
+        exercises={"predict_launch": ("predict_launch",), "build_launch": ("build_launch",),
+                   "launch_grid": ("YOUR_RUST",)},
         widgets={"ptx_explorer": "PTX explorer"},
         sizes="linear_attention",
     ),

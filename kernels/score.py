@@ -36,6 +36,7 @@ class Line:
     needs_gpu: bool  # a speed check, graded on a GPU only
     passed: bool
     why: str = ""
+    needs: str = ""  # the toolchain the check builds with, where it is missing here ("cargo"): not graded here
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Score:
         return ON_GPU
 
     def _deferred(self, ln: Line) -> bool:
-        return ln.needs_gpu and not self.on_gpu
+        return (ln.needs_gpu and not self.on_gpu) or bool(ln.needs)
 
     def table(self) -> str:
         rows = {}
@@ -80,18 +81,25 @@ class Score:
                 why = next((ln.why for ln in counted if not ln.passed and ln.why), "")
                 out.append(f"  {ex:<{width}} {got:>4g} / {sum(ln.points for ln in counted):<4g} ({parts})"
                            + (f"  {why}" if why else ""))
-            if deferred:
+            if deferred and deferred[0].needs:
+                out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs "
+                           f"{deferred[0].needs}: not installed here, so not graded (the lesson's cell says how to "
+                           "get it)")
+            elif deferred:
                 out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs a GPU: a speed "
                            "requirement, not graded in the interpreter")
         more = self.total - self.possible_here
-        tail = f"; {more:g} more need a GPU ({self.total:g} in all)" if more else ""
+        tools = sorted({ln.needs for ln in self.lines if ln.needs})
+        what = " or ".join((["a GPU"] if any(ln.needs_gpu and not self.on_gpu for ln in self.lines) else []) + tools)
+        tail = f"; {more:g} more need {what} ({self.total:g} in all)" if more else ""
         out.append(f"  {'total':<{width}} {self.earned:>4g} / {self.possible_here:<4g}{tail}")
         return "\n".join(out)
 
 
 def _graded(lesson: str):
-    """(cell id, exercise id, points, hidden, source) for each graded cell of the lesson, hidden tests included."""
-    from .course import solution_notebook
+    """(cell id, exercise id, points, hidden, source) for each graded cell of the lesson, hidden tests included
+    (read from the lesson's source by the course build: scoring needs the repository, not only this package)."""
+    from grader.course import solution_notebook
 
     out = []
     for cell in solution_notebook(lesson).cells:
@@ -114,6 +122,17 @@ def _needs_gpu(exercise: str) -> bool:
         return get(exercise).performance is not None
     except Exception:  # noqa: BLE001 (an exercise the registry does not know: graded like any other)
         return False
+
+
+def _missing_tool(exercise: str) -> str:
+    """The toolchain an exercise's check builds with (``"cargo"``), where it is missing on this machine."""
+    from .checks.engine import toolchain_missing
+    from .checks.spec import get
+
+    try:
+        return get(exercise).toolchain if toolchain_missing(get(exercise)) else ""
+    except Exception:  # noqa: BLE001 (an exercise the registry does not know: graded like any other)
+        return ""
 
 
 def _first_line(text: str) -> str:
@@ -160,7 +179,8 @@ def score_here(lesson: str, namespace: dict, *, show: bool = True) -> Score:
             passed, why = False, f"not defined yet: {e}"
         except Exception as e:  # noqa: BLE001 (a failed check, or the student's code raising)
             passed, why = False, _first_line(str(e)) or type(e).__name__
-        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), passed, why))
+        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), passed, why,
+                                _missing_tool(exercise)))
     if show:
         print(score.table())
     return score
@@ -171,8 +191,9 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
     only) in a fresh kernel, and score each graded cell by whether it raised."""
     import nbformat
 
-    from .course import solution_notebook
-    from .course.run import execute, graded_only, restore_locked
+    from grader.course import solution_notebook
+    from grader.course.run import execute, graded_only, restore_locked
+
     from .device import MODE
 
     nb = graded_only(restore_locked(nbformat.read(path, as_version=4), solution_notebook(lesson)))
@@ -183,12 +204,12 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
         if cell not in {c.get("id") for c in run.nb.cells}:
             why = "this graded cell is missing from your notebook"
         score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), not why,
-                                _first_line(why.split(": ", 1)[-1]) if why else ""))
+                                _first_line(why.split(": ", 1)[-1]) if why else "", _missing_tool(exercise)))
     return score
 
 
 def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
-    from .course import COURSE
+    from grader.layout import COURSE
 
     for folder in (work, COURSE):
         path = folder / f"{lesson}.ipynb"
@@ -198,8 +219,9 @@ def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grader.layout import WORK
+
     from .catalog import lesson_ids
-    from .course.workcopy import WORK
 
     ap = argparse.ArgumentParser(prog="python -m kernels.score", description=__doc__.splitlines()[0])
     ap.add_argument("lessons", nargs="*", help="lesson ids or numbers (default: all)")

@@ -144,8 +144,11 @@ def main() -> int:
     import fla
     import torch
 
+    from kernels.device import machine
+
     source = FOLDER / "SOURCE.json"
     summary = {
+        **machine(),
         "fla_version": getattr(fla, "__version__", "?"),
         "test_file": {**(json.loads(source.read_text()) if source.is_file() else {}),
                       "sha256": hashlib.sha256((FOLDER / TEST_FILE).read_bytes()).hexdigest()},

@@ -148,10 +148,10 @@ def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
 # %% [markdown] nbgrader={"grade": false, "grade_id": "export-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Compile ahead of time
 #
-# Triton compiles for `sm_90` without asking any GPU (`kernels.compile.compile_for` calls
-# `triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))`); the package's exporter
-# (`python -m kernels.export`, `kernels.export.export_spec` for a kernel of your own) wraps it and writes the
-# manifest. It needs, besides the kernel:
+# Triton compiles for `sm_90` without asking any GPU (`kernels.compile.compile_for` hands `triton.compile` an
+# `ASTSource` of the kernel, its signature and constexprs, and the target `GPUTarget("cuda", 90, 32)`); the
+# package's exporter (`python -m kernels.export`, `kernels.export.export_spec` for a kernel of your own) wraps it
+# and writes the manifest. It needs, besides the kernel:
 #
 # - a **signature**: the type of every runtime parameter, `*bf16` for a pointer to bf16, `i32` for an int,
 #   `fp32` for a float. In a JIT launch Triton reads these off the actual arguments;
@@ -671,11 +671,11 @@ BIN = ROOT / "rust" / "target" / "release" / "workbook-launch"
 _RAW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 
 
-def rust_launch(manifest, sizes, tensors, scalars, output="o_ptr"):
+def rust_launch(manifest, sizes, tensors, scalars, output="o_ptr", binary=BIN):
     """Run the Rust launcher on raw little-endian files of the inputs; return the output it wrote."""
     folder = OUT / "rust-run"
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [str(BIN), "run", "--manifest", str(OUT / (pathlib.Path(manifest["images"]["cubin"]).stem + ".json"))]
+    cmd = [str(binary), "run", "--manifest", str(OUT / (pathlib.Path(manifest["images"]["cubin"]).stem + ".json"))]
     cmd += [a for k, n in sizes.items() for a in ("--size", f"{k}={n}")]
     cmd += [a for k, x in scalars.items() for a in ("--scalar", f"{k}={x!r}")]
     for name, t in tensors.items():
@@ -706,22 +706,29 @@ else:
     print("Rust launch == driver-API launch, bit for bit:", torch.equal(o_rust.cuda(), o_driver))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-rust-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · a part of the launcher, in Rust (checked by the crate's tests)
+# ## Exercise 3 · a part of the launcher, in Rust (3 points)
 #
 # Now write some of it yourself. `launch_grid(manifest, sizes)` returns the launch grid the manifest describes:
 # its three `grid` expressions evaluated over the integer constexprs and the problem sizes, each within CUDA's
-# limits (x up to 2³¹ − 1, y and z up to 65535), and an `Err` naming the problem for a missing size, an
-# expression that fails, or a grid outside the limits: what your Python `build_launch` did for the grid, in Rust.
-# The crate gives you what you need: `Manifest` (its fields `constexprs: Vec<(String, Json)>` with
+# limits (x up to 2³¹ − 1, y and z up to 65535, every axis at least 1), and an `Err` naming the problem for a
+# missing size, an expression that fails, or a grid outside the limits: what your Python `build_launch` did for the
+# grid, in Rust. The crate gives you what you need: `Manifest` (its fields `constexprs: Vec<(String, Json)>` with
 # `Json::as_i64()`, `sizes: Vec<String>` and `grid: [String; 3]`) and `workbook_launch::expr::evaluate(text,
-# &HashMap<String, i64>) -> Result<i64, ExprError>` (`ExprError.0` is its message).
+# &HashMap<String, i64>) -> Result<i64, ExprError>` (`ExprError.0` is its message). The expressions evaluate to
+# `i64`, the grid is `u32`: a value past `u32::MAX` must be refused, not wrapped around by `as u32`. Compute the
+# grid yourself: the launcher's own `Manifest::resolve` is what the tests compare with, and the check refuses it.
 #
 # Write the body of the function inside the string below, in place of the two placeholder lines. The cell after
 # it writes your code into a crate of its own beside the workbook's (`artifacts/05_ptx_export_rust/rust-yours`),
 # builds it with `cargo build --offline` and runs the crate's tests (`rust/exercise/grid.rs`): they compare your
-# grid with the launcher's own `Manifest::resolve` for the lesson's kernels, at odd sizes, and check the refusals.
-# No GPU is needed. This exercise is not part of the lesson's points: the tests are your check. Without `cargo`
-# the cell says how to get it and skips.
+# grid with the launcher's own `Manifest::resolve` for the lesson's kernels at ragged sizes, check CUDA's limits
+# on each axis (at them, one past them, past `u32`), a zero-sized grid and the refusals, and name the fault when
+# one fails (axes swapped, a ceiling division off by one, a value wrapped around in `u32`). The graded cell then
+# runs them again, and your function on cases drawn fresh. No GPU is needed for the points; on a GPU, the cell
+# after them builds your launcher (`workbook-launch` with your grid) and runs the exported kernel with it.
+#
+# **Without `cargo`** these cells say how to get it (rustup, or `apt-get install cargo`) and skip: the exercise is
+# then "not graded here (needs cargo)", in your score as in the grader's, never passed or failed.
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-rust", "locked": false, "schema_version": 3, "solution": true}
 YOUR_RUST = r"""
@@ -757,6 +764,7 @@ pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> Result<[u32;
 }
 """
 
+
 # %% nbgrader={"grade": false, "grade_id": "ex3-rust-check", "locked": true, "schema_version": 3, "solution": false}
 from kernels.export.rust_exercise import build_and_test
 
@@ -766,6 +774,46 @@ if rust_result.passed is None:
     print("(skipped)")
 elif rust_result.tests:
     print("\n".join(f"  {'ok  ' if ok else 'FAIL'} {name}" for name, ok in rust_result.tests.items()))
+
+# %% nbgrader={"grade": true, "grade_id": "ex3-rust-grade", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05_ptx_export_rust.launch_grid", YOUR_RUST)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-gpu-text", "locked": true, "schema_version": 3, "solution": false}
+# ### Your grid on the GPU
+#
+# Your function inside a launcher: `yours-launch` is `workbook-launch` whose grid comes from your `launch_grid`
+# (`cargo build --offline --release` of the crate above; it refuses the launch with your `Err`). On a GPU it
+# launches the aligned export on the tensors of the driver-API launch, and the output is compared with the float64
+# torch reference and, bit for bit, with the driver-API launch. A GPU machine without `cargo` runs a launcher built
+# elsewhere from the same source: `python -m kernels.export.rust_exercise --source FILE` writes
+# `rust/target/release/yours-launch` with the SHA-256 of the source beside it, and the cell uses it only when that
+# matches your `YOUR_RUST`.
+
+# %% nbgrader={"grade": false, "grade_id": "ex3-gpu", "locked": true, "schema_version": 3, "solution": false}
+import hashlib
+
+from kernels.export.rust_exercise import build_launcher
+
+if not ON_GPU or plan is None:
+    print("(no GPU here: your launcher runs the kernel on a CUDA machine)")
+else:
+    yours, how = build_launcher(YOUR_RUST, OUT / "rust-yours")
+    print(how)
+    prebuilt = ROOT / "rust" / "target" / "release" / "yours-launch"
+    stamp = prebuilt.with_name(prebuilt.name + ".sha256")
+    same = stamp.is_file() and stamp.read_text().strip() == hashlib.sha256(YOUR_RUST.encode()).hexdigest()
+    if yours is None and same:
+        yours = prebuilt
+        print(f"using {prebuilt.relative_to(ROOT)}, built elsewhere from this same YOUR_RUST")
+    if yours is None:
+        print("no launcher built from this YOUR_RUST: the GPU launch with your grid is skipped")
+    else:
+        o_yours, report = rust_launch(aligned, gpu, {"q_ptr": q, "k_ptr": k, "v_ptr": v}, {"scale": scale},
+                                      binary=yours)
+        print("your launcher's grid:", report["grid"])
+        print("your launcher vs float64 reference:",
+              assert_close("yours", ref, o_yours.cuda(), tolerance(torch.bfloat16)))
+        print("your launcher == driver-API launch, bit for bit:", torch.equal(o_yours.cuda(), o_driver))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "no-gpu", "locked": true, "schema_version": 3, "solution": false}
 # > **Without a GPU.** The export, the PTX, the manifest and both exercises work the same on a laptop: Triton

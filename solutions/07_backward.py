@@ -293,6 +293,11 @@ check("07_backward.dq", dq_kernel, hidden=True)
 # The package's version (`kernels/linear_attention/chunked_bwd.py`) splits `dH` over programs (two K blocks for
 # `dk`, two V blocks for `dv` at `D = 128`), so that the GPU has more programs than heads and each holds a
 # `[128, 64]` block in registers; they read the same chunks at the same time, from L2.
+#
+# The launcher below (given) pipelines two stages, `num_stages=2`, and the check launches your kernel the same way:
+# with Triton's default of three, chunks of 64 at `K = V = 128` in bf16 ask for 233,472 bytes of shared memory,
+# 1 KiB more than the 232,448 a block may have on an H100 or H200, and the launch fails with `OutOfResources`
+# (the interpreter has no such limit; lesson 06 shows how to read the figure from the compiler).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-dkdv", "locked": false, "schema_version": 3, "solution": true}
 @triton.jit
@@ -347,7 +352,7 @@ def launch_dkdv(q, k, v, do, scale, chunk=16, precision="ieee", num_warps=4):
     dv = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
     dkdv_kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
                           *strides(do), *strides(dk), *strides(dv), BT=chunk, BK=pow2(K), BV=pow2(V),
-                          PRECISION=precision, num_warps=num_warps)
+                          PRECISION=precision, num_warps=num_warps, num_stages=2)
     return dk, dv
 
 

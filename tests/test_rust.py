@@ -5,6 +5,8 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -140,7 +142,7 @@ def _lesson_rust():
     """Lesson 05's Rust exercise: the solution's source, and the student's (the body replaced by the stub)."""
     import re
 
-    from kernels.course import solution_notebook
+    from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
     source = re.search(r'r"""\n(.*)"""', cell.source, re.S).group(1)
@@ -153,16 +155,56 @@ def _lesson_rust():
 @pytest.mark.slow
 @pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
 def test_lesson_rust_exercise_passes_the_solution_and_fails_the_stub_and_a_missing_limit(tmp_path):
-    from kernels.export.rust_exercise import build_and_test
+    from kernels.export.rust_exercise import build_and_test, grade
 
     solution, stub = _lesson_rust()
     good = build_and_test(solution, tmp_path / "good")
-    assert good.passed and len(good.tests) == 3 and all(good.tests.values()), good.message
+    assert good.passed and len(good.tests) == 9 and all(good.tests.values()), good.message
     bad = build_and_test(stub, tmp_path / "stub")
-    assert bad.passed is False and "does not build" in bad.message
+    assert bad.passed is False and "replace the two placeholder lines" in bad.message
     no_limit = build_and_test(solution.replace("if v < 1 || v > limits[axis]", "if v < 1"), tmp_path / "limit")
     assert no_limit.passed is False and no_limit.tests["a_grid_past_cudas_limits_is_refused"] is False
-    assert "a_grid_past_cudas_limits_is_refused failed" in no_limit.message
+    assert "a_grid_past_cudas_limits_is_refused" in no_limit.message and "must be refused" in no_limit.message
+    assert grade(solution, 7, tmp_path / "graded") == (True, grade(solution, 8, tmp_path / "graded")[1])
+    assert grade(stub, 7, tmp_path / "graded-stub")[0] is False
+
+
+@pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
+def test_the_graded_cases_catch_what_the_crates_tests_let_through(tmp_path):
+    """A launch_grid that passes every test of the crate but answers one graded case wrong still fails: the
+    grader compares each graded case with its own reading of the manifests."""
+    from kernels.export.rust_exercise import draw_cases, expected, grade
+
+    solution, _ = _lesson_rust()
+    cases = draw_cases(3)
+    assert len(cases) > 20 and any(expected(*c) is None for c in cases) and any(expected(*c) for c in cases)
+    assert expected("X|Y|Z", [("X", 2**31 - 1), ("Y", 65535), ("Z", 65535)]) == (2**31 - 1, 65535, 65535)
+    assert expected("X|Y|Z", [("X", 2**32 + 1), ("Y", 1), ("Z", 1)]) is None
+    assert expected("vector_add.json", [("n_elements", 0)]) is None
+    assert expected("linear_attention.json", [("B", 2), ("T", 5), ("H", 3), ("K", 16), ("V", 130)]) == (3, 6, 1)
+    # right on every size the crate's tests use, wrong on a V that only a graded case draws
+    sly = solution.replace("    Ok(grid)", "    if sizes.iter().any(|(k, v)| k == \"V\" && *v == 321) {\n"
+                           "        grid[0] += 1;\n    }\n    Ok(grid)")
+    sly_cases = [("linear_attention.json", [("B", 1), ("T", 3), ("H", 1), ("K", 16), ("V", 321)])]
+    from kernels.export import rust_exercise
+
+    real = rust_exercise.draw_cases
+    try:
+        rust_exercise.draw_cases = lambda seed: sly_cases
+        passed, message = grade(sly, 1, tmp_path / "sly")
+    finally:
+        rust_exercise.draw_cases = real
+    assert passed is False and "V=321" in message and "expected grid [6, 1, 1]" in message, message
+
+
+def test_lesson_rust_exercise_refuses_the_launchers_own_answer():
+    from kernels.export.rust_exercise import forbidden
+
+    solution, _ = _lesson_rust()
+    assert forbidden(solution) is None
+    assert "resolve" in forbidden("fn launch_grid(m: &Manifest) { m.resolve(s) }")
+    assert "std::process" in forbidden("use std::process::exit;")
+    assert forbidden("let env = 1; // process each axis") is None
 
 
 def test_lesson_rust_exercise_says_how_to_get_cargo(monkeypatch, tmp_path):
@@ -171,3 +213,72 @@ def test_lesson_rust_exercise_says_how_to_get_cargo(monkeypatch, tmp_path):
     monkeypatch.setattr(rust_exercise, "cargo", lambda: None)
     got = rust_exercise.build_and_test("pub fn f() {}", tmp_path)
     assert got.passed is None and "rustup" in got.message and not (tmp_path / "Cargo.toml").exists()
+    assert rust_exercise.grade("pub fn launch_grid() {}", 1, tmp_path)[0] is None
+    assert rust_exercise.build_launcher("pub fn launch_grid() {}", tmp_path)[0] is None
+
+
+def test_without_cargo_the_graded_cell_is_skipped_and_the_score_says_needs_cargo(tmp_path, capsys):
+    """PATH without cargo (and no rustup home): the check prints how to get it and does not raise; the lesson's
+    score lists the exercise as needing cargo, neither passed nor failed."""
+    code = textwrap.dedent("""
+        import pathlib, sys
+        from kernels.checks import check
+        from kernels.export import rust_exercise
+        from kernels.score import Line, Score, _missing_tool
+        assert rust_exercise.cargo() is None
+        check("05_ptx_export_rust.launch_grid", "pub fn launch_grid() {}")
+        tool = _missing_tool("05_ptx_export_rust.launch_grid")
+        s = Score("05_ptx_export_rust", "interpreter", [Line("ex3-rust-grade", "launch_grid", 3, False, False, True,
+                                                             "", tool)])
+        print(s.table())
+        assert tool == "cargo" and s.earned == 0 and s.possible_here == 0 and s.total == 3
+    """)
+    env = {**os.environ, "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "not graded here: needs cargo" in proc.stdout and "rustup" in proc.stdout
+    assert "needs cargo: not installed here" in proc.stdout and "3 more need cargo" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
+def test_the_learners_launcher_takes_its_grid_from_launch_grid(tmp_path):
+    """yours-launch is the crate's command line with the grid from the learner's function: a launch it refuses
+    stops with its message before the driver is opened; one it accepts reaches the driver (missing here)."""
+    from kernels.export.rust_exercise import build_launcher
+
+    solution, stub = _lesson_rust()
+    assert build_launcher(stub, tmp_path / "stub")[0] is None
+    launcher, how = build_launcher(solution, tmp_path / "yours")
+    assert launcher is not None and launcher.is_file(), how
+    manifest = str(FIXTURES / "vector_add.json")
+    info = subprocess.run([str(launcher), "info", "--manifest", manifest], capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0 and "cdiv(n_elements, BLOCK_SIZE)" in info.stdout
+    env = {**os.environ, "WORKBOOK_LIBCUDA": "/nonexistent/libcuda.so.1"}
+    zero = subprocess.run([str(launcher), "bench", "--manifest", manifest, "--size", "n_elements=0"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert zero.returncode == 2 and "your launch_grid refused the launch" in zero.stderr, zero.stderr
+    fine = subprocess.run([str(launcher), "bench", "--manifest", manifest, "--size", "n_elements=5000"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert fine.returncode == 4 and "launch_grid" not in fine.stderr, fine.stderr
+
+
+@pytest.mark.gpu
+def test_the_solutions_launcher_runs_the_exported_kernels_like_torch(tmp_path):
+    """On a GPU: the launcher built from the lesson's launch_grid (``python -m kernels.export.rust_exercise`` on a
+    machine with cargo, carried in rust/target/release/) launches the exported kernels; their outputs match the
+    float64 torch references and Triton's own launches."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    from kernels.export import rust_exercise
+    from kernels.export.roundtrip import run
+
+    launcher = CRATE / "target" / "release" / rust_exercise.LAUNCHER
+    if CARGO:
+        rust_exercise.install_launcher(rust_exercise.solution_source(), launcher)
+    if not launcher.is_file():
+        pytest.skip("no rust/target/release/yours-launch (build it with python -m kernels.export.rust_exercise)")
+    result = run(rust=str(launcher), out=tmp_path, quick=True, launches=200, repeat=3)
+    rust_rows = [r for r in result["cases"] if r["launcher"] == "rust"]
+    assert rust_rows and all(r.get("ok") for r in rust_rows), rust_rows

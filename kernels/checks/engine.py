@@ -20,7 +20,7 @@ from ..device import DEVICE, INTERPRET, ON_GPU
 from ..device import sync as _sync
 from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, precision_of, repoison
 from . import provenance
-from .spec import Case, CheckFailed, Exercise, get
+from .spec import Case, CheckFailed, Exercise, NotGradedHere, get
 
 __all__ = [
     "GRADING_ENV",
@@ -28,6 +28,7 @@ __all__ = [
     "check",
     "resolve_live",
     "check_value",
+    "toolchain_missing",
     "draw_seed",
     "case_inputs",
     "reference",
@@ -414,6 +415,16 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
     return problems
 
 
+def toolchain_missing(ex: Exercise) -> str | None:
+    """Where the exercise's toolchain (:attr:`Exercise.toolchain`) is missing on this machine, what to do about it
+    (the message starts with "needs <tool>"); else None."""
+    if ex.toolchain == "cargo":
+        from ..export import rust_exercise
+
+        return None if rust_exercise.cargo() else rust_exercise.GET_CARGO
+    return None
+
+
 def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
     """A value argument must be plain data; then the exercise's rule decides."""
     for v in values:
@@ -740,6 +751,7 @@ class Plan:
         self.perf: dict | None = None
         self.failure: list[str] = []
         self.error: BaseException | None = None
+        self.unrated = ""
 
     @property
     def failed(self) -> bool:
@@ -765,10 +777,16 @@ class Plan:
         if not self.failure:
             self.failure, self.error = list(lines), error
 
-    def check_values(self, values: tuple) -> bool:
-        """The exercise's rule on its ``value`` arguments (the others None); False once failed."""
-        if "value" in self.ex.args:
-            why = check_value(self.ex, values, self.hidden)
+    def check_values(self, values: tuple, rule=None) -> bool:
+        """The exercise's rule on its ``value`` arguments (the others None), or ``rule(values)`` where it runs
+        elsewhere (the grader runs a toolchain's rule in its sandbox); False once failed, or when the rule cannot be
+        judged on this machine (:class:`NotGradedHere`: ``unrated`` says why)."""
+        if rule is not None or "value" in self.ex.args:
+            try:
+                why = rule(values) if rule is not None else check_value(self.ex, values, self.hidden)
+            except NotGradedHere as e:  # the toolchain is missing here: neither passed nor failed
+                self.unrated = str(e)
+                return False
             if why:
                 self.fail([f"{self.ex.id}: {why}"])
         return not self.failed
@@ -805,6 +823,8 @@ class Plan:
         ex = self.ex
         if self.failed:
             return Outcome(ex.id, False, list(self.failure), cases=self.passed, perf=self.perf, error=self.error)
+        if self.unrated:
+            return Outcome(ex.id, True, [f"{ex.id}: not graded here: {self.unrated}"], not_graded=[self.unrated])
         if self.values_only:
             return Outcome(ex.id, True, [f"✓ {ex.id}: value accepted"])
         out = Outcome(ex.id, True, cases=self.passed, not_graded=self.not_graded(), perf=self.perf)

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["KINDS", "Case", "Performance", "Exercise", "CheckFailed", "register", "get", "lesson_exercises"]
+__all__ = ["KINDS", "Case", "Performance", "Exercise", "CheckFailed", "NotGradedHere", "register", "get",
+           "lesson_exercises"]
 
 #: What a student passes to ``check``, argument by argument:
 #: ``kernel`` a ``@triton.jit`` function defined at the top level of the notebook;
@@ -27,6 +28,11 @@ KINDS = ("kernel", "function", "value")
 
 class CheckFailed(AssertionError):
     """A check did not pass; the message says what to fix."""
+
+
+class NotGradedHere(Exception):
+    """A check that cannot run on this machine, because the toolchain it builds the answer with is missing
+    (:attr:`Exercise.toolchain`); the message starts with "needs <tool>" and says how to get it."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,10 @@ class Exercise:
       not with the result: with fresh seeds an output can nearly cancel (``q·k`` = -0.002 from terms summing to
       1.6 in fp32), and a correct kernel would miss a relative tolerance. The relative error is then taken against
       the larger of the two norms.
+    - ``toolchain``: a ``value`` exercise whose rule builds the value with an outside toolchain (``"cargo"``: lesson
+      05's Rust). The rule raises :class:`NotGradedHere` where the toolchain is missing (the check is then reported
+      as "needs cargo", never passed or failed), and the grader runs it in its sandbox, since it runs the student's
+      compiled code.
     - ``traffic(findings, case) -> str | None``: a rule on the memory traffic of a kernel exercise, checked where
       the case runs bounds-checked in the interpreter (:mod:`kernels.checks.bounds`): ``findings.loaded(name)`` and
       ``findings.stored(name)`` count the elements of each tensor the launches loaded and stored. Returns the
@@ -129,6 +139,7 @@ class Exercise:
     magnitude: bool = False
     traffic: Callable[[Any, Case], str | None] | None = None
     description: str = ""
+    toolchain: str = ""
 
     def __post_init__(self):
         if not _ID.match(self.id):

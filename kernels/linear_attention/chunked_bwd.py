@@ -188,18 +188,30 @@ def _blocks(K: int, V: int, dtype: torch.dtype) -> tuple[int, int, int, int, int
     return BT, BK, BV, BKA, BVA, 8 if wide else 4
 
 
+def _whole_heads(K: int, V: int, dtype: torch.dtype, dht, need_dh0: bool) -> bool:
+    """Whether the dk/dv pass runs one dk and one dv program a head (8 warps, 3 stages) instead of 64-column
+    blocks (4 warps, 2 stages). At 2 stages Triton waits for every copy at the top of each step, so a program's
+    loads overlap nothing of its own; at 3 stages the next chunk's tiles load during the step, which with whole
+    heads of 128 fits one program an SM (232 registers, no spill, 180 KiB; ``scripts/sm90_backward.py``) and
+    keeps the launch to one wave. With the final state's gradient in or the initial state's out it spills (224
+    bytes), so those calls keep the blocks (PERF.md, "The backward pass")."""
+    return (not INTERPRET and K == V == 128 and dtype in (torch.bfloat16, torch.float16) and dht is None
+            and not need_dh0)
+
+
 def _strides(x: torch.Tensor) -> tuple[int, int, int]:
     return x.stride(0), x.stride(1), x.stride(2)
 
 
 def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, *,
                      need_dh0: bool = False, num_stages: int | None = None, num_warps: int | None = None,
-                     maxnreg: int | None = None, passes: tuple[str, ...] = ("dq", "dkdv")):
+                     maxnreg: int | None = None, block: int | None = None, passes: tuple[str, ...] = ("dq", "dkdv")):
     """Gradients of ``o = chunked_linear_attention(q, k, v, scale, initial_state)`` (unnormalised) and of its
     final state: ``(dq, dk, dv, dh0)``, dq/dk/dv in q's dtype and ``dh0`` [N, H, K, V] fp32 (None unless
     ``need_dh0``). do: [B, T, H, V]; dht: the final state's gradient [N, H, K, V] or None (zero).
-    ``num_stages``, ``num_warps``, ``maxnreg`` (registers a thread may use) and ``passes`` (which of the two run;
-    the other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``)."""
+    ``num_stages``, ``num_warps``, ``maxnreg`` (registers a thread may use), ``block`` (the K and V columns a
+    program owns, a power of two; whole heads at their size or more) and ``passes`` (which of the two run; the
+    other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``)."""
     p = check_inputs(q, k, v, scale, initial_state, False, cu_seqlens)
     if do.shape != v.shape or do.dtype != q.dtype:
         raise ValueError(f"do must match v's shape {tuple(v.shape)} and q's dtype {q.dtype}, got "
@@ -215,9 +227,12 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
             dh0.copy_(dht if dht is not None else torch.zeros_like(dh0))
         return dq, dk, dv, dh0
     BT, BK, BV, BKA, BVA, warps = _blocks(p.K, p.V, q.dtype)
+    if block is not None:
+        BK, BV = min(BKA, block), min(BVA, block)
     warps = num_warps or warps
     # the dq pass has one program per K block and sequence·head, the dk/dv pass twice as many at K = V: two
-    # stages let two of its programs share an SM, so all of them are resident at once (PERF.md)
+    # stages let two of its programs share an SM, so all of them are resident at once (PERF.md); at K = V = 128
+    # in 16 bits the dk/dv pass owns whole heads instead (_whole_heads)
     stages_dq = num_stages or (1 if INTERPRET else 2 if warps == 8 else 3)
     stages_dkdv = num_stages or (1 if INTERPRET else 2)
     precision = float32_precision() if q.dtype == torch.float32 else None
@@ -234,6 +249,8 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
         )
     if "dkdv" not in passes:
         return dq, dk, dv, dh0
+    if (block, num_warps, num_stages) == (None, None, None) and _whole_heads(p.K, p.V, q.dtype, dht, need_dh0):
+        BK, BV, warps, stages_dkdv = BKA, BVA, 8, 3
     nk = triton.cdiv(p.K, BK)
     dht = dht.contiguous() if dht is not None else None
     _chunked_dkdv_kernel[(nk + triton.cdiv(p.V, BV), p.N * p.H)](

@@ -204,8 +204,8 @@ class PtxExplorer(View):
 def ptx_explorer(ptx=None, *, names: list[str] | None = None) -> PtxExplorer:
     """PTX explorer (lesson 05): parameters, memory instructions by space, tensor-core instructions.
 
-    ``ptx``: PTX text, a ``.ptx`` path, or a compiled kernel (``triton.compile(...)``); ``None``: the sample
-    matmul's PTX for sm_90 (:func:`sample_ptx`). ``names``: the kernel's
+    ``ptx``: PTX text, a ``.ptx`` path, or a compiled kernel (what ``kernels.compile.compile_for`` returns);
+    ``None``: the sample matmul's PTX for sm_90 (:func:`sample_ptx`). ``names``: the kernel's
     declared non-constexpr parameter names, to label the PTX parameters. Controls: ``category``, ``k``
     (which occurrence).
     """

@@ -330,3 +330,30 @@ def test_a_wrong_or_flaky_launch_while_timed_is_counted():
 
     r, _ = _timed(every_fifth_wrong, verify=1e-3)
     assert 0 < r["skipped"][0] <= seen["launches"] // 5 + 1
+
+
+def test_the_interpreter_pre_check_runs_apart(grader_run):
+    """On a GPU with cubins the kernel's Python runs only in the pre-check (and the compile): the small cases,
+    bounds-checked in the interpreter, in the kernel worker, which is stopped before the launch worker starts."""
+    from grader import cubin
+    from grader.grade import CheckResult, _Session
+    from grader.notebook import CheckCall
+    from kernels.checks import engine
+    from kernels.checks.spec import get
+
+    ex = get("00_setup.vector_add")
+    session = _Session(grader_run, "pre", "00_setup", 0, [], [], [])
+    call = CheckCall(ex.id, ("add_kernel",), False)
+    cases, _ = engine.active_cases(ex, False)
+    items = [{"index": i, "case": c, "seed": 5, "cpu": engine.case_inputs(ex, c, 5)} for i, c in cases]
+    request = [{"index": it["index"], "hidden": False, "inputs": it["cpu"]} for it in items]
+    wild = ADD.replace("tl.store(out_ptr + offs,", "tl.store(out_ptr + offs + 1,")
+    try:
+        assert cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": wild}], [None], [], []) == {}
+        assert cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": ADD}], [None], request, items) == {}
+        assert "kernel" not in session.workers
+        found = cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": wild}], [None], request, items)
+        assert isinstance(found, CheckResult) and not found.passed
+        assert "out of bounds" in "\n".join(found.lines), found.lines
+    finally:
+        session.finish()

@@ -16,30 +16,11 @@ from kernels.linear_attention import chunk_linear_attn, dispatch
 from kernels.linear_attention import fused as fz
 from kernels.linear_attention.fused import Launch, fused_forward
 from kernels.linear_attention.reference import normalizer, reference_linear_attention
-from kernels.testing import assert_close, check_bad_input, poisoned, randn, rel_error, tolerance
+from kernels.testing import assert_close, check_bad_input, randn, rel_error, tolerance
 
 # Whole sequences, and chained segments of 32 or 48 tokens with V split into blocks (ragged at V = 40).
 LAUNCHES = {"whole": Launch(None, 16, 16, 4, 1), "chain32": Launch(32, 16, 16, 4, 1),
             "chain48_bv32": Launch(48, 16, 32, 4, 1)}
-
-
-@pytest.fixture
-def allocations(monkeypatch):
-    """Float buffers the wrapper allocates come NaN-filled inside NaN guard bands; returns the list."""
-    made = []
-    empty = torch.empty
-
-    def fake_empty(*size, dtype=None, device=None, **kw):
-        dt = dtype or torch.get_default_dtype()
-        if kw or not dt.is_floating_point:
-            return empty(*size, dtype=dtype, device=device, **kw)
-        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
-        p = poisoned(*shape, dtype=dt, device=device or DEVICE)
-        made.append(p)
-        return p.out
-
-    monkeypatch.setattr(fz.torch, "empty", fake_empty)
-    return made
 
 
 def features(x: torch.Tensor) -> torch.Tensor:
@@ -103,7 +84,10 @@ def test_normalize(launch, dtype, states, allocations):
 
 # The normaliser's sums as tensor-core products (Launch.norm_mma), through both launches.
 MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma="both"),
-                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both")}
+                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both"),
+                "whole_wide": dataclasses.replace(LAUNCHES["whole"], norm_mma="wide"),
+                "chain48_bv32_wide": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="wide"),
+                "chain32_qzt": dataclasses.replace(LAUNCHES["chain32"], norm_mma="qzt")}
 
 
 @pytest.mark.parametrize("launch", MMA_LAUNCHES)
@@ -118,7 +102,8 @@ def test_normalize_mma(launch, dtype, allocations):
     assert err <= (2e-5 if dtype == torch.bfloat16 else 1e-6), f"normaliser: relative error {err:.1e}"
 
 
-@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"]], ids=["cuda_cores", "mma"])
+@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"], MMA_LAUNCHES["whole_wide"],
+                                    MMA_LAUNCHES["chain32_qzt"]], ids=["cuda_cores", "mma", "wide", "qzt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_normalize_large_key_sum(launch, dtype):
     """A key sum far past fp16's range (a long history in z_state): q · z must neither overflow nor lose z's
@@ -126,6 +111,16 @@ def test_normalize_large_key_sum(launch, dtype):
     case = make(1, 45, 2, 16, 24, dtype, seed=33, z0=True)
     case["z_state"] = case["z_state"] * 3e5 + torch.arange(16, device=DEVICE)  # up to ~1e6, distinct entries
     check(case, launch, normalize=True)
+
+
+@pytest.mark.parametrize("launch", ["whole", "chain48_bv32"])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "raw"])
+def test_second_key_load(launch, normalize, allocations):
+    """``Launch.kt``: kᵀ of the state update loaded again from memory (fp32's layout), every state in and out,
+    packed sequences with empty ones, ragged K."""
+    cu = [0, 0, 30, 31, 77]
+    case = make(1, 77, 2, 24, 40, torch.float32, seed=41 + len(launch), h0=True, z0=normalize, cu=cu)
+    check(case, dataclasses.replace(LAUNCHES[launch], kt=True), allocations, normalize=normalize)
 
 
 @pytest.mark.parametrize("launch", LAUNCHES)

@@ -1,4 +1,5 @@
-"""Lesson 05 (PTX export and Rust): predict a launch from compiled metadata; build a launch from a manifest.
+"""Lesson 05 (PTX export and Rust): predict a launch from compiled metadata; build a launch from a manifest; the
+launch grid in Rust.
 
 Both are function exercises graded on the CPU. ``build_launch`` returns real addresses, so ``run`` turns them back
 into names (which tensor, which scratch buffer, NULL) before comparing with the manifest's own reading; it also
@@ -13,9 +14,9 @@ from types import SimpleNamespace
 
 import torch
 
-from ..spec import Case, CheckFailed, Exercise, register
+from ..spec import Case, CheckFailed, Exercise, NotGradedHere, register
 
-__all__ = ["PREDICT_LAUNCH", "BUILD_LAUNCH", "MANIFESTS", "manifest", "expected_launch"]
+__all__ = ["PREDICT_LAUNCH", "BUILD_LAUNCH", "LAUNCH_GRID", "MANIFESTS", "manifest", "expected_launch"]
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 INT_RANGES = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1),
@@ -437,4 +438,34 @@ BUILD_LAUNCH = Exercise(
     points=(4, 2),
 )
 
-register(PREDICT_LAUNCH, BUILD_LAUNCH)
+
+
+# ---- exercise 3: the launch grid, in Rust ----------------------------------------------------------------------
+
+def _launch_grid_rule(args, hidden):
+    """Build the learner's Rust (``YOUR_RUST``) with cargo, run the crate's tests (``rust/exercise/grid.rs``) and
+    compare its grid on cases drawn fresh with the manifests' own (:func:`kernels.export.rust_exercise.grade`)."""
+    from ...export import rust_exercise
+    from ..engine import draw_seed
+
+    (source,) = args
+    passed, message = rust_exercise.grade(source, draw_seed())
+    if passed is None:
+        raise NotGradedHere(message)
+    return None if passed else message
+
+
+LAUNCH_GRID = Exercise(
+    id="05_ptx_export_rust.launch_grid",
+    args=("value",),
+    signature="YOUR_RUST: Rust source defining pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> "
+              "Result<[u32; 3], String>",
+    description="the grid expressions evaluated over the constexprs and sizes, each within CUDA's limits (x up to "
+                "2**31 - 1, y and z up to 65535); Err for a missing size, a failing expression or a grid outside them",
+    run=lambda args, inputs, outputs, case: None,  # a value exercise: the rule is the whole check
+    rule=_launch_grid_rule,
+    toolchain="cargo",
+    points=(3, 0),
+)
+
+register(PREDICT_LAUNCH, BUILD_LAUNCH, LAUNCH_GRID)

@@ -130,7 +130,7 @@ def _strides(x):
 
 
 def _opts(case):
-    return {"num_warps": case["num_warps"]} if case.get("num_warps") else {}
+    return {name: case[name] for name in ("num_warps", "num_stages") if case.get(name)}
 
 
 def _dq_launch(kernel, inputs, dq, case):
@@ -209,7 +209,7 @@ def _cases(hidden: bool, dq: bool):
              gpu_only=True),
     ] + pick(cpu=[], gpu=[
         Case("B=2 T=1000 H=8 K=128 V=128 BT=64 bf16" + (" BK=64" if dq else ""),
-             dict(B=2, T=1000, H=8, K=128, V=128, BT=64, num_warps=8, **({"BK": 64} if dq else {})),
+             dict(B=2, T=1000, H=8, K=128, V=128, BT=64, num_warps=8, num_stages=2, **({"BK": 64} if dq else {})),
              torch.bfloat16),
     ])
 
@@ -292,7 +292,7 @@ AUTOGRAD = Exercise(
 
 # The package's passes, not fla's: fla autotunes for about a minute at a new shape, longer than a check may take.
 _TIMED = Case("B=4 T=4096 H=16 K=128 V=128 BT=64 BK=64 bf16",
-              dict(B=4, T=4096, H=16, K=128, V=128, BT=64, BK=64, num_warps=8), torch.bfloat16)
+              dict(B=4, T=4096, H=16, K=128, V=128, BT=64, BK=64, num_warps=8, num_stages=2), torch.bfloat16)
 
 
 def _speed_run(args, inputs, outputs, case):

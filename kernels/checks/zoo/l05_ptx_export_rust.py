@@ -1,4 +1,5 @@
-"""Lesson 05's zoo: the launch predicted from compiled metadata, the manifest-driven launch."""
+"""Lesson 05's zoo: the launch predicted from compiled metadata, the manifest-driven launch, the launch grid in
+Rust (graded only where cargo is installed)."""
 
 from . import Entry
 from .l02_naive_hbm_loops import edit
@@ -169,4 +170,103 @@ BUILD_LAUNCH = [
            why="extra validation: contiguous tensors only"),
 ]
 
-ENTRIES = PREDICT_LAUNCH + BUILD_LAUNCH
+
+#: The Rust exercise's answer (the lesson's solution, without the nbgrader markers).
+GRID = r"""
+use std::collections::HashMap;
+
+use workbook_launch::expr::evaluate;
+use workbook_launch::Manifest;
+
+/// The launch grid of `manifest` for `sizes`, or why there is none.
+pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> Result<[u32; 3], String> {
+    let mut env: HashMap<String, i64> = HashMap::new();
+    for (name, value) in &manifest.constexprs {
+        if let Some(v) = value.as_i64() {
+            env.insert(name.clone(), v);
+        }
+    }
+    for name in &manifest.sizes {
+        let (_, v) = sizes.iter().find(|(k, _)| k == name).ok_or(format!("missing size {name}"))?;
+        env.insert(name.clone(), *v);
+    }
+    let limits = [2_147_483_647i64, 65_535, 65_535];
+    let mut grid = [0u32; 3];
+    for axis in 0..3 {
+        let v = evaluate(&manifest.grid[axis], &env).map_err(|e| e.0)?;
+        if v < 1 || v > limits[axis] {
+            return Err(format!("grid axis {axis} = {v} is outside 1..{}", limits[axis]));
+        }
+        grid[axis] = v as u32;
+    }
+    Ok(grid)
+}
+"""
+
+_EVAL = "        let v = evaluate(&manifest.grid[axis], &env).map_err(|e| e.0)?;\n"
+_CHECK = """        if v < 1 || v > limits[axis] {
+            return Err(format!("grid axis {axis} = {v} is outside 1..{}", limits[axis]));
+        }
+        grid[axis] = v as u32;
+"""
+_OWN_CDIV = """        let text = manifest.grid[axis].trim();
+        let v = match text.strip_prefix("cdiv(").and_then(|t| t.strip_suffix(')')) {
+            Some(inner) => {
+                let (a, b) = inner.split_once(',').ok_or(format!("cannot read {text}"))?;
+                let a = evaluate(a.trim(), &env).map_err(|e| e.0)?;
+                let b = evaluate(b.trim(), &env).map_err(|e| e.0)?;
+                if b <= 0 {
+                    return Err(format!("{text}: division by {b}"));
+                }
+                a / b + 1
+            }
+            None => evaluate(text, &env).map_err(|e| e.0)?,
+        };
+"""
+_U32_FIRST = """        let v = evaluate(&manifest.grid[axis], &env).map_err(|e| e.0)? as u32;
+        if v < 1 || v as i64 > limits[axis] {
+            return Err(format!("grid axis {axis} = {v} is outside 1..{}", limits[axis]));
+        }
+        grid[axis] = v;
+"""
+_TRY_FROM = """        let g = u32::try_from(v).map_err(|_| format!("grid axis {axis} = {v} does not fit u32"))?;
+        if g == 0 || i64::from(g) > limits[axis] {
+            return Err(format!("grid axis {axis} = {v} is outside CUDA's 1..{}", limits[axis]));
+        }
+        grid[axis] = g;
+"""
+_CONSTEXPRS = "        if let Some(v) = value.as_i64() {\n            env.insert(name.clone(), v);\n        }\n"
+_BY_TYPE = "(match axis { 0 => i64::from(i32::MAX), _ => i64::from(u16::MAX) })"
+
+
+def _grid(name, *pairs, **kw):
+    return Entry("05_ptx_export_rust.launch_grid", name, "", namespace=(("YOUR_RUST", edit(GRID, *pairs)),), **kw)
+
+
+LAUNCH_GRID = [
+    _grid("own-cdiv-plus-one", _EVAL, _OWN_CDIV, fault="ceiling division off by one",
+          why="computes cdiv itself as a / b + 1: one program too many when b divides a"),
+    _grid("swapped-axes", "    Ok(grid)", "    Ok([grid[1], grid[0], grid[2]])", fault="swapped",
+          why="returns (y, x, z): the heads along x"),
+    _grid("u32-overflow", _EVAL + _CHECK, _U32_FIRST, fault="u32 overflow",
+          why="converts to u32 before the range check: 2^32 + 1 wraps around to 1"),
+    _grid("limit-off-by-one", "if v < 1 || v > limits[axis]", "if v < 1 || v >= limits[axis]", fault="off by one",
+          why="refuses the largest grid CUDA allows: the limits are inclusive"),
+    _grid("y-limit-everywhere", "if v < 1 || v > limits[axis]", "if v < 1 || v > 65_535", fault="wrong limit for x",
+          why="applies y's 65535 to x too"),
+    _grid("x-limit-everywhere", "if v < 1 || v > limits[axis]", "if v < 1 || v > limits[0]", fault="the limit of",
+          why="applies x's 2^31 - 1 to y and z"),
+    _grid("zero-accepted", "if v < 1 || v > limits[axis]", "if v < 0 || v > limits[axis]", fault="zero-sized grid",
+          why="lets a grid axis of 0 through"),
+    _grid("sizes-only", _CONSTEXPRS, "        let _ = (name, value);\n", fault="refused",
+          why="evaluates the grid without the constexprs (BV, BLOCK_SIZE): every launch is refused"),
+    _grid("resolve", "    let mut env", "    return manifest.resolve(sizes).map(|p| p.grid).map_err(|e| e.to_string());"
+          "\n    #[allow(unreachable_code)]\n    let mut env", fault="resolve",
+          why="hands back the launcher's own answer"),
+    _grid("solution", wrong=False, why="the lesson's grid"),
+    _grid("try-from", _CHECK, _TRY_FROM, wrong=False, why="u32::try_from, then the range check"),
+    _grid("limits-by-type", "    let limits = [2_147_483_647i64, 65_535, 65_535];\n", "", "limits[axis]", _BY_TYPE,
+          "limits[axis]", _BY_TYPE, wrong=False, why="the limits from the integer types' maxima, per axis"),
+]
+
+ENTRIES = PREDICT_LAUNCH + BUILD_LAUNCH + LAUNCH_GRID

@@ -364,7 +364,7 @@ def launch_dkdv(q, k, v, do, scale, chunk=16, precision="ieee", num_warps=4):
     dv = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
     dkdv_kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
                           *strides(do), *strides(dk), *strides(dv), BT=chunk, BK=pow2(K), BV=pow2(V),
-                          PRECISION=precision, num_warps=num_warps)
+                          PRECISION=precision, num_warps=num_warps, num_stages=2)
     return dk, dv
 
 
@@ -451,4 +451,18 @@ AUTOGRAD = [
         why="keeps the inputs on ctx instead of save_for_backward: the same tensors"),
 ]
 
-ENTRIES = BACKWARD_TORCH + DQ_ENTRIES + DKDV_ENTRIES + AUTOGRAD
+
+def _speed(name, dq=(), dkdv=(), **kw):
+    """Both kernels, timed together on a GPU (under the interpreter the check runs its visible case only)."""
+    return Entry("07_backward.backward_speed", name, edit(DQ, *dq) + "\n\n" + edit(DKDV, *dkdv), **kw)
+
+
+BACKWARD_SPEED = [
+    _speed("dq-no-scale", dq=("(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"),
+           fault="relative error", why="a dq kernel that forgets the scale, fast or not"),
+    _speed("dS-never-carried", dkdv=(_UPDATE, ""), fault="relative error",
+           why="a dk/dv kernel that never carries dS to the earlier chunks"),
+    _speed("solution", wrong=False, why="the lesson's two kernels"),
+]
+
+ENTRIES = BACKWARD_TORCH + DQ_ENTRIES + DKDV_ENTRIES + AUTOGRAD + BACKWARD_SPEED

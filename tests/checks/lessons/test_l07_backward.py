@@ -1,6 +1,8 @@
 """Lesson 07's checks: the solutions pass; broken twins (the mask, the order of use and update of dS, the scale),
 a token loop, autograd, and a Function that saves more than its inputs fail with a message that says why."""
 
+import os
+
 import pytest
 import torch
 from lessonkit import assert_fails as fails
@@ -139,3 +141,31 @@ def test_gpu_speed_against_the_package():
     out = grade("07_backward.backward_speed", kernel(DQ, "dq_kernel"), kernel(DKDV, "dkdv_kernel"))
     assert out.passed and out.perf, out.message
     print(out.message)
+
+
+def test_gpu_launches_fit_the_h200_shared_memory(tmp_path, monkeypatch):
+    """The hidden and timed GPU launches of the lesson's kernels, compiled for sm_90 as the check launches them, fit
+    in the 232,448 bytes of shared memory a block may have on an H100/H200. With Triton's default of three stages the
+    dk/dv kernel at chunks of 64 and K = V = 128 in bf16 asks 233,472 and dies with OutOfResources on the GPU, which
+    the interpreter never sees."""
+    from kernels.checks.lessons import l07_backward as l07
+    from kernels.profile.compiler import compile_many
+
+    (tmp_path / "l07_kernels.py").write_text("import triton\nimport triton.language as tl\n\n" + DQ + "\n\n" + DKDV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    import l07_kernels
+
+    case = l07._TIMED
+    B, H, K, V, T = 2, 3, case["K"], case["V"], 77
+    q, k, do = (torch.empty(B, T, H, n, dtype=torch.bfloat16) for n in (K, K, V))
+    v, dq, dk, dv = torch.empty_like(do), torch.empty_like(q), torch.empty_like(k), torch.empty_like(do)
+    st = l07._strides
+    opts = l07._opts(case)
+    const = dict(BT=case["BT"], BV=l07._pow2(V), PRECISION="tf32")
+    jobs = [dict(kernel=l07_kernels.dq_kernel, args=[k, v, do, dq, T, H, K, V, 0.5, *st(k), *st(v), *st(do), *st(dq)],
+                 BK=case["BK"], **const, **opts),
+            dict(kernel=l07_kernels.dkdv_kernel, args=[q, k, v, do, dk, dv, T, H, K, V, 0.5, *st(q), *st(k), *st(v),
+                                                       *st(do), *st(dk), *st(dv)], BK=l07._pow2(K), **const, **opts)]
+    for job, compiled in zip(jobs, compile_many(jobs, detail=False)):
+        assert compiled.shared is not None and compiled.shared <= 232448, (job["kernel"].fn.__name__, compiled.shared)

@@ -22,11 +22,10 @@ from kernels.device import MODE, ON_GPU, describe
 from . import democlass
 from .collect import collect_folder
 from .grade import Grader, Settings
+from .layout import ROOT as _ROOT
 from .run import grade_class, report, table
 
 __all__ = ["run_demo", "course_lessons"]
-
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def read_source(path: pathlib.Path) -> dict:
@@ -79,8 +78,6 @@ def _has_nbgrader() -> bool:
     except ImportError:
         return False
     return True
-
-
 
 
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,

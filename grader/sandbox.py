@@ -40,10 +40,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import wire
+from .layout import ROOT as _ROOT
 
 __all__ = ["SandboxConfig", "SetupError", "Worker", "WorkerDied", "WorkerTimeout", "sweep", "bwrap_path"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 _SIGNALS = {signal.SIGSEGV: "a segmentation fault (SIGSEGV)", signal.SIGBUS: "a bus error (SIGBUS)",
             signal.SIGABRT: "an abort (SIGABRT)", signal.SIGFPE: "a floating-point exception (SIGFPE)",
             signal.SIGILL: "an illegal instruction (SIGILL)", signal.SIGKILL: "SIGKILL",

@@ -19,12 +19,12 @@ import sys
 import time
 
 from .collect import Submission, collect_folder, read_notebook
+from .layout import ROOT as _ROOT
 from .repair import restore_metadata
 
 __all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
 CONFIG = COURSE / "nbgrader_config.py"
 

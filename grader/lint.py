@@ -16,7 +16,7 @@ _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def lint(lessons: list[str] | None = None, sources: dict[str, dict] | None = None) -> list[str]:
     """Problems found (empty: every graded cell is one the grader can run)."""
-    from .democlass import read_source
+    from .demo import read_source
 
     if sources is None:
         sources = {lesson: read_source(_ROOT / "solutions" / f"{lesson}.py") for lesson in lesson_ids()

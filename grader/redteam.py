@@ -267,7 +267,7 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     from kernels.device import MODE, ON_GPU
 
     from .collect import Submission
-    from .democlass import course_lessons
+    from .demo import course_lessons
     from .grade import Grader, Settings
     from .run import grade_class, table
 

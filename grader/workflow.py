@@ -21,7 +21,7 @@ import time
 from .collect import Submission, collect_folder, read_notebook
 from .repair import restore_metadata
 
-__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
+__all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,17 +43,10 @@ def api(root: pathlib.Path):
     return NbGraderAPI(config=config)
 
 
-def build(lessons: list[str] | None = None) -> dict:
-    """The course itself: ``solutions/`` -> ``grader/source`` -> ``nbgrader generate_assignment`` -> ``course/``."""
-    from kernels.course import build as course_build
-
-    return course_build(lessons or None)
-
-
 def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict]:
     """A course folder of its own from instructor notebooks (lesson -> nbformat dict); returns the releases.
 
-    Uses ``kernels.course._nbgrader`` (``nbgrader generate_assignment``) when nbgrader is installed; otherwise
+    Uses ``grader.course._nbgrader`` (``nbgrader generate_assignment``) when nbgrader is installed; otherwise
     the grader's own release transform, so grading also works where nbgrader is not installed.
     """
     from .percent import release
@@ -71,7 +64,7 @@ def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict
         return {lesson: release(nb) for lesson, nb in sources.items()}
     env = dict(os.environ, PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ["PATH"]]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "kernels.course._nbgrader", "--root", str(root), "--config", str(CONFIG),
+    cmd = [sys.executable, "-m", "grader.course._nbgrader", "--root", str(root), "--config", str(CONFIG),
            "--db", f"sqlite:///{(root / 'gradebook.db').resolve()}", *sources]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -167,7 +160,7 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     """
     sources = sources_of(root)
     if not sources:
-        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make course)")
     if not pathlib.Path(folder).is_dir():
         raise ValueError(f"{folder} is not a folder of submissions (<student>/<lesson>.ipynb)")
     collected = collect_folder(folder, sources)
@@ -281,7 +274,7 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
 
     names = sorted(sources_of(root))
     if not names:
-        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make course)")
     found, skipped = lms.entries(source, names, roster=load_roster(root, roster), named_regexp=_named_regexp(),
                                  max_bytes=max_bytes)
     chosen, older = lms.select(found)

@@ -3,7 +3,7 @@
 import pytest
 
 from kernels.catalog import LESSONS
-from kernels.course import CourseError, graded_cells, lesson_ids, solution_notebook
+from grader.course import CourseError, graded_cells, lesson_ids, solution_notebook
 
 MD = '# %% [markdown] nbgrader={{"grade": false, "grade_id": "{gid}", "locked": {locked}, "schema_version": 3, ' \
      '"solution": false}}\n# {text}\n'

@@ -56,7 +56,7 @@ def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     incoming.mkdir(parents=True)
     (incoming / "90_grader_fixture.ipynb").write_text(json.dumps(fixture_source))
     workflow.collect(root, tmp_path / "in")
-    env = dict(os.environ, GRADER_LESSON_PATHS=str(FIXTURES), PYTHONPATH=str(FIXTURES.parents[2]))
+    env = dict(os.environ, GRADER_LESSON_PATHS=str(FIXTURES), PYTHONPATH=str(FIXTURES.parents[1]))
     nbgrader = [sys.executable, "-c", "import sys; from nbgrader.apps import NbGraderApp; "
                 "sys.exit(NbGraderApp.launch_instance())"]
     proc = subprocess.run(nbgrader + ["autograde", "90_grader_fixture", "--force"], cwd=root, env=env,

@@ -52,7 +52,7 @@ facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.list
          "top": sorted(os.listdir("/")), "shm": sorted(os.listdir("/dev/shm")),
          "caches": os.path.exists("/grader/cache")}}
 for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
-             "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
+             "{ROOT}/grader/fixture_lesson/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
              "{ROOT}/kernels/checks/engine.py", "{ROOT}/kernels/checks/lessons/l00_setup.py"):
     try:
         open(path).read(10)

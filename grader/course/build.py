@@ -18,7 +18,9 @@ import sys
 import tempfile
 from collections.abc import Iterable
 
-from .. import catalog
+from kernels import catalog
+
+from ..layout import COURSE, GRADER, README, ROOT, SOLUTIONS
 
 __all__ = [
     "ROOT",
@@ -35,11 +37,6 @@ __all__ = [
     "build",
 ]
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOLUTIONS = ROOT / "solutions"
-COURSE = ROOT / "course"
-GRADER = ROOT / "grader"
-README = ROOT / "README.md"
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -223,7 +220,7 @@ def _release(ids: list[str], grader: pathlib.Path, course: pathlib.Path, *, conf
         path = grader / "source" / lesson / f"{lesson}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(solution_notebook(lesson), path)
-    cmd = [sys.executable, "-m", "kernels.course._nbgrader", "--root", str(grader)]
+    cmd = [sys.executable, "-m", "grader.course._nbgrader", "--root", str(grader)]
     if config is not None and config.exists():
         cmd += ["--config", str(config)]
     if db:

@@ -430,3 +430,40 @@ def test_the_launch_worker_grades_a_lesson_kernel_as_cubin(box, monkeypatch, les
     if exercise == "fused":
         assert [launch["grid"] for launch in fake.launches] == [(-(-c["V"] // c["BV"]), c["B"] * c["H"], 1)
                                                                 for _, c in cases]
+
+
+def test_a_kernel_that_works_only_on_its_first_launch_fails_its_speed_check(monkeypatch):
+    """The timing faults reach the verdict: a 'kernel' that does the work on the first launch at the timed size
+    and skips it afterwards (a flag kept between launches) fails with the launches named, while the same work done
+    every launch passes (timed on this CPU, with the wall clock)."""
+    from kernels import bench
+    from kernels.checks import engine
+    from kernels.checks.spec import Case, Exercise, Performance
+
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda *a, **k: 1e15)
+    monkeypatch.setattr(bench, "matmul_rate", lambda *a, **k: 1e15)
+    case = Case("n=4099", dict(n=4099))
+
+    def run(args, inputs, outputs, case):
+        args[0](inputs["x"], outputs["out"])
+
+    ex = Exercise(id="99_timing.double", args=("kernel",), signature="double(x, out)",
+                  make_inputs=lambda case, gen: {"x": torch.randn(case["n"], generator=gen)},
+                  outputs=lambda case, inputs: {"out": ((case["n"],), torch.float32)}, run=run,
+                  reference=lambda inputs, case: {"out": 2 * inputs["x"]}, visible=[case],
+                  performance=Performance(case=case, baseline=run, min_speedup=0.01, floor=lambda c: (1, 0),
+                                          warmup=1, rep=2))
+    seen = {"n": 0}
+
+    def first_only(x, out):
+        seen["n"] += 1
+        if seen["n"] == 1:
+            out.copy_(2 * x)
+
+    def honest(x, out):
+        out.copy_(2 * x)
+
+    forged = engine.time_performance(ex, (first_only,), 7)
+    assert engine.perf_verdict(ex, forged) and "skips work while timed" in engine.perf_verdict(ex, forged)[0]
+    fair = engine.time_performance(ex, (honest,), 7)
+    assert fair["faults"] == [] and fair["mismatch"] == []

@@ -336,7 +336,7 @@ def build_launcher(source: str, out: pathlib.Path | str, *, timeout: float = 600
 
 def solution_source() -> str:
     """``YOUR_RUST`` of the lesson's solution, as its notebook defines it (markers included)."""
-    from ..course import solution_notebook
+    from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
     ns: dict = {}

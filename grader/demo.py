@@ -90,7 +90,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     sources = {**{k: v[0] for k, v in real.items()}, democlass.LESSON: fx_src}
     from . import policy
 
-    points = {k: _points(v[0]) for k, v in real.items()}
+    points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
     klass = democlass.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
     with_nbgrader = not direct and _has_nbgrader()
     if with_nbgrader and not copies:

@@ -20,7 +20,7 @@ import pathlib
 import sys
 import time
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from .layout import ROOT as _ROOT
 
 
 def _course(args) -> pathlib.Path:

@@ -22,11 +22,10 @@ from kernels.device import MODE, ON_GPU, describe
 from . import democlass
 from .collect import collect_folder
 from .grade import Grader, Settings
+from .layout import ROOT as _ROOT
 from .run import grade_class, report, table
 
 __all__ = ["run_demo", "course_lessons"]
-
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def read_source(path: pathlib.Path) -> dict:
@@ -81,8 +80,6 @@ def _has_nbgrader() -> bool:
     return True
 
 
-
-
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
              settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = (),
              copies: int = 0) -> int:
@@ -93,7 +90,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     sources = {**{k: v[0] for k, v in real.items()}, democlass.LESSON: fx_src}
     from . import policy
 
-    points = {k: _points(v[0]) for k, v in real.items()}
+    points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
     klass = democlass.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
     with_nbgrader = not direct and _has_nbgrader()
     if with_nbgrader and not copies:

@@ -18,11 +18,11 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
+from .layout import ROOT as _ROOT
 from .percent import read_percent, release
 
 __all__ = ["FIXTURE", "DemoStudent", "students", "fixture_notebooks", "write_class"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = _ROOT / "grader" / "fixture_lesson"
 LESSON = "90_grader_fixture"
 FULL = 13.0

@@ -24,9 +24,10 @@ import shutil
 
 from kernels.catalog import lesson_ids
 
+from .layout import ROOT as _ROOT
+
 __all__ = ["ANSWERS", "EXCLUDED", "build"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 #: package kernels that are an exercise's answer: file -> (function, the lesson that asks for it)
 ANSWERS = {

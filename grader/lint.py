@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import pathlib
-
 from kernels.catalog import lesson_ids
 from kernels.checks.spec import get
 
+from .layout import ROOT as _ROOT
 from .notebook import split
 
 __all__ = ["lint"]
-
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def lint(lessons: list[str] | None = None, sources: dict[str, dict] | None = None) -> list[str]:

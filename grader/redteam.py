@@ -14,10 +14,11 @@ import pathlib
 import time
 from dataclasses import dataclass
 
+from .layout import ROOT as _ROOT
+
 __all__ = ["Attack", "LESSONS", "attacks", "run"]
 
 LESSONS = ("00_setup", "02_naive_hbm_loops")
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @dataclass

@@ -619,11 +619,11 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import importlib
 
+    from kernels.catalog import lesson_ids
     from kernels.checks import dry_run, engine, provenance, spec  # noqa: F401
 
-    for name in sorted(os.listdir(os.path.join(os.path.dirname(spec.__file__), "lessons"))):
-        if name.startswith("l") and name.endswith(".py"):
-            importlib.import_module(f"kernels.checks.lessons.{name[:-3]}")
+    for lesson in lesson_ids():  # every lesson's checks module
+        importlib.import_module(f"kernels.checks.lessons.l{lesson}")
 
 
 def template(argv: list[str]) -> int:

@@ -19,12 +19,13 @@ import sys
 import time
 
 from .collect import Submission, collect_folder, read_notebook
+from .layout import ROOT as _ROOT
+from .lms import roster_path
 from .repair import restore_metadata
 
 __all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
 CONFIG = COURSE / "nbgrader_config.py"
 
@@ -232,14 +233,9 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     return collected
 
 
-def roster_path(root: pathlib.Path) -> pathlib.Path:
-    """The course's roster (``collect --roster`` keeps a copy here; later collects and exports use it)."""
-    return root / "roster.csv"
-
-
 def load_roster(root: pathlib.Path, given: pathlib.Path | None = None):
     """The roster given now (kept in the course folder for later) or the one kept before, or None."""
-    from .lms import read_roster
+    from .lms import kept_roster, read_roster
 
     if given is not None:
         roster = read_roster(given)
@@ -251,7 +247,7 @@ def load_roster(root: pathlib.Path, given: pathlib.Path | None = None):
                 backup.write_bytes(roster_path(root).read_bytes())
             roster_path(root).write_bytes(pathlib.Path(given).read_bytes())
         return roster
-    return read_roster(roster_path(root)) if roster_path(root).exists() else None
+    return kept_roster(root)
 
 
 def _named_regexp() -> str:

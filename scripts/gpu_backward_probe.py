@@ -4,7 +4,7 @@ forward + backward, at T = 4k, 16k, 64k (median ms, CUDA-event timing, inputs la
 time alone (``*_graph_ms``: calls recorded in a CUDA graph and replayed, no host work in the timing), and the host's
 time to issue a step or a backward (``*_host_us``): where a step's host time exceeds its GPU time, the timing above
 measures the host; then the two passes
-at other warps and stages, each variant's gradients compared with the default's before it is timed (a variant
+at other warps, stages and blocks, each variant's gradients compared with the default's before it is timed (a variant
 that differs is reported, not timed). ``--budget`` seconds bound the run; results/gpu/backward-probe.json is
 rewritten after every row, so a run cut short keeps what it measured.
 """
@@ -29,7 +29,7 @@ from kernels.linear_attention.fused import fused_forward
 # one dk and one dv program a head, whose loads run a chunk ahead); "block 64 warps 4 stages 2" is what it was
 # before (two programs an SM, each waiting for all of its copies at the top of every step). In the dq pass whole
 # heads leave one program a head, 64 SMs busy: those two variants are meant for the dk/dv pass.
-VARIANTS = {"warps 8": dict(num_warps=8), "stages 1": dict(num_stages=1), "stages 3": dict(num_stages=3),
+VARIANTS = {"warps 8": dict(num_warps=8), "stages 3": dict(num_stages=3),
             "warps 8 maxnreg 128": dict(num_warps=8, maxnreg=128),
             "block 64 warps 4 stages 2": dict(block=64, num_warps=4, num_stages=2),
             "block 128 warps 8 stages 3": dict(block=128, num_warps=8, num_stages=3)}

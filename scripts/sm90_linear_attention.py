@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -18,16 +17,15 @@ import sys
 import tempfile
 import time
 
-os.environ["TRITON_INTERPRET"] = "0"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from kernels.compile import TRITON_TYPES, compile_for, enter_compile_mode, specialise  # noqa: E402
+
+enter_compile_mode()  # the kernels imported below are compiled-mode functions
+
 import torch  # noqa: E402
-
-torch.cuda.is_available = lambda: True  # kernels decorates compiled-mode JIT functions
-
 import triton  # noqa: E402
 
-from kernels.compile import TRITON_TYPES, compile_for, specialise  # noqa: E402
 from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS  # noqa: E402
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
 

@@ -24,11 +24,15 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
+import kernels
+
 __all__ = ["RustResult", "build_and_test", "build_launcher", "cargo", "draw_cases", "expected", "forbidden", "grade",
            "install_launcher", "solution_source", "GET_CARGO", "LAUNCHER"]
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-CRATE = ROOT / "rust"
+#: The workbook's Rust crate (``workbook-launch``): ``$WORKBOOK_RUST_CRATE``, else the ``rust/`` that sits beside the
+#: folder this package is imported from (a checkout of the workbook).
+CRATE = pathlib.Path(os.environ.get("WORKBOOK_RUST_CRATE")
+                     or pathlib.Path(kernels.__file__).resolve().parent.parent / "rust")
 FIXTURES = CRATE / "tests" / "fixtures"
 #: The learner's launcher, as :func:`build_launcher` names it.
 LAUNCHER = "yours-launch"
@@ -336,7 +340,7 @@ def build_launcher(source: str, out: pathlib.Path | str, *, timeout: float = 600
 
 def solution_source() -> str:
     """``YOUR_RUST`` of the lesson's solution, as its notebook defines it (markers included)."""
-    from ..course import solution_notebook
+    from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
     ns: dict = {}

@@ -188,15 +188,14 @@ def _blocks(K: int, V: int, dtype: torch.dtype) -> tuple[int, int, int, int, int
     return BT, BK, BV, BKA, BVA, 8 if wide else 4
 
 
-def _whole_heads(K: int, V: int, dtype: torch.dtype, dht, need_dh0: bool) -> bool:
+def _whole_heads(K: int, V: int, dtype: torch.dtype) -> bool:
     """Whether the dk/dv pass runs one dk and one dv program a head (8 warps, 3 stages) instead of 64-column
     blocks (4 warps, 2 stages). At 2 stages Triton waits for every copy at the top of each step, so a program's
     loads overlap nothing of its own; at 3 stages the next chunk's tiles load during the step, which with whole
     heads of 128 fits one program an SM (232 registers, no spill, 180 KiB; ``scripts/sm90_backward.py``) and
-    keeps the launch to one wave. With the final state's gradient in or the initial state's out it spills (224
-    bytes), so those calls keep the blocks (PERF.md, "The backward pass")."""
-    return (not INTERPRET and K == V == 128 and dtype in (torch.bfloat16, torch.float16) and dht is None
-            and not need_dh0)
+    keeps the launch to one wave. With the state gradients in and out, ptxas keeps 56 values in local memory
+    (224 bytes), stored before the loop and loaded after it, never inside (PERF.md, "The backward pass")."""
+    return not INTERPRET and K == V == 128 and dtype in (torch.bfloat16, torch.float16)
 
 
 def _strides(x: torch.Tensor) -> tuple[int, int, int]:
@@ -249,7 +248,7 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
         )
     if "dkdv" not in passes:
         return dq, dk, dv, dh0
-    if (block, num_warps, num_stages) == (None, None, None) and _whole_heads(p.K, p.V, q.dtype, dht, need_dh0):
+    if (block, num_warps, num_stages) == (None, None, None) and _whole_heads(p.K, p.V, q.dtype):
         BK, BV, warps, stages_dkdv = BKA, BVA, 8, 3
     nk = triton.cdiv(p.K, BK)
     dht = dht.contiguous() if dht is not None else None

@@ -66,7 +66,7 @@ def test_without_cargo_on_the_grading_machine_the_cell_is_not_graded(grader_run,
 def test_the_demo_class_expects_no_points_for_a_missing_toolchain(monkeypatch):
     """The demo class's full marks for lesson 05 leave out the Rust cell where the grading machine has no cargo."""
     from grader import policy
-    from grader.democlass import course_lessons
+    from grader.demo import course_lessons
     from kernels.checks import engine
     from kernels.export.rust_exercise import GET_CARGO
 

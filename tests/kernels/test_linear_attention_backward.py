@@ -142,15 +142,17 @@ def test_whole_head_blocks(name, poison):  # noqa: F811
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_whole_heads(dtype, poison):  # noqa: F811
-    """At K = V = 128 in 16 bits without states the dk/dv pass owns whole heads (8 warps, 3 stages): against
-    float64, and against the 64-column blocks it replaced, on a length that is not a chunk multiple."""
-    c = _case(2, 1000, 4, 128, 128, dtype, None, False, seed=55)
-    ref = reference_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], chunk_size=256)
-    got = chunked_backward(c["q"], c["k"], c["v"], c["do"], c["scale"])
-    blocks = chunked_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], block=64, num_warps=4, num_stages=2)
-    _check(f"{dtype} whole heads", got, ref, _tol(dtype))
-    for part, a, b, r in zip(("dq", "dk", "dv"), got, blocks, ref):
-        print(f"{dtype} {part}: whole heads {rel_error(a, r):.2e}, blocks {rel_error(b, r):.2e}")
+    """At K = V = 128 in 16 bits the dk/dv pass owns whole heads (8 warps, 3 stages): against float64, and against
+    the 64-column blocks it replaced, on a length that is not a chunk multiple, without and with states."""
+    for state in (False, True):
+        c = _case(2, 1000, 4, 128, 128, dtype, None, state, seed=55)
+        args = (c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"])
+        ref = reference_backward(*args, chunk_size=256)
+        got = chunked_backward(*args, need_dh0=state)
+        blocks = chunked_backward(*args, need_dh0=state, block=64, num_warps=4, num_stages=2)
+        _check(f"{dtype} whole heads state={state}", got, ref, _tol(dtype))
+        for part, a, b, r in zip(("dq", "dk", "dv"), got, blocks, ref):
+            print(f"{dtype} state={state} {part}: whole heads {rel_error(a, r):.2e}, blocks {rel_error(b, r):.2e}")
 
 
 # On the GPU: the issue's shapes at a length that is not a chunk multiple, against fla-core's own backward.
@@ -230,8 +232,7 @@ def test_kernels_compile_for_sm90_with_every_option():
               dict(K=128, V=64, BT=64, BK=64, BV=64, BKA=128, BVA=64, NK=2, SHARED=False, **common),
               dict(num_warps=4, num_stages=2)),
              ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",  # whole heads (_whole_heads)
-              dict(K=128, V=128, BT=64, BK=128, BV=128, BKA=128, BVA=128, NK=1, SHARED=True, USE_DHT=False,
-                   STORE_DH0=False, IS_VARLEN=True, UPCAST=False, PRECISION=None),
+              dict(K=128, V=128, BT=64, BK=128, BV=128, BKA=128, BVA=128, NK=1, SHARED=True, **common),
               dict(num_warps=8, num_stages=3))]
     ptx = compile_for_sm90(specs, dtypes=("bf16",), scalars={"h0_ptr": "*fp32", "dht_ptr": "*fp32",
                                                              "dh0_ptr": "*fp32", "cu_ptr": "*i64", "scale": "fp32"})

@@ -348,8 +348,8 @@ def test_the_interpreter_pre_check_runs_apart(grader_run):
     session = _Session(grader_run, "pre", "00_setup", 0, [], [], [])
     call = CheckCall(ex.id, ("add_kernel",), False)
     cases, _ = engine.active_cases(ex, False)
-    items = [{"index": i, "case": c, "seed": 5, "cpu": engine.case_inputs(ex, c, 5)} for i, c in cases]
-    request = [{"index": it["index"], "hidden": False, "inputs": it["cpu"]} for it in items]
+    items = [{"index": i, "case": c, "seed": 5} for i, c in cases]  # as the grader's run_kernel makes them
+    request = [{"index": i, "hidden": False, "inputs": engine.case_inputs(ex, c, 5)} for i, c in cases]
     wild = ADD.replace("tl.store(out_ptr + offs,", "tl.store(out_ptr + offs + 1,")
     try:
         assert cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": wild}], [None], [], []) == {}

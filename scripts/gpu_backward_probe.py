@@ -25,10 +25,9 @@ from kernels.linear_attention.fused import fused_forward
 
 # 8 warps at the default 2 stages take 140 registers in the dk/dv pass, so one program an SM and two waves; capped at
 # 128 (no spill there, 366 bytes in the dq pass: scripts/sm90_backward.py) two fit, 16 warps an SM in one wave
-# The dk/dv pass's default at D=128 without states is whole heads at 8 warps and 3 stages (chunked_bwd._whole_heads:
-# one dk and one dv program a head, whose loads run a chunk ahead); "block 64 warps 4 stages 2" is what it was
-# before (two programs an SM, each waiting for all of its copies at the top of every step). In the dq pass whole
-# heads leave one program a head, 64 SMs busy: those two variants are meant for the dk/dv pass.
+# "block 128 warps 8 stages 3": the dk/dv pass with whole heads (one dk and one dv program a head, loads a chunk
+# ahead; 6-7% slower than the default as a whole step on the H200); "block 64 warps 4 stages 2" is the default
+# spelled out. In the dq pass whole heads leave one program a head, 64 SMs busy: both are meant for the dk/dv pass.
 VARIANTS = {"warps 8": dict(num_warps=8), "stages 3": dict(num_stages=3),
             "warps 8 maxnreg 128": dict(num_warps=8, maxnreg=128),
             "block 64 warps 4 stages 2": dict(block=64, num_warps=4, num_stages=2),

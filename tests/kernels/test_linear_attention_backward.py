@@ -142,14 +142,14 @@ def test_whole_head_blocks(name, poison):  # noqa: F811
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_whole_heads(dtype, poison):  # noqa: F811
-    """At K = V = 128 in 16 bits the dk/dv pass owns whole heads (8 warps, 3 stages): against float64, and against
-    the 64-column blocks it replaced, on a length that is not a chunk multiple, without and with states."""
+    """The whole-head launch (``block=128``, 8 warps, 3 stages: one dk and one dv program a head) against float64
+    and against the default 64-column blocks, on a length that is not a chunk multiple, without and with states."""
     for state in (False, True):
         c = _case(2, 1000, 4, 128, 128, dtype, None, state, seed=55)
         args = (c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"])
         ref = reference_backward(*args, chunk_size=256)
-        got = chunked_backward(*args, need_dh0=state)
-        blocks = chunked_backward(*args, need_dh0=state, block=64, num_warps=4, num_stages=2)
+        got = chunked_backward(*args, need_dh0=state, block=128, num_warps=8, num_stages=3)
+        blocks = chunked_backward(*args, need_dh0=state)
         _check(f"{dtype} whole heads state={state}", got, ref, _tol(dtype))
         for part, a, b, r in zip(("dq", "dk", "dv"), got, blocks, ref):
             print(f"{dtype} state={state} {part}: whole heads {rel_error(a, r):.2e}, blocks {rel_error(b, r):.2e}")
@@ -231,7 +231,7 @@ def test_kernels_compile_for_sm90_with_every_option():
              ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",
               dict(K=128, V=64, BT=64, BK=64, BV=64, BKA=128, BVA=64, NK=2, SHARED=False, **common),
               dict(num_warps=4, num_stages=2)),
-             ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",  # whole heads (_whole_heads)
+             ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",  # whole heads (block=128)
               dict(K=128, V=128, BT=64, BK=128, BV=128, BKA=128, BVA=128, NK=1, SHARED=True, **common),
               dict(num_warps=8, num_stages=3))]
     ptx = compile_for_sm90(specs, dtypes=("bf16",), scalars={"h0_ptr": "*fp32", "dht_ptr": "*fp32",

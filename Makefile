@@ -24,10 +24,10 @@ help:
 	@echo "make test         set up .venv and run the whole CPU test suite (what CI runs)"
 	@echo "make test-gpu     run the GPU-marked tests (on a CUDA machine)"
 	@echo "make test-browser run the lessons' widgets in JupyterLab in headless Chromium"
-	@echo "make course       regenerate course/ from solutions/"
+	@echo "make course       build the course: solutions/ -> grader/source/ -> course/ (and the lesson tables)"
 	@echo "make grade-demo   build, collect, grade and report a demo class"
 	@echo "make student-dist the students' hand-out (dist/student: kernels without the answers, the notebooks)"
-	@echo "make grade-build | grade-collect SUBMISSIONS=dir|lms.zip [ROSTER=csv] | grade-autograde [L=..]"
+	@echo "make grade-collect SUBMISSIONS=dir|lms.zip [ROSTER=csv] | grade-autograde [L=..]"
 	@echo "     grade-feedback | grade-export [EXPORT=grades.csv] | grade-lint: a class's steps (grader/GUIDE.md)"
 	@echo "make bench T=...  validate then time one topic's ladder"
 	@echo "make score [L=NN] run every check (hidden ones too) on your notebooks in my-work/ and print your points"
@@ -51,7 +51,7 @@ $(STAMP): pyproject.toml
 
 lab: $(STAMP)
 	@$(BIN)/python -m kernels
-	@$(BIN)/python -m kernels.course.workcopy $(WORK)
+	@$(BIN)/python -m grader.course.workcopy $(WORK)
 	@if $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
 	  echo "CUDA found: kernels run on the GPU"; \
 	else \
@@ -85,15 +85,15 @@ score: $(STAMP)
 # L=NN builds one lesson; course-check changes nothing and fails if course/ differs from what solutions/ builds.
 .PHONY: course-check
 course: $(STAMP)
-	$(BIN)/python -m kernels.course $(L)
+	$(BIN)/python -m grader.course $(L)
 
 course-check: $(STAMP)
-	$(BIN)/python -m kernels.course --check $(L)
+	$(BIN)/python -m grader.course --check $(L)
 
 # The grader (grader/README.md), one step per target over the nbgrader course folder grader/:
 # make grade-collect SUBMISSIONS=dir (dir/<student>/*.ipynb) or SUBMISSIONS=lms.zip [ROSTER=roster.csv];
 # EXPORT=grades.csv.
-.PHONY: grade-build grade-collect grade-autograde grade-feedback grade-export grade-lint
+.PHONY: grade-collect grade-autograde grade-feedback grade-export grade-lint
 # The grader's sandbox is bubblewrap (Debian's bubblewrap), installed like chromium when missing.
 .PHONY: sandbox-tool
 sandbox-tool:
@@ -103,9 +103,6 @@ sandbox-tool:
 
 grade-demo: $(STAMP) sandbox-tool
 	$(BIN)/python -m grader demo
-
-grade-build: $(STAMP)
-	$(BIN)/python -m grader build $(L)
 
 grade-collect: $(STAMP)
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))

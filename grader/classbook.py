@@ -94,14 +94,14 @@ def record_changes(root: pathlib.Path, results: list[NotebookResult], seed: int)
 def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     """One row per student: roster name, then per assigned lesson its score (less any late penalty), the late
     penalty, and each graded cell's points; the total. Assigned lessons: those anyone's work was collected for."""
-    from .workflow import load_roster
+    from .lms import kept_roster
 
     results = load_results(root)
     lessons = {lesson for _, lesson in results}
     for sdir in (root / "submitted").glob("*") if (root / "submitted").exists() else []:
         lessons |= {d.name for d in sdir.iterdir() if d.is_dir()} if sdir.is_dir() else set()
     lessons = sorted(lessons)
-    roster = load_roster(root)
+    roster = kept_roster(root)
     students = sorted({s for s, _ in results} | set(roster.names if roster else []))
     penalties = _penalties(root)
     cells: dict[str, list[tuple[str, float]]] = {}

@@ -1,13 +1,14 @@
-"""``python -m grader <command>``: build, collect, due, remove-student, autograde, feedback, export, report, lint,
-demo, redteam.
+"""``python -m grader <command>``: collect, due, remove-student, autograde, feedback, export, report, lint, demo,
+redteam.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
-another; ``grader/GUIDE.md`` walks through a term): ``build`` the student notebooks from ``solutions/``;
-``collect`` a folder of submissions (``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard,
-Gradescope; ``--roster``), never losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the
-sandbox (on the GPU when there is one, in the interpreter otherwise, under ``--speed-policy``) with the term's
-seed; ``feedback`` (HTML per student); ``export`` (the class CSV); ``report`` (the term's table).
-``remove-student`` takes a student out; ``lint`` checks that every graded cell of every lesson is gradable.
+another; ``grader/GUIDE.md`` walks through a term), once the course build (``python -m grader.course``, ``make
+course``) has made the student notebooks from ``solutions/``: ``collect`` a folder of submissions
+(``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard, Gradescope; ``--roster``), never
+losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the sandbox (on the GPU when there is
+one, in the interpreter otherwise, under ``--speed-policy``) with the term's seed; ``feedback`` (HTML per student);
+``export`` (the class CSV); ``report`` (the term's table). ``remove-student`` takes a student out; ``lint`` checks
+that every graded cell of every lesson is gradable.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pathlib
 import sys
 import time
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from .layout import ROOT as _ROOT
 
 
 def _course(args) -> pathlib.Path:
@@ -30,7 +31,7 @@ def _demo(args) -> int:
     import kernels  # noqa: F401  (decides GPU or interpreter first)
     from kernels.device import ON_GPU
 
-    from .democlass import run_demo
+    from .demo import run_demo
 
     if args.gpu and not ON_GPU:
         print("--gpu: no CUDA device here", file=sys.stderr)
@@ -58,14 +59,6 @@ def _redteam(args) -> int:
     print(f"{len(summary['scores'])} submissions in {summary['seconds']:.0f} s; "
           f"{len(summary['mismatches'])} mismatch(es)" + (f"; report {report}" if report else ""))
     return 1 if summary["mismatches"] else 0
-
-
-def _build(args) -> int:
-    from . import workflow
-
-    built = workflow.build(args.lessons)
-    print(f"built {len(built)} lesson(s): {', '.join(built)}")
-    return 0
 
 
 def _collect(args) -> int:
@@ -236,9 +229,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     ap.add_argument("--course", help="nbgrader course folder (default: grader/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("build", help="solutions/ -> grader/source -> generate_assignment -> course/")
-    p.add_argument("lessons", nargs="*")
-    p.set_defaults(fn=_build)
     p = sub.add_parser("collect", help="copy submissions into submitted/, defensively")
     p.add_argument("source", help="a folder <student>/*.ipynb, or with --zip an LMS download")
     p.add_argument("--zip", action="store_true", help="source is an LMS download (a .zip always is)")

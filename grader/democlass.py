@@ -1,315 +1,392 @@
-"""``python -m grader demo``: build the course, write the demo class, grade it, print the table, check every score.
+"""The demo class: one submission per fault and attack the grader must withstand, with the score each must get.
 
-On a machine with nbgrader the class goes through the instructor's workflow in a course folder of its own
-(``grader/demo/course``: generate_assignment, collect, autograde with the sandbox, generate_feedback, export);
-without it (the GPU machine may lack it) the same grader runs on the collected notebooks directly. Either way the
-report is ``<out>/grade-demo.json`` and the exit status is 0 only if every submission got its expected score,
-every other student's work was unaffected, and no sandbox process outlived its submission.
+Every student but two submits the grader's fixture lesson (``grader/fixture_lesson/90_grader_fixture.py``: a
+kernel, a strided kernel, a torch function and a value with a GPU speed requirement; 13 points), changed in one
+way. ``solution`` submits every lesson's solution and must score 100%; ``release`` submits every untouched
+student notebook and must score 0; the ``zoo_*`` students each submit one course lesson with a wrong answer from
+the zoo (``kernels/checks/zoo``). Expected scores are per mode, because some cases only exist on a GPU (a hung
+kernel is an infinite loop in the interpreter; a race that the interpreter, running one program at a time,
+hides; speed requirements, which the interpreter reports as not graded).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
 import shutil
 import time
+from dataclasses import dataclass, field
 
-from kernels.catalog import lesson_ids
-from kernels.device import MODE, ON_GPU, describe
+from .layout import ROOT as _ROOT
+from .percent import read_percent, release
 
-from . import demo
-from .collect import collect_folder
-from .grade import Grader, Settings
-from .run import grade_class, report, table
+__all__ = ["FIXTURE", "DemoStudent", "students", "fixture_notebooks", "write_class"]
 
-__all__ = ["run_demo", "course_lessons"]
-
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def read_source(path: pathlib.Path) -> dict:
-    """An instructor notebook from a percent-format lesson: the course build's reader (jupytext) when installed,
-    else the grader's own."""
-    try:
-        import jupytext  # noqa: F401
-        import nbformat
-
-        from kernels.course import solution_notebook
-    except ImportError:
-        from .percent import read_percent
-
-        return read_percent(path.read_text())
-    return json.loads(nbformat.writes(solution_notebook(path.stem, validate=False, source=path)))
+FIXTURE = _ROOT / "grader" / "fixture_lesson"
+LESSON = "90_grader_fixture"
+FULL = 13.0
+SPEED = 3.0  # the fixture's speed cell (ex4-check): without a GPU it scores 0 under the default speed policy
 
 
-def course_lessons(only: list[str] | None = None) -> dict[str, tuple[dict, dict]]:
-    """lesson id -> (instructor source, student release), for every lesson in ``solutions/``."""
-    from .percent import release
+@dataclass
+class DemoStudent:
+    name: str
+    what: str
+    lessons: dict  # lesson -> "solution" | "release" | callable(solution, release) -> notebook | bytes | None
+    expect: dict  # lesson -> {"interpreter": score, "gpu": score}
+    gpu_only: bool = False
+    files: dict = field(default_factory=dict)  # extra file name -> bytes
+    lms: bool = False  # hands in through the LMS download of the term scenarios (term_batches), not the folder
 
-    out = {}
-    for p in (_ROOT / "solutions" / f"{lesson}.py" for lesson in lesson_ids()):
-        if only is not None and p.stem not in only:
+
+def fixture_notebooks() -> tuple[dict, dict]:
+    """(instructor source, student release) of the fixture lesson."""
+    src = read_percent((FIXTURE / f"{LESSON}.py").read_text())
+    return src, release(src)
+
+
+def _with(base: dict, **cells) -> dict:
+    nb = json.loads(json.dumps(base))
+    for cell in nb["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in cells:
+            cell["source"] = cells[gid]
+    return nb
+
+
+_SCALE = '''@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+{body}'''
+_STORE = "    tl.store(out_ptr + offs, (x.to(tl.float32) * alpha).to(out_ptr.dtype.element_ty), mask=mask)"
+_CUMSUM = '''def cumsum(x):
+{body}
+    n = x.shape[-1]
+    return x @ torch.ones(n, n, dtype=x.dtype, device=x.device).triu()'''
+
+
+def _scale(body: str) -> dict:
+    return {"ex1-kernel": _SCALE.format(body=body)}
+
+
+def _cumsum(body: str) -> dict:
+    return {"ex3-fn": _CUMSUM.format(body=body)}
+
+
+_PATCH = '''import builtins, sys
+import numpy, torch
+import kernels.checks as kc
+import kernels.checks.engine as ke
+import kernels.checks.spec as ks
+kc.check = ke.check = lambda *a, **k: None
+ke.verdict = lambda *a, **k: []
+ke.perf_verdict = lambda *a, **k: []
+torch.allclose = numpy.allclose = lambda *a, **k: True
+torch.Tensor.__sub__ = lambda a, b: a * 0
+for ex in list(ks._REGISTRY.values()):
+    object.__setattr__(ex, "reference", lambda inputs, case: {})
+try:
+    get_ipython().input_transformers_post.append(lambda lines: [ln.replace("check(", "print(") for ln in lines])
+except NameError:
+    pass
+sys.modules["kernels.checks"].check = print
+BLOCK = dict(BLOCK=1024)'''
+
+_SECRETS = '''def cumsum(x):
+    import glob, re
+    seen, readable = [], []
+    for pattern in ("/work/main/solutions/*", "/work/main/grader/**/*", "/work/main/grader/fixture_lesson/*",
+                    "/work/main/.git/*", "/tmp/grader-sandbox-*/**/*", "/root/*", "/work/*/solutions/*",
+                    "ROOT/**/*"):
+        seen += glob.glob(pattern, recursive=True)
+    for path in seen:
+        try:
+            text = open(path).read()
+        except (OSError, UnicodeDecodeError):
             continue
-        src = read_source(p)
-        committed = _ROOT / "course" / f"{p.stem}.ipynb"
-        rel = json.loads(committed.read_text()) if committed.exists() else release(src)
-        out[p.stem] = (src, rel)
+        readable.append(path)
+        m = re.search(r"def cumsum\\(x\\):\\n(.*?)### END SOLUTION", text, re.S)
+        if m:
+            ns = {"torch": torch}
+            exec("def cumsum(x):\\n" + m.group(1), ns)
+            return ns["cumsum"](x)
+    for path in seen:
+        try:
+            open(path, "a").write("graded: 100")
+        except OSError:
+            pass
+    raise RuntimeError(f"no solution found ({len(seen)} seen, {len(readable)} readable)")'''.replace("ROOT", str(_ROOT))
+
+_LEFTOVER = '''import os, subprocess, sys, time, glob
+subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.2)"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            for p in glob.glob("/tmp/grader-sandbox-*/**/*", recursive=True):
+                try:
+                    open(p, "a").write("tampered")
+                except OSError:
+                    pass
+            time.sleep(0.1)
+    os._exit(0)
+BLOCK = dict(BLOCK=1024)'''
+
+_FLOOD = "    print('y' * 20_000_000)\n    print('z' * 20_000_000, file=__import__('sys').stderr)"
+_NOISE = '''import sys, warnings
+print("noise on stderr", file=sys.stderr)
+warnings.warn("a warning from a correct solution")
+print("x" * 3_000_000)
+BLOCK = dict(BLOCK=1024)'''
+
+
+def _both(score: float, gpu: float | None = None) -> dict:
+    return {"interpreter": score, "gpu": score if gpu is None else gpu}
+
+
+def _sped(score: float, gpu: float | None = None) -> dict:
+    """The fixture's speed cell passed: under the interpreter it scores 0 (speed policy zero)."""
+    return {"interpreter": score - SPEED, "gpu": score if gpu is None else gpu}
+
+
+def students(real_lessons: dict[str, float], speed: dict[str, float] | None = None) -> list[DemoStudent]:
+    """The demo class. ``real_lessons``: course lesson id -> its total points; ``speed``: -> its speed cells'
+    points (which score 0 without a GPU under the default speed policy)."""
+    fx = LESSON
+    speed = speed or {}
+    full = {lesson: {"interpreter": pts - speed.get(lesson, 0.0), "gpu": pts} for lesson, pts in real_lessons.items()}
+    zero = {lesson: _both(0.0) for lesson in real_lessons}
+    sol = lambda **cells: (lambda s, r: _with(s, **cells))  # noqa: E731
+    rel = lambda **cells: (lambda s, r: _with(r, **cells))  # noqa: E731
+    out = [
+        DemoStudent("solution", "every lesson's solution", {**{k: "solution" for k in real_lessons},
+                                                            fx: "solution"}, {**full, fx: _sped(FULL)}),
+        DemoStudent("release", "every untouched student notebook", {**{k: "release" for k in real_lessons},
+                                                                    fx: "release"}, {**zero, fx: _both(0.0)}),
+        DemoStudent("compile_error", "kernel does not compile for sm_90 (tl.arange(0, 100)), which the "
+                    "interpreter accepts", {fx: sol(**{"ex1-kernel": _SCALE.format(body="").replace(
+                        "tl.arange(0, BLOCK)", "tl.arange(0, 100)") + "    x = tl.load(x_ptr + offs, mask=mask)\n"
+                        + _STORE})}, {fx: _both(6.0)}),
+        DemoStudent("exception", "the torch function raises", {fx: sol(**_cumsum("    raise ValueError('my bug')"))},
+                    {fx: _sped(11.0)}),
+        DemoStudent("python_loop", "infinite Python loop in the function",
+                    {fx: sol(**_cumsum("    while True:\n        pass"))}, {fx: _sped(11.0)}),
+        DemoStudent("gpu_hang", "kernel that never ends (on a GPU: SIGINT cannot stop it)",
+                    {fx: sol(**_scale("    x = tl.load(x_ptr + offs, mask=mask)\n"
+                                      "    while tl.load(x_ptr, volatile=True) == tl.load(x_ptr, volatile=True):\n"
+                                      "        x += 0\n" + _STORE))}, {fx: _both(6.0)}),
+        DemoStudent("os_exit", "a cell calls os._exit", {fx: sol(**{"ex3-fn": "import os\nos._exit(3)\n"
+                                                                   + _CUMSUM.format(body="")})},
+                    {fx: _sped(11.0)}),
+        DemoStudent("segfault", "the function segfaults", {fx: sol(**_cumsum("    import ctypes\n"
+                                                                             "    ctypes.string_at(0)"))},
+                    {fx: _sped(11.0)}),
+        DemoStudent("illegal_address", "kernel loads far outside its inputs (GPU: illegal address; interpreter: "
+                    "a wild host pointer)", {fx: sol(**_scale("    x = tl.load(x_ptr + offs + (1 << 40), mask=mask)\n"
+                                                              + _STORE))}, {fx: _both(6.0)}),
+        DemoStudent("host_oom", "the function allocates without bound", {fx: sol(**_cumsum(
+            "    hog = []\n    while True:\n        hog.append(torch.ones(1 << 27))"))}, {fx: _sped(11.0)}),
+        DemoStudent("gpu_oom", "the function allocates 16 TiB on the device",
+                    {fx: sol(**_cumsum("    torch.empty(1 << 42, device=x.device)"))}, {fx: _sped(11.0)}),
+        DemoStudent("empty_kernel", "kernel writes nothing (memory reused from a freed reference would pass "
+                    "a check that allocates with torch.empty)", {fx: sol(**_scale("    pass"))}, {fx: _both(6.0)}),
+        DemoStudent("torch_in_kernel", "kernel body calls torch", {fx: sol(**_scale(
+            "    x = tl.load(x_ptr + offs, mask=mask)\n    tl.store(out_ptr + offs, torch.mul(x, alpha), mask=mask)"))},
+                    {fx: _both(6.0)}),
+        DemoStudent("imported_kernel", "the graded kernel is a package kernel", {fx: sol(**{
+            "ex1-kernel": "from kernels.memory.copy import _copy_memory_kernel as scale_kernel"})}, {fx: _both(6.0)}),
+        DemoStudent("method_cumsum", "the function returns torch's own answer (x.cumsum)",
+                    {fx: sol(**{"ex3-fn": "def cumsum(x):\n    return x.cumsum(-1)"})}, {fx: _sped(11.0)}),
+        DemoStudent("patch_everything", "patches the checker, torch, numpy, the references and IPython's input",
+                    {fx: rel(**{"ex4-block": _PATCH})}, {fx: _both(0.0)}),
+        DemoStudent("read_secrets", "reads solutions, hidden tests, the gradebook, other sandboxes",
+                    {fx: rel(**{"ex3-fn": _SECRETS})}, {fx: _both(0.0)}),
+        DemoStudent("leftover_processes", "leaves daemons that try to tamper with other students' files",
+                    {fx: rel(**{"ex4-block": _LEFTOVER})}, {fx: _both(0.0)}),
+        DemoStudent("noisy", "correct, with warnings, stderr and 60 MB of output",
+                    {fx: sol(**{"ex4-block": _NOISE, "ex3-fn": _CUMSUM.format(body=_FLOOD)})},
+                    {fx: _sped(FULL)}),
+        DemoStudent("edited_tests", "graded cells edited, one deleted, one stripped of its metadata",
+                    {fx: _edited_tests}, {fx: _sped(FULL)}),
+        DemoStudent("malformed_json", "notebook is not valid JSON", {fx: lambda s, r: b'{"cells": [ oops'},
+                    {fx: _both(0.0)}),
+        DemoStudent("missing_notebook", "submits nothing", {}, {fx: _both(0.0)}),
+        DemoStudent("renamed_notebook", "notebook renamed, plus an extra file",
+                    {fx: "solution"}, {fx: _sped(FULL)}, files={"rename": f"{fx} (1).ipynb",
+                                                                "extra.ipynb": b'{"cells": []}'}),
+        DemoStudent("new_nbformat", "notebook claims nbformat 4.99", {fx: _new_format}, {fx: _sped(FULL)}),
+        DemoStudent("race", "accumulates with a plain read-modify-write: the interpreter runs programs one at a "
+                    "time and hides the race; a GPU loses updates", {fx: sol(**{"ex2-kernel": _RACE})},
+                    {fx: _sped(FULL, 11.0)}, gpu_only=True),
+        DemoStudent("slow", "correct but 32 redundant loads per element: fails the speed requirement on a GPU",
+                    {fx: sol(**_scale(_SLOW))}, {fx: _sped(FULL, 10.0)}, gpu_only=True),
+        DemoStudent("skip_work", "skips the work at large sizes: wrong at the timed size, faster than the floor",
+                    {fx: sol(**_scale("    mask = mask & (n < 10_000_000)\n    x = tl.load(x_ptr + offs, mask=mask)\n"
+                                      + _STORE))}, {fx: _sped(FULL, 10.0)}, gpu_only=True),
+    ]
+    return out + _zoo_students(real_lessons, speed)
+
+
+# A sample of the zoo (kernels/checks/zoo, where CI grades every entry): each student submits one lesson, the
+# solution with one or two cells replaced by zoo answers. (student, lesson, {cell: zoo answer or source}, points
+# lost in the interpreter and on a GPU, what it shows). A student who loses points on a GPU only is graded there
+# only: under the interpreter the lesson would cost its grading time to show a full score.
+_ZOO = [
+    ("zoo_copy_off_by_one", "01_memory_hierarchy",
+     {"copy_kernel": ("01_memory_hierarchy.copy", "fast-path-off-by-one")}, (6, 6),
+     "unmasked fast path taking a block one element short: out of bounds, in the copy and speed checks"),
+    ("zoo_naive_padded_state", "02_naive_hbm_loops", {"naive_kernel": ("02_naive_hbm_loops.naive", "padded-state")},
+     (5, 5), "state addressed as a padded [BH, BK, BV] block: a message, not a crashed worker"),
+    ("zoo_tile_choice_cheat", "03_tiled_sram",
+     {"ex1-tiled": ("03_tiled_sram.tile_choice", "small-tiles-skip-filled"),
+      "ex3-tiles": "TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=1)"},
+     (0, 3), "skips tiles whose output already holds a number: timed on re-poisoned outputs, too slow on a GPU"),
+]
+
+
+# zoo students whose answer also fails the lesson's speed cell (so the speed policy takes nothing more)
+_SPEED_CELL_FAILS = {"zoo_copy_off_by_one"}
+
+
+def _zoo_students(real_lessons: dict[str, float], speed: dict[str, float]) -> list[DemoStudent]:
+    from kernels.checks.zoo import entries
+    from kernels.device import ON_GPU
+
+    answers = {(e.exercise, e.name): e.source for e in entries()}
+    out = []
+    for name, lesson, cells, (lost_cpu, lost_gpu), what in _ZOO:
+        if lesson not in real_lessons or (lost_cpu == 0 and not ON_GPU):
+            continue
+        sources = {gid: v if isinstance(v, str) else answers[v] for gid, v in cells.items()}
+        full = real_lessons[lesson]
+        cpu = full - lost_cpu - (0 if name in _SPEED_CELL_FAILS else speed.get(lesson, 0))
+        out.append(DemoStudent(name, f"zoo: {what}", {lesson: lambda s, r, c=sources: _with(s, **c)},
+                               {lesson: _both(cpu, full - lost_gpu)}, gpu_only=lost_cpu == 0))
     return out
 
 
-def _points(nb: dict) -> float:
-    from .notebook import split
+_RACE = '''@triton.jit
+def row_sum_kernel(x_ptr, out_ptr, M, N, stride_m, stride_n, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_m + offs * stride_n, mask=offs < N, other=0.0)
+    total = tl.load(out_ptr + row) + tl.sum(x.to(tl.float32), axis=0)
+    tl.store(out_ptr + row, total)'''
 
-    return sum(g.points for g in split(nb)[1])
-
-
-def _leftovers(uid_base: int, slots: int) -> list[int]:
-    from .grade import UIDS_PER_SLOT
-    from .sandbox import _pids_of
-
-    return [p for u in range(uid_base, uid_base + UIDS_PER_SLOT * slots) for p in _pids_of(u)]
-
-
-def _has_nbgrader() -> bool:
-    try:
-        import nbformat  # noqa: F401
-        import nbgrader  # noqa: F401
-    except ImportError:
-        return False
-    return True
+_SLOW = '''    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in range(32):
+        acc += tl.load(x_ptr + offs, mask=mask, other=0.0, volatile=True).to(tl.float32)
+    tl.store(out_ptr + offs, (acc * (alpha / 32)).to(out_ptr.dtype.element_ty), mask=mask)'''
 
 
+def _edited_tests(source: dict, rel: dict) -> dict:
+    nb = json.loads(json.dumps(source))
+    cells = []
+    for cell in nb["cells"]:
+        nbg = cell.get("metadata", {}).get("nbgrader", {})
+        gid = nbg.get("grade_id")
+        if gid == "ex1-check":
+            cell["source"] = "pass  # edited: no check here"
+        elif gid == "ex2-check":
+            continue
+        elif gid == "ex3-check":
+            cell["metadata"] = {}
+            cell["source"] = "print('check removed')"
+        cells.append(cell)
+    nb["cells"] = cells
+    return nb
 
 
-def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
-             settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = (),
-             copies: int = 0) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    real = course_lessons(lessons)
-    fx_src = read_source(demo.FIXTURE / f"{demo.LESSON}.py")
-    sources = {**{k: v[0] for k, v in real.items()}, demo.LESSON: fx_src}
-    from . import policy
-
-    points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
-    klass = demo.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
-    with_nbgrader = not direct and _has_nbgrader()
-    if with_nbgrader and not copies:
-        klass += demo.term_students(points)
-    if copies:
-        base = next(s for s in klass if s.name == "solution")
-        klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
-    if students:
-        klass = [s for s in klass if s.name in students]
-    # On a GPU a worker holds the CUDA context (about 1 GiB resident) and, while timing, lesson 01's 512 MiB input
-    # before it moves to the device: 2 GiB stopped a correct copy kernel on the H200.
-    settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
-                                    memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(demo.FIXTURE)],
-                                    gpu_memory_fraction=0.3 if ON_GPU else None)
-    failures: list = []
-    term: dict = {}
-    checks: list[str] = []  # the term scenarios' expectations that failed
-    if with_nbgrader:
-        from . import workflow
-
-        root = out / "course"
-        if root.exists():
-            shutil.rmtree(root)
-        releases = workflow.build_course(root, sources)
-        releases.update({k: v[1] for k, v in real.items()})
-        for lesson, nb in releases.items():
-            (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
-        folder = out / "incoming"
-        demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
-        if any(st.name == "dave" for st in klass):
-            term = demo.term_batches(out, {k: (sources[k], releases[k]) for k in sources}, folder, time.time())
-            from .late import set_due
-
-            set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", demo.TERM_LESSON,
-                    _utc(term["due"]))
-        workflow.collect(root, folder)
-        for st in klass:
-            for lesson in sources:
-                if lesson not in st.expect:
-                    shutil.rmtree(root / "submitted" / st.name / lesson, ignore_errors=True)
-        if term:
-            checks += _term_collect(root, term)
-        built = time.time() - t0
-        results, failures, uid_base = workflow.autograde(root, slots=slots, settings=settings)
-    else:
-        releases = {**{k: v[1] for k, v in real.items()}, demo.LESSON: demo.release(fx_src)}
-        folder = out / "incoming"
-        demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
-        collected = collect_folder(folder, sources)
-        subs = [collected[st.name][lesson] for st in klass for lesson in sources if lesson in st.expect]
-        grader = Grader(settings)
-        uid_base = grader.sandbox.uid_base
-        built = time.time() - t0
-        results = grade_class(grader, subs, sources, releases, slots=slots)
-        policy.apply(results)
-    graded = time.time() - t0 - built
-    results = [r for r in results if any(r.student == st.name and r.lesson in st.expect for st in klass)]
-    subs = results
-    left = _leftovers(uid_base, slots)
-    expected = {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
-    print(table(results, expected, mode=f"{MODE}; {describe()}; {policy.describe(policy.DEFAULT, MODE)}"))
-    bad = [(r.student, r.lesson, r.score, expected[(r.student, r.lesson)]) for r in results
-           if abs(r.score - expected[(r.student, r.lesson)]) > 1e-9]
-    for r in results:
-        for c in r.cells:
-            if not c.passed:
-                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.message.splitlines()[0][:200] if c.message else ''}")
-        for n in r.notes:
-            print(f"  {r.student}/{r.lesson}: note: {n[:200]}")
-    first = klass[0].name if copies else "solution"
-    full = [r for r in results if r.student == first]  # one complete submission, lesson by lesson
-    full_s = sum(r.seconds for r in full)
-    phases: dict[str, float] = {}
-    for r in full:
-        for k, v in r.phases.items():
-            phases[k] = phases.get(k, 0.0) + v
-    summary = {"mode": MODE, "nbgrader": with_nbgrader, "where": describe(),
-               "isolation": sorted({r.isolation for r in results if r.isolation}),
-               "students": len(klass), "submissions": len(subs), "slots": slots, "build_s": built,
-               "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in full},
-               "solution_total_s": full_s, "solution_phases_s": phases, "mismatches": bad,
-               "leftover_processes": left,
-               "gpu_only_students": [s.name for s in klass if s.gpu_only],
-               "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}
-    if with_nbgrader:
-        from . import workflow
-
-        fb = workflow.feedback(root)
-        csv = workflow.export(root, out / "grades.csv")
-        book = workflow.gradebook_scores(root)
-        differ = [(k, v, book.get(k)) for k, v in ((( r.student, r.lesson), r.score) for r in results)
-                  if book.get(k) is None or abs(book[k] - v) > 1e-9]
-        html = sorted(str(p.relative_to(root)) for p in (root / "feedback").rglob("*.html"))
-        leaks = [h for h in html if "BEGIN HIDDEN TESTS" in (root / h).read_text(errors="replace")]
-        if leaks:
-            failures = failures + [("feedback", "", f"hidden tests' source in {leaks[:3]}")]
-        summary.update(nbgrader={"autograde_failures": failures, "feedback_failures": fb, "csv": str(csv),
-                                 "feedback_html": len(html), "gradebook_differs": differ})
-        print(f"nbgrader: gradebook recorded {len(book)} submissions, {len(html)} feedback pages, CSV {csv.name}")
-        for f in failures + fb:
-            print(f"FAIL: nbgrader step failed for {f[0]}/{f[1]}: {f[2][-300:]}")
-        for k, v, b in differ:
-            print(f"FAIL: gradebook has {b} for {k[0]}/{k[1]}, the grader gave {v:g}")
-        if term:
-            checks += _term_grades(root, term, results)
-            checks += _term_regrade(root, out, settings, slots)
-            summary["term"] = {"checks_failed": checks, "due": _utc(term["due"]).isoformat()}
-        for c in checks:
-            print(f"FAIL: {c}")
-        if failures or fb or differ or checks:
-            bad = bad + [("nbgrader", "", 0, 0)]
-    report(results, out / "grade-demo.json", summary)
-    for d in reports:
-        d.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
-    print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
-          f"({MODE}); one full solution submission: {full_s:.0f} s of grading ("
-          + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(phases.items())) + ")")
-    if left:
-        print(f"FAIL: {len(left)} sandbox process(es) outlived their submission: {left}")
-    for st, lesson, got, want in bad:
-        print(f"FAIL: {st}/{lesson} scored {got:g}, expected {want:g}")
-    if not bad and not left:
-        print("demo class: every submission got its expected score")
-    return 1 if bad or left else 0
+def _new_format(source: dict, rel: dict) -> dict:
+    nb = json.loads(json.dumps(source))
+    nb["nbformat_minor"] = 99
+    for cell in nb["cells"]:
+        cell["future_field"] = {"from": "a newer Jupyter"}
+    return nb
 
 
-def _utc(t: float):
-    import datetime
-
-    return datetime.datetime.fromtimestamp(int(t), datetime.timezone.utc).replace(tzinfo=None)
-
-
-def _term_collect(root: pathlib.Path, term: dict) -> list[str]:
-    """The second batch and the Canvas zip of the term scenarios (grader/demo.py: term_batches), collected; what
-    went other than expected."""
-    from . import workflow
-
-    bad = []
-    got = workflow.collect(root, term["second"])
-    status = got["dave"][demo.LESSON].status
-    if not status.startswith("replaced"):
-        bad.append(f"dave's second batch: {demo.LESSON} {status}, expected replaced")
-    kept = root / "submitted" / "dave" / demo.TERM_LESSON / f"{demo.TERM_LESSON}.ipynb"
-    if not kept.exists():
-        bad.append("dave's 00_setup from the first batch was lost by the second")
-    print(f"second batch: dave/{demo.LESSON} {status}; dave/{demo.TERM_LESSON} "
-          f"{'kept' if kept.exists() else 'LOST'}")
-    got, skipped = workflow.collect_lms(root, term["zip"], roster=term["roster"])
-    for s in skipped:
-        print(f"Canvas zip: skipped {s.name}: {s.reason}")
-    why = {s.name: s.reason for s in skipped}
-    for name, want in term["skipped"].items():
-        if want not in why.get(name, ""):
-            bad.append(f"Canvas zip: {name} should be skipped ({want}), got {why.get(name)!r}")
-    if set(got) != {"alice", "lucy"}:
-        bad.append(f"Canvas zip: collected {sorted(got)}, expected alice and lucy")
-    return bad
+def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], klass: list[DemoStudent]) -> None:
+    """Write each student's notebooks to ``folder/<student>/<lesson>.ipynb`` (the folder-of-notebooks layout)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    for st in klass:
+        if st.lms:
+            continue
+        d = folder / st.name
+        d.mkdir(parents=True)
+        for lesson, how in st.lessons.items():
+            source, rel = lessons[lesson]
+            if how == "solution":
+                nb = source
+            elif how == "release":
+                nb = rel
+            else:
+                nb = how(source, rel)
+            data = nb if isinstance(nb, bytes) else json.dumps(nb, indent=1).encode()
+            name = st.files.get("rename", f"{lesson}.ipynb") if lesson == LESSON else f"{lesson}.ipynb"
+            (d / name).write_bytes(data)
+        for name, data in st.files.items():
+            if name != "rename":
+                (d / name).write_bytes(data)
+    os.chmod(folder, 0o700)
 
 
-def _term_grades(root: pathlib.Path, term: dict, results) -> list[str]:
-    """Late penalties in the gradebook (only lucy's), flags on the instructor's source, no phantom student."""
-    from nbgrader.api import Gradebook
-
-    bad = []
-    by = {(r.student, r.lesson): r for r in results}
-    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
-        for r in results:
-            try:
-                sub = gb.find_submission(r.lesson, r.student)
-            except Exception:
-                continue
-            want = (term["late_percent"] / 100 * r.score) if (r.student, r.lesson) in term["penalties"] else 0.0
-            if abs((sub.late_submission_penalty or 0.0) - want) > 1e-6:
-                bad.append(f"late penalty of {r.student}/{r.lesson}: {sub.late_submission_penalty}, expected {want:g}")
-        if any(s.id == "phantom" for s in gb.students):
-            bad.append("the phantom Canvas student (not on the roster) reached the gradebook")
-    sol = by.get(("solution", demo.TERM_LESSON))
-    if sol is not None and not any(n.startswith("flagged") for n in sol.notes):
-        bad.append("the instructor's source handed in as solution/00_setup was not flagged")
-    rel = by.get(("release", demo.TERM_LESSON))
-    if rel is not None and any(n.startswith("flagged") for n in rel.notes):
-        bad.append("the untouched student notebook release/00_setup was flagged")
-    late = by.get(("lucy", demo.TERM_LESSON))
-    print(f"due date {_utc(term['due']):%Y-%m-%d %H:%M} UTC for {demo.TERM_LESSON}; lucy handed in 2 h late: "
-          f"{late.score if late else '?'} points less {term['late_percent']:g}% in the gradebook")
-    return bad
+# ---- a term: later collect batches, an LMS download with a roster, a due date (lesson 00 only: cheap to grade) ----
+TERM_LESSON = "00_setup"
+LATE_PERCENT = 10.0  # grader/nbgrader_config.py: PerDayPenalty.percent_per_day
 
 
-def _term_regrade(root: pathlib.Path, out: pathlib.Path, settings, slots: int) -> list[str]:
-    """Grade one unchanged notebook again: the term's seed makes it reproducible, so nothing may change; the
-    class CSV has the roster's names and the late penalty."""
-    import csv
-
-    from . import workflow
-
-    bad = []
-    seed = workflow.last_run.get("seed")
-    # the untouched notebook: its stubs fail in a second, so the regrade costs nothing next to the demo
-    workflow.autograde(root, lessons=[demo.TERM_LESSON], students=["release"], slots=1, settings=settings,
-                       progress=False)
-    again = workflow.last_run
-    print(f"regrade of release/{demo.TERM_LESSON} with the term's seed {again['seed']}: "
-          + ("; ".join(again["changes"]) or "nothing changed"))
-    if again["seed"] != seed or again["changes"]:
-        bad.append(f"a regrade with the term's seed changed something: {again['changes']} (seed {seed} -> "
-                   f"{again['seed']})")
-    path = workflow.export_class(root, out / "class.csv")
-    rows = {r["student"]: r for r in csv.DictReader(path.open())}
-    lucy = rows.get("lucy", {})
-    if lucy.get("name") != "Jones Lucy" or lucy.get(f"{demo.TERM_LESSON} late penalty") in (None, "0"):
-        bad.append(f"class CSV: lucy's row lacks her roster name or late penalty: {lucy}")
-    print(f"class CSV {path.name}: {len(rows)} students, lucy {lucy.get(demo.TERM_LESSON)} "
-          f"(late penalty {lucy.get(f'{demo.TERM_LESSON} late penalty')})")
-    return bad
+def term_students(real_lessons: dict[str, float]) -> list[DemoStudent]:
+    """Students of the term scenarios (see :func:`term_batches`); needs lesson 00 and nbgrader."""
+    if TERM_LESSON not in real_lessons:
+        return []
+    full = real_lessons[TERM_LESSON]
+    return [
+        DemoStudent("dave", "two collect batches: the second holds only a newer copy of his fixture notebook; his "
+                    "00_setup from the first is kept", {TERM_LESSON: "solution", LESSON: "release"},
+                    {TERM_LESSON: _both(full), LESSON: _both(0.0)}),
+        DemoStudent("alice", "Canvas download (smithalice_1001_..._00_setup.ipynb, then the resubmission copy -1: "
+                    "the newest wins), mapped to her id by the roster", {}, {TERM_LESSON: _both(full)}, lms=True),
+        DemoStudent("lucy", "Canvas download, handed in 2 hours after the due date: 10% off in the gradebook",
+                    {}, {TERM_LESSON: _both(full)}, lms=True),
+    ]
 
 
-def main_env_slots() -> int:
-    return int(os.environ.get("GRADER_SLOTS", "2"))
+def term_batches(work: pathlib.Path, lessons: dict[str, tuple[dict, dict]], incoming: pathlib.Path,
+                 now: float) -> dict:
+    """Date the first batch (``incoming``) two days before the due date ``now - 1 day``, write the second batch
+    (dave's fixture notebook again, edited: newer) and a Canvas zip with a roster; returns what to collect and
+    expect."""
+    import zipfile
+
+    due = now - 86400
+    for p in incoming.rglob("*"):
+        os.utime(p, (due - 2 * 86400, due - 2 * 86400))
+    source, rel = lessons[TERM_LESSON]
+    second = work / "incoming-2"
+    if second.exists():
+        shutil.rmtree(second)
+    (second / "dave").mkdir(parents=True)
+    fx_rel = json.loads(json.dumps(lessons[LESSON][1]))
+    fx_rel["cells"][0]["source"] = "".join(fx_rel["cells"][0]["source"]) + "\n\n(my second try)"
+    (second / "dave" / f"{LESSON}.ipynb").write_text(json.dumps(fx_rel, indent=1))
+    os.utime(second / "dave" / f"{LESSON}.ipynb", (due - 86400, due - 86400))
+    roster = work / "roster.csv"
+    roster.write_text("Student,ID,SIS Login ID\nSmith Alice,1001,alice\nJones Lucy,1003,lucy\n"
+                      + "".join(f"{st},{2000 + i},{st}\n" for i, st in enumerate(("dave", "solution"))))
+    archive = work / "canvas.zip"
+
+    def entry(z, name, nb, when):
+        z.writestr(zipfile.ZipInfo(name, date_time=time.gmtime(when)[:6]), json.dumps(nb, indent=1))
+
+    with zipfile.ZipFile(archive, "w") as z:
+        entry(z, f"smithalice_1001_55501_{TERM_LESSON}.ipynb", rel, due - 3 * 86400)
+        entry(z, f"smithalice_1001_55502_{TERM_LESSON}-1.ipynb", source, due - 2 * 86400)
+        entry(z, f"joneslucy_LATE_1003_55503_{TERM_LESSON}.ipynb", source, due + 7200)
+        entry(z, f"phantom_9999_55504_{TERM_LESSON}.ipynb", source, due - 86400)
+    return {"due": due, "second": second, "zip": archive, "roster": roster,
+            "penalties": {("lucy", TERM_LESSON): 0.0}, "late_percent": LATE_PERCENT,
+            "skipped": {f"smithalice_1001_55501_{TERM_LESSON}.ipynb": "is newer",
+                        f"phantom_9999_55504_{TERM_LESSON}.ipynb": "not on the roster"}}

@@ -3,8 +3,8 @@
 The hand-out (``dist/student/`` by default) holds:
 
 - ``kernels/``: the course package the notebooks import (checks, plots, benchmarks, reference maths), less what
-  would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them),
-  the course build (``kernels/course``, which reads ``solutions/``), and each package kernel that is itself the
+  would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them)
+  and each package kernel that is itself the
   answer to an exercise (:data:`ANSWERS`), whose body is replaced by a ``NotImplementedError`` naming the lesson;
 - ``notebooks/``: the student notebooks of ``course/`` (nbgrader's release: solutions and hidden tests removed);
 - ``pyproject.toml`` and ``README.md``: ``pip install .`` then ``jupyter lab notebooks``.
@@ -22,9 +22,12 @@ import pathlib
 import re
 import shutil
 
+from kernels.catalog import lesson_ids
+
+from .layout import ROOT as _ROOT
+
 __all__ = ["ANSWERS", "EXCLUDED", "build"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 #: package kernels that are an exercise's answer: file -> (function, the lesson that asks for it)
 ANSWERS = {
@@ -32,7 +35,7 @@ ANSWERS = {
     "kernels/linear_attention/chunked.py": [("_chunked_linear_attention_kernel", "04_chunked_linear_attention")],
 }
 #: folders of the package that the hand-out leaves out
-EXCLUDED = ("kernels/checks/zoo", "kernels/course")
+EXCLUDED = ("kernels/checks/zoo",)
 
 _PYPROJECT = '''[build-system]
 requires = ["setuptools>=68"]
@@ -114,7 +117,7 @@ def build(out: pathlib.Path | None = None) -> pathlib.Path:
             shutil.copy(src, dest)
     nbs = out / "notebooks"
     nbs.mkdir()
-    for nb in sorted((_ROOT / "course").glob("[0-9][0-9]_*.ipynb")):
+    for nb in (_ROOT / "course" / f"{lesson}.ipynb" for lesson in lesson_ids()):
         text = nb.read_text()
         json.loads(text)  # a generated notebook, valid JSON
         (nbs / nb.name).write_text(text)

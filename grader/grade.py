@@ -211,7 +211,7 @@ class Grader:
                         dest.write_bytes(data.numpy().tobytes())
                 w.close()
                 w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name=f"probe-{kind}")
-            w.send({"op": "probe"})
+            w.send({"op": "probe", "cubin": kind == "kernel" and cubin})
             err = w.recv(120, what="starting its notebook runner").get("error")
             w.close()
             if err:
@@ -219,7 +219,10 @@ class Grader:
                     f"a sandboxed worker (uid {w.uid}, no root rights, {how}, {kind}) cannot start: "
                     f"{err.get('type')}: {str(err.get('message'))[:500]}. Every package the grader imports must be "
                     "on its Python path and readable by all users (after `pip install --target DIR`, say, run "
-                    "`chmod -R a+rX DIR`); nothing was graded")
+                    "`chmod -R a+rX DIR`)" + ("; the cubin launcher needs cuda-bindings (or grade with GRADER_CUBIN=0 "
+                                              "to launch through Triton's JIT in the sandbox)"
+                                              if "cuda-bindings" in str(err.get("message")) else "")
+                    + "; nothing was graded")
         return how
 
     def seed(self, *parts) -> int:
@@ -446,21 +449,17 @@ class _Session:
                     values.append(self.value(name))
             except CheckFailed as e:
                 raise _Fail("rejected", str(e)) from None
-        if ex.toolchain:  # the rule builds and runs the student's code: in the sandbox, never here
-            why = self.toolchain_rule(ex, call, values)
-            if why:
-                raise _Fail("failed", why)
-        elif "value" in ex.args:
-            why = engine.check_value(ex, tuple(values), call.hidden)
-            if why:
-                raise _Fail("failed", why)
-        if all(k == "value" for k in ex.args):
-            return CheckResult(ex.id, call.hidden, True, "passed", [f"✓ {ex.id}: value accepted"])
+        plan = engine.Plan(ex, call.hidden,
+                           lambda *parts: self.g.seed(self.student, self.lesson, cell.grade_id, n, *parts))
+        # a toolchain's rule builds and runs the student's code: in the sandbox, never here
+        rule = (lambda v: self.toolchain_rule(ex, call, v)) if ex.toolchain else None
+        if not plan.check_values(tuple(values), rule) or plan.values_only:
+            return _result(plan)
         if "function" in ex.args:
-            return self.run_function(ex, cell, n, call, values)
+            return self.run_function(plan, call, values)
         if self.g.sandbox.mode == "interpreter":
             self.compile(ex, call, kernels, values)
-        return self.run_kernel(ex, cell, n, call, kernels, values)
+        return self.run_kernel(plan, call, kernels, values)
 
     def value(self, name: str):
         w = self.worker("notebook")
@@ -503,18 +502,10 @@ class _Session:
             raise _Fail("rejected", m.get("message", "does not compile for sm_90"))
 
     # ---- running ------------------------------------------------------------------------------------------
-    def _cases(self, ex, cell, n, call):
-        cases, skipped = engine.active_cases(ex, call.hidden)
-        items = []
-        for i, case in cases:
-            seed = self.g.seed(self.student, self.lesson, cell.grade_id, n, i, "case")
-            cpu = engine.case_inputs(ex, case, seed)
-            items.append({"index": i, "case": case, "seed": seed, "cpu": cpu, "ref": engine.reference(ex, case, cpu)})
-        return items, skipped
-
-    def _judge(self, ex, item, m) -> list[str]:
-        case, cpu = item["case"], item["cpu"]
-        want = engine.expected_outputs(ex, case, cpu)
+    def _outputs(self, plan, run, m) -> tuple[dict, list[str]]:
+        """The poisoned outputs of a run from the worker's raw buffers, laid out as the check laid them out (or
+        why they cannot be used)."""
+        want = engine.expected_outputs(plan.ex, run.case, run.inputs)
         got = m.get("outputs") or {}
         outs = {}
         for k, (shape, dtype, guard) in want.items():
@@ -523,10 +514,9 @@ class _Session:
             for s in shape:
                 n *= s
             if b is None or b.dtype != dtype or b.dim() != 1 or b.numel() != n + 2 * guard:
-                return [f"{k}: the worker returned no usable output buffer"]
+                return {}, [f"{k}: the worker returned no usable output buffer"]
             outs[k] = engine.poisoned_view(b, shape, guard)
-        result = m.get("result") or {}
-        return engine.verdict(ex, case, outs, result, item["ref"])
+        return outs, []
 
     def _error_lines(self, ex, label, m) -> list[str]:
         err = m.get("error") or {}
@@ -538,23 +528,18 @@ class _Session:
             lines += ["  " + ln for ln in tb[mine[-1]: mine[-1] + 4]]
         return lines
 
-    def run_kernel(self, ex, cell, n, call, kernels, values) -> CheckResult:
-        items, skipped = self._cases(ex, cell, n, call)
-        timed = ex.performance is not None and ON_GPU and items
-        request = [{"index": it["index"], "hidden": call.hidden, "inputs": it["cpu"]} for it in items]
-        recheck = None
-        if timed:
-            request[-1]["time"] = self.g.seed(self.student, self.lesson, cell.grade_id, n, "time")
-            first = items[0]
-            seed = self.g.seed(self.student, self.lesson, cell.grade_id, n, "recheck")
-            cpu = engine.case_inputs(ex, first["case"], seed)
-            recheck = {"index": first["index"], "case": first["case"], "seed": seed, "cpu": cpu,
-                       "ref": engine.reference(ex, first["case"], cpu)}
-            request.append({"index": recheck["index"], "hidden": call.hidden, "inputs": cpu})
-            items = items + [recheck]
+    def run_kernel(self, plan, call, kernels, values) -> CheckResult:
+        """The plan's runs go to the kernel worker in one request (the timing after the last case, when timed);
+        what comes back is judged here, run by run."""
+        ex = plan.ex
+        runs = [plan.prepare(r) for r in plan.sequence()]
+        request = [{"index": r.index, "hidden": call.hidden, "inputs": r.inputs} for r in runs]
+        if plan.timed:
+            request[len(plan.runs) - 1]["time"] = plan.time_seed
         cubin = self.g.cubin
         traffic: dict = {}
         if cubin:  # the kernel's Python runs only in the interpreter's pre-check and the compile, never here
+            items = [{"index": r.index, "case": r.case, "seed": r.seed} for r in runs]
             found = _cubin.precheck(self, ex, call, kernels, values, request, items)
             if isinstance(found, CheckResult):
                 return found
@@ -562,10 +547,8 @@ class _Session:
         w = self.worker("launch" if cubin else "kernel")
         w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request,
                 "cubin": cubin})
-        res = CheckResult(ex.id, call.hidden, True, "passed")
-        done, label, k = 0, None, 0
+        label, k = None, 0
         deadline = time.time() + self.s.problem_timeout
-        failed: list[str] = []
         exclusive = False
         while True:
             try:
@@ -583,18 +566,16 @@ class _Session:
             elif ev == "compile" and cubin:
                 _cubin.relay(self, w, m, kernels, deadline)
             elif ev == "result":
-                item = items[k]
+                run = runs[k]
                 k += 1
-                if traffic.get(item["index"]) and isinstance(m.get("result"), dict):
-                    m["result"][engine.TRAFFIC] = traffic[item["index"]]
-                if not failed:
-                    problems = self._judge(ex, item, m)
+                if traffic.get(run.index) and isinstance(m.get("result"), dict):
+                    m["result"][engine.TRAFFIC] = traffic[run.index]
+                if not plan.failed:
+                    outs, problems = self._outputs(plan, run, m)
                     if problems:
-                        when = " after timing" if item is recheck else ""
-                        failed = [f"{ex.id} failed{when} on {engine.describe_case(ex, item['case'], item['seed'])}:"]
-                        failed += [f"  - {p}" for p in problems]
+                        plan.fail_run(run, problems)
                     else:
-                        done += 1
+                        plan.judge(run, outs, m.get("result") or {})
             elif ev == "timing":
                 asked = time.time()
                 self.g.gpu.upgrade()
@@ -606,11 +587,7 @@ class _Session:
                 if exclusive:
                     self.g.gpu.downgrade()
                     exclusive = False
-                res.perf = m.get("timing")
-                if not failed:
-                    problems = engine.perf_verdict(ex, res.perf or {})
-                    if problems:
-                        failed = [f"{ex.id}: {p}" for p in problems]
+                plan.judge_timing(m.get("timing"))
             elif ev == "error":
                 if exclusive:
                     self.g.gpu.downgrade()
@@ -619,31 +596,20 @@ class _Session:
                 return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))
             elif ev == "done":
                 break
-        if failed:
-            return CheckResult(ex.id, call.hidden, False, "failed", failed, perf=res.perf)
-        res.not_graded = [f"case {s!r} needs a GPU" for s in skipped]
-        if ex.performance is not None and not ON_GPU:
-            res.not_graded.append("performance: not graded under the interpreter (it is graded on a GPU)")
-        out = engine.Outcome(ex.id, True, cases=done - (1 if recheck else 0), not_graded=res.not_graded,
-                             perf=res.perf)
-        res.lines = [engine.summary_line(ex, out)]
-        if res.not_graded:
-            res.status = "passed (partly not graded)"
-        return res
+        return _result(plan)
 
-    def run_function(self, ex, cell, n, call, values) -> CheckResult:
+    def run_function(self, plan, call, values) -> CheckResult:
         """The exercise's ``run`` and the judging happen here, in the grader; each call of the student's function
         goes to the notebook's sandbox (where no reference, check or grader code exists) and only its arguments
         and return value cross."""
-        items, skipped = self._cases(ex, cell, n, call)
-        done = 0
-        for item in items:
+        ex = plan.ex
+        for run in plan.runs:  # a function is not timed
             deadline = time.time() + self.s.problem_timeout
             args = tuple(_Remote(self, nm, ex.forbid, deadline) if kind == "function" else v
                          for kind, nm, v in zip(ex.args, call.names, values))
-            label = item["case"].label
+            label = run.case.label
             try:
-                outs, result = engine.run_case(ex, args, item["case"], item["cpu"])
+                outs, result = engine.run_case(ex, args, run.case, plan.prepare(run).inputs)
             except WorkerDied as e:
                 self.drop("notebook")
                 status = "timeout" if "stopped after" in str(e) else "crashed"
@@ -663,15 +629,20 @@ class _Session:
                 return CheckResult(ex.id, call.hidden, False, "failed", [
                     f"{ex.id} failed on case {label!r}: what your function returned could not be used "
                     f"({type(e).__name__}: {str(e)[:300]})"])
-            problems = engine.verdict(ex, item["case"], outs, result, item["ref"])
-            if problems:
-                return CheckResult(ex.id, call.hidden, False, "failed",
-                                   [f"{ex.id} failed on {engine.describe_case(ex, item['case'], item['seed'])}:"]
-                                   + [f"  - {p}" for p in problems])
-            done += 1
-        out = engine.Outcome(ex.id, True, cases=done, not_graded=[f"case {s!r} needs a GPU" for s in skipped])
-        return CheckResult(ex.id, call.hidden, True, "passed", [engine.summary_line(ex, out)],
-                           not_graded=out.not_graded)
+            if not plan.judge(run, outs, result):
+                break
+        return _result(plan)
+
+
+def _result(plan: engine.Plan) -> CheckResult:
+    """The plan's outcome as the grader reports it."""
+    out = plan.outcome()
+    if plan.unrated:  # the grader's side never judges a toolchain's rule (the sandbox does): kept for safety
+        return CheckResult(out.exercise, plan.hidden, False, "not graded", [f"{out.exercise}: {plan.unrated}"])
+    if not out.passed:
+        return CheckResult(out.exercise, plan.hidden, False, "failed", out.lines, perf=out.perf)
+    status = "passed (partly not graded)" if out.not_graded and "kernel" in plan.ex.args else "passed"
+    return CheckResult(out.exercise, plan.hidden, True, status, out.lines, not_graded=out.not_graded, perf=out.perf)
 
 
 class _Raised(Exception):

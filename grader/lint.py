@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import pathlib
-
 from kernels.catalog import lesson_ids
 from kernels.checks.spec import get
 
+from .layout import ROOT as _ROOT
 from .notebook import split
 
 __all__ = ["lint"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
-
 
 def lint(lessons: list[str] | None = None, sources: dict[str, dict] | None = None) -> list[str]:
     """Problems found (empty: every graded cell is one the grader can run)."""
-    from .democlass import read_source
+    from .demo import read_source
 
     if sources is None:
         sources = {lesson: read_source(_ROOT / "solutions" / f"{lesson}.py") for lesson in lesson_ids()

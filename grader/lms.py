@@ -108,6 +108,16 @@ def _squash(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def roster_path(root: pathlib.Path) -> pathlib.Path:
+    """The course's roster (``collect --roster`` keeps a copy here; later collects and exports use it)."""
+    return root / "roster.csv"
+
+
+def kept_roster(root: pathlib.Path) -> Roster | None:
+    """The roster kept in the course folder, or None."""
+    return read_roster(roster_path(root)) if roster_path(root).exists() else None
+
+
 def read_roster(path: pathlib.Path) -> Roster:
     text = pathlib.Path(path).read_text(encoding="utf-8-sig")
     return Roster(list(csv.DictReader(text.splitlines())), source=str(path))

@@ -1,11 +1,15 @@
 """nbgrader's ``Execute`` step, replaced: graded cells get the sandboxed grader's verdicts as their outputs.
 
 ``grader/nbgrader_config.py`` puts :class:`SandboxExecute` where ``Execute`` was in ``Autograde``'s
-preprocessors, so ``nbgrader autograde`` itself (and ``python -m grader autograde``, which first grades every
-submission in parallel and hands the results over through :data:`PREGRADED`) never runs a student's notebook in
-its own process. Each graded cell gets one output: a stream saying what passed, or an error whose message is the
-failed check's (nbgrader scores a cell with an error output 0, any other full). ``SaveAutoGrades`` then records
-the scores in the gradebook, ``generate_feedback`` renders them, ``export`` writes the CSV.
+preprocessors, so ``nbgrader autograde`` itself never runs a student's notebook in its own process. The score of
+every graded cell is decided once, by the grader (``CellResult.score``, after the speed policy); nbgrader only
+records it: :func:`scored_outputs` writes the outputs from which nbgrader's ``SaveAutoGrades`` reads exactly that
+score (a stream saying what passed at full points, an error whose message is the failed check's at 0, the score
+itself as the cell's result in between). ``generate_feedback`` renders them, ``export`` writes the CSV.
+
+``python -m grader autograde`` grades every submission first, in parallel, then records each through
+:func:`autograde_with`, which hands its result to the one ``nbgrader autograde`` run that records it (the
+``SandboxExecute.verdict`` setting); run by hand, ``nbgrader autograde`` grades the notebook then and there.
 """
 
 from __future__ import annotations
@@ -15,11 +19,9 @@ import os
 import pathlib
 
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Any
 
-__all__ = ["SandboxExecute", "PREGRADED", "apply_results", "results_dir"]
-
-#: (student, assignment, notebook) -> NotebookResult, filled by ``python -m grader autograde``.
-PREGRADED: dict = {}
+__all__ = ["SandboxExecute", "apply_results", "autograde_with", "results_dir", "scored_outputs"]
 
 
 def results_dir(course_root: str | os.PathLike) -> pathlib.Path:
@@ -40,6 +42,18 @@ def _error(message: str):
                       traceback=["CheckFailed: " + line for line in message.splitlines()] or ["CheckFailed"])
 
 
+def scored_outputs(cell) -> list:
+    """The outputs of a graded cell (a ``CellResult``) from which nbgrader reads the grader's score for it
+    (``nbgrader.utils.determine_grade``: an error scores 0, a result is the score, anything else full points)."""
+    from nbformat.v4 import new_output
+
+    if cell.score >= cell.points:
+        return [_stream(cell.message)]
+    if cell.score <= 0:
+        return [_error(cell.message)]
+    return [_stream(cell.message), new_output("execute_result", data={"text/plain": f"{cell.score:g}"})]
+
+
 def apply_results(nb, result) -> None:
     """Write each graded cell's verdict as its only output; note submission problems at the top."""
     by_id = {c.grade_id: c for c in result.cells}
@@ -50,8 +64,7 @@ def apply_results(nb, result) -> None:
         gid = nbg.get("grade_id")
         cell["execution_count"] = None
         if nbg.get("grade") and not nbg.get("solution") and gid in by_id:
-            r = by_id[gid]
-            cell["outputs"] = [_stream(r.message) if r.passed else _error(r.message)]
+            cell["outputs"] = scored_outputs(by_id[gid])
         else:
             cell["outputs"] = []
     head = [f"Graded {'on a GPU' if result.mode == 'gpu' else 'in the Triton interpreter (no GPU)'}; "
@@ -63,15 +76,33 @@ def apply_results(nb, result) -> None:
     nb.cells.insert(0, note)
 
 
+def autograde_with(book, result) -> dict:
+    """``nbgrader autograde`` of ``result``'s submission through the ``NbGraderAPI`` ``book``, handed the grader's
+    result (a ``NotebookResult``): nbgrader records the scores it holds and runs nothing. Returns the API's
+    answer (``success``, ``error``, ``log``)."""
+    settings = book.config.SandboxExecute
+    settings.verdict = result
+    try:
+        return book.autograde(result.lesson, result.student, force=True, create=True)
+    finally:
+        settings.verdict = None
+
+
 class SandboxExecute(NbGraderPreprocessor):
-    """Fill graded cells from the sandboxed grader (pre-graded results, or grade this notebook now)."""
+    """Fill graded cells from the sandboxed grader (the result handed over, or grade this notebook now)."""
+
+    verdict = Any(None, allow_none=True,
+                  help="The grader's result (grader.grade.NotebookResult) for the one notebook this run records, "
+                       "handed over by autograde_with; None: grade the notebook now").tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
-        key = (info["student"], info["assignment"], info["notebook"])
-        result = PREGRADED.get(key)
+        result = self.verdict
         if result is None:
             result = self._grade_now(nb, info)
+        elif (result.student, result.lesson, result.lesson) != (info["student"], info["assignment"], info["notebook"]):
+            raise ValueError(f"the grader's result for {result.student}/{result.lesson} was handed to the "
+                             f"autograding of {info['student']}/{info['assignment']}/{info['notebook']}")
         apply_results(nb, result)
         return nb, resources
 

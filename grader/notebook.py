@@ -2,6 +2,10 @@
 
 Graded cells are trusted only as they stand in the instructor's source (nbgrader restores them from the gradebook
 before grading); they are parsed, never executed. Everything else is the student's code.
+
+:func:`parse_checks` is the graded-cell grammar, the one place that says what a graded cell may hold: the grader
+grades by it, ``python -m grader lint`` checks the lessons by it and the course build validates lesson sources by
+it (adding the course's own layout rules: one call a line, ids of the lesson, hidden calls in the hidden block).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ class CheckCall:
     exercise: str
     names: tuple[str, ...]
     hidden: bool
+    #: the call's first and last line in the cell's source (1-based)
+    line: int = field(default=0, compare=False)
+    end_line: int = field(default=0, compare=False)
 
 
 @dataclass
@@ -38,7 +45,10 @@ class GradedCell:
 
 
 def parse_checks(source: str) -> list[CheckCall]:
-    """The ``check(...)`` calls of a graded cell; anything else in it is a configuration error."""
+    """The ``check(...)`` calls of a graded cell; anything else in it is a configuration error.
+
+    A graded cell holds ``check("<exercise id>", name, ..., hidden=True|False)`` calls (plain names only) and,
+    optionally, ``from kernels.checks import check``; comments and blank lines are ignored."""
     src = _MISSING.sub("", source)
     try:
         tree = ast.parse(src)
@@ -64,7 +74,7 @@ def parse_checks(source: str) -> list[CheckCall]:
             if k.arg != "hidden" or not isinstance(k.value, ast.Constant) or not isinstance(k.value.value, bool):
                 raise NotebookError(f"check(...) takes only hidden=True/False, got {ast.unparse(k)!r}")
             hidden = k.value.value
-        calls.append(CheckCall(call.args[0].value, tuple(names), hidden))
+        calls.append(CheckCall(call.args[0].value, tuple(names), hidden, call.lineno, call.end_lineno))
     if not calls:
         raise NotebookError("graded cell has no check(...) call")
     return calls

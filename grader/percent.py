@@ -1,6 +1,6 @@
 """Read a jupytext percent-format lesson (``# %% [markdown] nbgrader={...}``) into an nbformat-4 dict.
 
-The course build uses jupytext itself (``kernels.course``); this reader covers the subset the lessons use, so that
+The course build uses jupytext itself (``grader.course``); this reader covers the subset the lessons use, so that
 the grader's demo and tests also run where jupytext is not installed (the GPU machine).
 """
 

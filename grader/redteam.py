@@ -14,10 +14,11 @@ import pathlib
 import time
 from dataclasses import dataclass
 
+from .layout import ROOT as _ROOT
+
 __all__ = ["Attack", "LESSONS", "attacks", "run"]
 
 LESSONS = ("00_setup", "02_naive_hbm_loops")
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -267,7 +268,7 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     from kernels.device import MODE, ON_GPU
 
     from .collect import Submission
-    from .democlass import course_lessons
+    from .demo import course_lessons
     from .grade import Grader, Settings
     from .run import grade_class, table
 

@@ -40,10 +40,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import wire
+from .layout import ROOT as _ROOT
 
 __all__ = ["SandboxConfig", "SetupError", "Worker", "WorkerDied", "WorkerTimeout", "sweep", "bwrap_path"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 _SIGNALS = {signal.SIGSEGV: "a segmentation fault (SIGSEGV)", signal.SIGBUS: "a bus error (SIGBUS)",
             signal.SIGABRT: "an abort (SIGABRT)", signal.SIGFPE: "a floating-point exception (SIGFPE)",
             signal.SIGILL: "an illegal instruction (SIGILL)", signal.SIGKILL: "SIGKILL",
@@ -188,6 +188,19 @@ def _environment() -> list[str]:
     return kept
 
 
+def sandbox_pythonpath(cfg: SandboxConfig) -> str:
+    """``PYTHONPATH`` inside the sandbox: the checkout (of which only ``kernels/`` and the worker's own files are
+    bound), then the grader's own ``PYTHONPATH`` entries that are bound read-only. ``--clearenv`` drops the
+    grader's variables, so without this a checkout that is not pip-installed (the project put on ``PYTHONPATH``, as on
+    a GPU machine whose image holds torch) could not import ``grader.worker`` inside."""
+    bound = [pathlib.Path(p) for p in cfg.environment]
+    out = [str(_ROOT)]
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if p and os.path.isdir(p) and any(_inside(pathlib.Path(p).resolve(), b.resolve()) for b in bound):
+            out.append(p)
+    return os.pathsep.join(dict.fromkeys(out))
+
+
 def _never_bound() -> set[pathlib.Path]:
     """Folders on ``sys.path`` that hold far more than Python packages: the temp folder, homes, and the folder of
     the script that started the grader (``python /somewhere/script.py`` puts it first on ``sys.path``)."""
@@ -288,7 +301,8 @@ class _Template:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.ctrl = ours
         self.log = open(cfg.root / f"template-{profile}-{mode}.log", "w+b")
-        conf = {"profile": profile, "mode": mode, "env": {"PYTHONPATH": str(_ROOT)}, "ctrl": theirs.fileno()}
+        conf = {"profile": profile, "mode": mode, "env": {"PYTHONPATH": sandbox_pythonpath(cfg)},
+                "ctrl": theirs.fileno()}
         args = self._bwrap_args() + [sys.executable, "-m", "grader.worker", json.dumps(conf)]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                      pass_fds=(theirs.fileno(),))
@@ -346,6 +360,7 @@ class _Template:
         for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
             if k in os.environ:
                 a += ["--setenv", k, os.environ[k]]
+        a += ["--setenv", "PYTHONPATH", sandbox_pythonpath(cfg)]
         if self.profile == "compile":
             a += _rust_toolchain()
         return _with_parents(a) + ["--"]

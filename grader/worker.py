@@ -567,6 +567,10 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
                     _notebook_shell()
                 else:
                     import kernels.checks.engine  # noqa: F401
+                if req.get("cubin"):  # the launcher of the cubin path: NVIDIA's driver bindings
+                    from kernels.export.launch import driver
+
+                    driver()
                 ch.send({"event": "probe"})
             except BaseException as e:
                 ch.send({"event": "probe", "error": _error(e)})
@@ -615,11 +619,11 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
         return
     import importlib
 
+    from kernels.catalog import lesson_ids
     from kernels.checks import dry_run, engine, provenance, spec  # noqa: F401
 
-    for name in sorted(os.listdir(os.path.join(os.path.dirname(spec.__file__), "lessons"))):
-        if name.startswith("l") and name.endswith(".py"):
-            importlib.import_module(f"kernels.checks.lessons.{name[:-3]}")
+    for lesson in lesson_ids():  # every lesson's checks module
+        importlib.import_module(f"kernels.checks.lessons.l{lesson}")
 
 
 def template(argv: list[str]) -> int:

@@ -19,12 +19,13 @@ import sys
 import time
 
 from .collect import Submission, collect_folder, read_notebook
+from .layout import ROOT as _ROOT
+from .lms import roster_path
 from .repair import restore_metadata
 
-__all__ = ["COURSE", "api", "build", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
+__all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE = _ROOT / "grader"
 CONFIG = COURSE / "nbgrader_config.py"
 
@@ -43,17 +44,10 @@ def api(root: pathlib.Path):
     return NbGraderAPI(config=config)
 
 
-def build(lessons: list[str] | None = None) -> dict:
-    """The course itself: ``solutions/`` -> ``grader/source`` -> ``nbgrader generate_assignment`` -> ``course/``."""
-    from kernels.course import build as course_build
-
-    return course_build(lessons or None)
-
-
 def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict]:
     """A course folder of its own from instructor notebooks (lesson -> nbformat dict); returns the releases.
 
-    Uses ``kernels.course._nbgrader`` (``nbgrader generate_assignment``) when nbgrader is installed; otherwise
+    Uses ``grader.course._nbgrader`` (``nbgrader generate_assignment``) when nbgrader is installed; otherwise
     the grader's own release transform, so grading also works where nbgrader is not installed.
     """
     from .percent import release
@@ -71,7 +65,7 @@ def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict
         return {lesson: release(nb) for lesson, nb in sources.items()}
     env = dict(os.environ, PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ["PATH"]]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "kernels.course._nbgrader", "--root", str(root), "--config", str(CONFIG),
+    cmd = [sys.executable, "-m", "grader.course._nbgrader", "--root", str(root), "--config", str(CONFIG),
            "--db", f"sqlite:///{(root / 'gradebook.db').resolve()}", *sources]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -167,7 +161,7 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     """
     sources = sources_of(root)
     if not sources:
-        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make course)")
     if not pathlib.Path(folder).is_dir():
         raise ValueError(f"{folder} is not a folder of submissions (<student>/<lesson>.ipynb)")
     collected = collect_folder(folder, sources)
@@ -239,14 +233,9 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     return collected
 
 
-def roster_path(root: pathlib.Path) -> pathlib.Path:
-    """The course's roster (``collect --roster`` keeps a copy here; later collects and exports use it)."""
-    return root / "roster.csv"
-
-
 def load_roster(root: pathlib.Path, given: pathlib.Path | None = None):
     """The roster given now (kept in the course folder for later) or the one kept before, or None."""
-    from .lms import read_roster
+    from .lms import kept_roster, read_roster
 
     if given is not None:
         roster = read_roster(given)
@@ -258,7 +247,7 @@ def load_roster(root: pathlib.Path, given: pathlib.Path | None = None):
                 backup.write_bytes(roster_path(root).read_bytes())
             roster_path(root).write_bytes(pathlib.Path(given).read_bytes())
         return roster
-    return read_roster(roster_path(root)) if roster_path(root).exists() else None
+    return kept_roster(root)
 
 
 def _named_regexp() -> str:
@@ -281,7 +270,7 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
 
     names = sorted(sources_of(root))
     if not names:
-        raise ValueError(f"no lessons in {root / 'source'}: build them first (make grade-build)")
+        raise ValueError(f"no lessons in {root / 'source'}: build them first (make course)")
     found, skipped = lms.entries(source, names, roster=load_roster(root, roster), named_regexp=_named_regexp(),
                                  max_bytes=max_bytes)
     chosen, older = lms.select(found)
@@ -407,7 +396,7 @@ def submission_digest(sub: Submission) -> str:
 
 def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) -> list[tuple[str, str, str]]:
     """This process alone writes the records: each result (in ``subs``' order) to ``reports/results``, then
-    ``nbgrader autograde`` (which takes the verdicts from :data:`nbexec.PREGRADED`) or an explicit 0 for a
+    ``nbgrader autograde`` (handed each result by :func:`nbexec.autograde_with`) or an explicit 0 for a
     notebook that was not submitted. ``a``: an :func:`api` to reuse. Returns nbgrader's failures as
     (student, lesson, log)."""
     from . import nbexec
@@ -415,7 +404,6 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) ->
     out = nbexec.results_dir(root)
     paths = {}
     for sub, r in zip(subs, results):
-        nbexec.PREGRADED[(r.student, r.lesson, r.lesson)] = r
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         paths[(r.student, r.lesson)] = p
@@ -428,7 +416,7 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) ->
             _record_zero(root, r, "; ".join(sub.notes) or "not submitted")
         else:
             with _quiet() as log:
-                res = a.autograde(r.lesson, r.student, force=True, create=True)
+                res = nbexec.autograde_with(a, r)
             if not res.get("success"):
                 ok = False
                 failures.append((r.student, r.lesson, (res.get("error") or "") + log.getvalue()[-2000:]))

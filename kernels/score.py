@@ -97,8 +97,9 @@ class Score:
 
 
 def _graded(lesson: str):
-    """(cell id, exercise id, points, hidden, source) for each graded cell of the lesson, hidden tests included."""
-    from .course import solution_notebook
+    """(cell id, exercise id, points, hidden, source) for each graded cell of the lesson, hidden tests included
+    (read from the lesson's source by the course build: scoring needs the repository, not only this package)."""
+    from grader.course import solution_notebook
 
     out = []
     for cell in solution_notebook(lesson).cells:
@@ -190,8 +191,9 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
     only) in a fresh kernel, and score each graded cell by whether it raised."""
     import nbformat
 
-    from .course import solution_notebook
-    from .course.run import execute, graded_only, restore_locked
+    from grader.course import solution_notebook
+    from grader.course.run import execute, graded_only, restore_locked
+
     from .device import MODE
 
     nb = graded_only(restore_locked(nbformat.read(path, as_version=4), solution_notebook(lesson)))
@@ -207,7 +209,7 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
 
 
 def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
-    from .course import COURSE
+    from grader.layout import COURSE
 
     for folder in (work, COURSE):
         path = folder / f"{lesson}.ipynb"
@@ -217,8 +219,9 @@ def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grader.layout import WORK
+
     from .catalog import lesson_ids
-    from .course.workcopy import WORK
 
     ap = argparse.ArgumentParser(prog="python -m kernels.score", description=__doc__.splitlines()[0])
     ap.add_argument("lessons", nargs="*", help="lesson ids or numbers (default: all)")

@@ -4,7 +4,7 @@ forward + backward, at T = 4k, 16k, 64k (median ms, CUDA-event timing, inputs la
 time alone (``*_graph_ms``: calls recorded in a CUDA graph and replayed, no host work in the timing), and the host's
 time to issue a step or a backward (``*_host_us``): where a step's host time exceeds its GPU time, the timing above
 measures the host; then the two passes
-at other warps and stages, each variant's gradients compared with the default's before it is timed (a variant
+at other warps, stages and blocks, each variant's gradients compared with the default's before it is timed (a variant
 that differs is reported, not timed). ``--budget`` seconds bound the run; results/gpu/backward-probe.json is
 rewritten after every row, so a run cut short keeps what it measured.
 """
@@ -25,8 +25,13 @@ from kernels.linear_attention.fused import fused_forward
 
 # 8 warps at the default 2 stages take 140 registers in the dk/dv pass, so one program an SM and two waves; capped at
 # 128 (no spill there, 366 bytes in the dq pass: scripts/sm90_backward.py) two fit, 16 warps an SM in one wave
-VARIANTS = {"warps 8": dict(num_warps=8), "stages 1": dict(num_stages=1), "stages 3": dict(num_stages=3),
-            "warps 8 maxnreg 128": dict(num_warps=8, maxnreg=128)}
+# "block 128 warps 8 stages 3": the dk/dv pass with whole heads (one dk and one dv program a head, loads a chunk
+# ahead; 6-7% slower than the default as a whole step on the H200); "block 64 warps 4 stages 2" is the default
+# spelled out. In the dq pass whole heads leave one program a head, 64 SMs busy: both are meant for the dk/dv pass.
+VARIANTS = {"warps 8": dict(num_warps=8), "stages 3": dict(num_stages=3),
+            "warps 8 maxnreg 128": dict(num_warps=8, maxnreg=128),
+            "block 64 warps 4 stages 2": dict(block=64, num_warps=4, num_stages=2),
+            "block 128 warps 8 stages 3": dict(block=128, num_warps=8, num_stages=3)}
 
 
 def _time(fn) -> float:

@@ -67,7 +67,7 @@ run_stage() {  # stage name, time limit in seconds
     # --warm: every row's first calls (compiles, fla-core's autotuning) in parallel children first; fla then tunes
     # again in the timed process on a quiet GPU from cached binaries (FLA_CACHE_RESULTS=0), as a first call would
     bench-la-general) FLA_CACHE_RESULTS=0 timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} --warm "${LA_WARM:-10}" \
-                        --only chunk_linear_attn "norm on tensor cores" "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
+                        --only chunk_linear_attn "norm on tensor cores" "try norm-wide" "try fp32-kt" "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
                         || echo "bench-la-general failed ($?)" ;;
     # the backward pass: its GPU tests and lesson 07's (gradients against float64 and fla's, the lesson's speed
     # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py)
@@ -83,7 +83,8 @@ run_stage() {  # stage name, time limit in seconds
                echo "fla-tests exit $?"; grep -A40 "^ours: " results/gpu/fla-tests.log || tail -30 results/gpu/fla-tests.log ;;
     # every fused family against float64, a process per case (one CUDA fault costs one case), a few under memcheck
     la-check) timeout "$limit" python3 scripts/gpu_la_check.py --budget $(( limit - 35 )) --jobs "${LA_CHECK_JOBS:-12}" \
-                --sanitize "${LA_SANITIZE:-3}" > results/gpu/la-check.log 2>&1; echo "la-check exit $?"
+                --sanitize "${LA_SANITIZE:-3}" ${LA_CHECK_ONLY:+--only $LA_CHECK_ONLY} > results/gpu/la-check.log 2>&1
+              echo "la-check exit $?"
               grep -vE ": pass \(" results/gpu/la-check.log | tail -40 ;;
     la-sweep) timeout "$limit" python3 scripts/gpu_la_sweep.py --budget $(( limit - 40 )) || echo "la-sweep failed ($?)" ;;
     bench) for topic in memory matmul recurrent; do

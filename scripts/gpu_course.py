@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
     import kernels
-    from kernels.course import graded_cells, lesson_ids
-    from kernels.course.run import execute, lesson_notebook, problems, run_graded_together
+    from grader.course import graded_cells, lesson_ids
+    from grader.course.run import execute, lesson_notebook, problems, run_graded_together
 
     lessons = lesson_ids(args.lessons or None)
     copies = ("solution", "student") if args.copy == "both" else (args.copy,)

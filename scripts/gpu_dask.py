@@ -2,7 +2,7 @@
 
     python3 scripts/gpu_dask.py [--all] [--students ...] [--out results/gpu/dask.json]
 
-Builds the demo class (grader/demo.py; by default a subset that fits a GPU batch stage: the full solution, the
+Builds the demo class (grader/democlass.py; by default a subset that fits a GPU batch stage: the full solution, the
 untouched release, a zoo student and the GPU-only faults), collects it into two course folders, grades one with
 the default executor (thread slots in this process) and the other with ``--cluster local-gpus`` (dask-cuda's
 ``LocalCUDACluster``, one worker per GPU; ``--workers 1`` for one GPU) with the same master seed, and writes
@@ -35,13 +35,13 @@ def build(work: pathlib.Path, students: list[str] | None, copies: int = 0) -> tu
     """The demo class collected into ``work/course``; returns it and the expected scores in this mode."""
     import dataclasses
 
-    from grader import demo, workflow
-    from grader.democlass import _points, course_lessons, read_source
+    from grader import democlass, workflow
+    from grader.demo import _points, course_lessons, read_source
 
     real = course_lessons(None)
-    fx_src = read_source(demo.FIXTURE / f"{demo.LESSON}.py")
-    sources = {**{k: v[0] for k, v in real.items()}, demo.LESSON: fx_src}
-    klass = demo.students({k: _points(v[0]) for k, v in real.items()})
+    fx_src = read_source(democlass.FIXTURE / f"{democlass.LESSON}.py")
+    sources = {**{k: v[0] for k, v in real.items()}, democlass.LESSON: fx_src}
+    klass = democlass.students({k: _points(v[0]) for k, v in real.items()})
     if copies:
         base = next(s for s in klass if s.name == "solution")
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
@@ -55,7 +55,7 @@ def build(work: pathlib.Path, students: list[str] | None, copies: int = 0) -> tu
     for lesson, nb in releases.items():
         (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
     folder = work / "incoming"
-    demo.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
+    democlass.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
     workflow.collect(root, folder)
     for st in klass:
         for lesson in sources:
@@ -65,12 +65,12 @@ def build(work: pathlib.Path, students: list[str] | None, copies: int = 0) -> tu
 
 
 def settings(seed: int):
-    """The demo's settings (grader/democlass.py), with a fixed master seed."""
-    from grader import demo
+    """The demo's settings (grader/demo.py), with a fixed master seed."""
+    from grader import democlass
     from grader.grade import Settings
 
     return Settings(seed=seed, problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
-                    memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(demo.FIXTURE)],
+                    memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(democlass.FIXTURE)],
                     gpu_memory_fraction=0.3 if ON_GPU else None)
 
 

@@ -49,7 +49,7 @@ PACKED = [0, 1, 4095, 63, 0, 8192, 6000, 3001]
 TINY_PACKED = [0, 1, 33, 0, 17, 40]
 
 
-_MMA_SUFFIX = {"": "", "both": " mma", "qz": " mma-qz", "ksum": " mma-ksum"}
+_MMA_SUFFIX = {"": "", "both": " mma", "qz": " mma-qz", "ksum": " mma-ksum", "wide": " mma-wide", "qzt": " mma-qzt"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +67,14 @@ class Case:
     L: int | None = None
     seed: int = 0
     mma: str = ""  # which of the normaliser's sums run on the tensor cores (Launch.norm_mma)
+    tried: str = ""  # a launch change not yet the dispatch's default (dispatch.CANDIDATES)
 
     @property
     def name(self) -> str:
         launch = "" if self.L is None else (" whole" if self.L == 0 else f" L{self.L}")
         return (f"{'norm' if self.norm else 'raw'} {self.dtype} K{self.K}V{self.V} {self.shape}"
-                f"{' states' if self.states else ''}{launch}{_MMA_SUFFIX[self.mma]}")
+                f"{' states' if self.states else ''}{launch}{_MMA_SUFFIX[self.mma]}"
+                f"{' try-' + self.tried if self.tried else ''}")
 
 
 def cases() -> dict[str, Case]:
@@ -95,22 +97,27 @@ def cases() -> dict[str, Case]:
                            ("fp16", 64, 256, 512), ("fp32-high", 128, 128, 256)):
         out.append(Case(True, dtype, K, V, "small", states=True, L=L, seed=i))
         i += 1
-    # every normalising case again with the normaliser's sums on the tensor cores (not yet the dispatch's default)
-    out += [dataclasses.replace(c, mma="both") for c in list(out)
-            if c.norm and (c.shape != "packed" or c.dtype == "bf16")]
-    # one of the two products alone: if the pair fails on a GPU, these say which one
+    # every case a candidate launch change applies to, again with it (dispatch.CANDIDATES): the tensor-core
+    # normaliser with a 64-column q · z operand on every 16-bit normalising case, the second kᵀ load on fp32 TF32
+    base = list(out)
+    out += [dataclasses.replace(c, tried="norm-wide") for c in base if c.norm and c.dtype in ("bf16", "fp16")]
+    out += [dataclasses.replace(c, tried="fp32-kt") for c in base if c.dtype == "fp32-high" and max(c.K, c.V) <= 128]
+    # the other tensor-core forms on a few families: the key sum alone (the product the H200 computed right), and
+    # q · z as zᵀ qᵀ (z the register operand); "both" and "qz" (a 16-column q · z operand) gave wrong outputs
     for dtype, K, V, shape, L in (("bf16", 128, 128, "large", 0), ("bf16", 128, 128, "small", 512),
                                   ("fp16", 256, 256, "large", 0), ("fp32-high", 128, 128, "large", 0)):
-        for part in ("qz", "ksum"):
+        for part in ("ksum", "qzt"):
             out.append(Case(True, dtype, K, V, shape, states=True, L=L, seed=i, mma=part))
             i += 1
-    # the tensor-core normaliser first: the CUDA-core and raw cases all passed on the H200 (2026-12-04)
-    return {c.name: c for c in sorted(out, key=lambda c: not c.mma)}
+    # the candidates first, then the other tensor-core forms: the CUDA-core and raw cases all passed on the H200
+    # (2026-12-04)
+    return {c.name: c for c in sorted(out, key=lambda c: (not c.tried, not c.mma))}
 
 
 #: Small cases run again under compute-sanitizer (``--sanitize N`` takes the first N): both launches, states,
 #: packed sequences, the widest heads.
-SANITIZE = ["norm bf16 K128V128 small states L256", "norm bf16 K128V128 small states L256 mma",
+SANITIZE = ["norm bf16 K128V128 small states L256 try-norm-wide", "raw fp32-high K128V128 small states try-fp32-kt",
+            "norm bf16 K128V128 small states L256",
             "raw fp32-high K256V256 large states",
             "norm fp16 K64V256 small states L512", "norm bf16 K128V128 packed states L1024",
             "norm bf16 K256V256 small states"]
@@ -181,7 +188,8 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
     t0 = time.perf_counter()
     with _matmul_precision(mode):
         if case.L is None:
-            with dispatch.normaliser_on_tensor_cores(case.mma == "both"):
+            with dispatch.normaliser_on_tensor_cores(bool(case.mma), parts=case.mma or "both"), \
+                    dispatch.trying(case.tried):
                 result["launch"] = dataclasses.asdict(dispatch.launch_for(q, v, lens))
                 o, final = chunk_linear_attn(q, k, v, scale, init, True, case.norm, cu)
             ht, zt = final if case.norm else (final, None)
@@ -195,6 +203,10 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
             else:
                 launch = dispatch.ONE_PASS[key]
             launch = dataclasses.replace(launch, norm_mma=case.mma)
+            if case.tried:
+                change = dispatch.CANDIDATES[case.tried].get(key, {})
+                launch = dataclasses.replace(launch, **({f: x for f, x in change.items() if f != "BV"} if tiny
+                                                        else change))
             result["launch"] = dataclasses.asdict(launch)
             f = fused_forward(q, k, v, scale, h0, z0, True, case.norm, cu, launch=launch)
             o, ht, zt = f.o, f.final_state, f.z_state
@@ -329,9 +341,10 @@ def families(result: dict) -> str:
         if not c:
             continue
         mma = {True: "both", False: "", None: ""}.get(c.get("mma"), c.get("mma"))
+        mma = (r.get("launch") or {}).get("norm_mma", mma) if c["norm"] else ""  # what the launch ran
         fam = ("norm" if c["norm"] else "raw", c["dtype"], f"K{c['K']}V{c['V']}",
-               ("tensor cores" + ("" if mma == "both" else f" ({mma} only)")) if mma else "CUDA cores" if c["norm"]
-               else "")
+               ("tensor cores" + ("" if mma == "both" else f" ({mma})")) if mma else "CUDA cores" if c["norm"]
+               else "", f"try {c['tried']}" if c.get("tried") else "")
         counts = rows.setdefault(fam, {})
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     lines = ["family (normaliser's sums on): cases by status"]

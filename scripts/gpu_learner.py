@@ -68,7 +68,7 @@ def graph() -> dict:
 
 
 def notebooks() -> dict:
-    from kernels.course.run import problems, run_lesson
+    from grader.course.run import problems, run_lesson
 
     out = {}
     for lesson, cells in CELLS.items():

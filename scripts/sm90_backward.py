@@ -24,6 +24,7 @@ from kernels.linear_attention import chunked_bwd  # noqa: E402
 from kernels.profile import compiler  # noqa: E402
 
 _REGS_PER_SM, _SMEM_PER_SM = 65536, 227 * 1024
+_WAIT = re.compile(r"ttg\.async_wait .*?\{num = (\d+)")
 
 
 def _blocks(D: int, dtype: torch.dtype) -> tuple:
@@ -36,8 +37,11 @@ def _blocks(D: int, dtype: torch.dtype) -> tuple:
         chunked_bwd.INTERPRET = saved
 
 
-def _jobs(dtype, D, *, warps=None, stages_dq=None, stages_dkdv=None, BT=None, B=4, H=16, T=16384) -> dict:
+def _jobs(dtype, D, *, warps=None, stages_dq=None, stages_dkdv=None, BT=None, block=None, B=4, H=16,
+          T=16384) -> dict:
     bt, BK, BV, BKA, BVA, w = _blocks(D, dtype)
+    if block is not None:  # chunked_backward's ``block``
+        BK, BV = min(BKA, block), min(BVA, block)
     BT, warps = BT or bt, warps or w
     stages_dq = stages_dq or (2 if warps == 8 else 3)
     stages_dkdv = stages_dkdv or 2
@@ -68,6 +72,7 @@ def cases() -> dict[str, dict]:
     out["bf16 D128 dq s2"] = _jobs(torch.bfloat16, 128, stages_dq=2)
     out["bf16 D128 dkdv s3"] = _jobs(torch.bfloat16, 128, stages_dkdv=3)
     out["bf16 D128 BT128 s1"] = _jobs(torch.bfloat16, 128, BT=128, stages_dq=1, stages_dkdv=1, warps=8)
+    out["bf16 D128 block128 w8 s3"] = _jobs(torch.bfloat16, 128, block=128, warps=8, stages_dq=3, stages_dkdv=3)
     return out
 
 
@@ -87,6 +92,8 @@ def report(c: compiler.Compiled, programs: int) -> dict:
         "global_loads": _count(r"\bLDG\.", sass), "async_copies": _count(r"\bLDGSTS\.", sass),
         "tma": _count(r"\bUTMALDG\b", sass), "global_stores": _count(r"\bSTG\.", sass),
         "local_ld_st": _count(r"\b(LDL|STL)\b", sass),
+        # copy groups left in flight where each step waits for its tiles (0: none, the loads do not overlap)
+        "wait_in_flight": [int(n) for n in _WAIT.findall(c.stages.get("ttgir", ""))][:1],
     }
 
 
@@ -108,7 +115,8 @@ def main() -> None:
                   f"{r['registers']} regs, spill {r['spills']} B, smem {r['shared_bytes'] // 1024} KiB, "
                   f"{fit}/SM ({r['programs']} programs, {waves} wave{'s' if waves > 1 else ''}), "
                   f"HGMMA {r['hgmma']}, HMMA {r['hmma']}, LDG {r['global_loads']}, LDGSTS {r['async_copies']}, "
-                  f"STG {r['global_stores']}, LDL/STL {r['local_ld_st']}", flush=True)
+                  f"STG {r['global_stores']}, LDL/STL {r['local_ld_st']}, copies in flight at the wait "
+                  f"{r['wait_in_flight']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

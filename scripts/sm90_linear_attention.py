@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -18,17 +17,16 @@ import sys
 import tempfile
 import time
 
-os.environ["TRITON_INTERPRET"] = "0"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from kernels.compile import TRITON_TYPES, compile_for, enter_compile_mode, specialise  # noqa: E402
+
+enter_compile_mode()  # the kernels imported below are compiled-mode functions
+
 import torch  # noqa: E402
-
-torch.cuda.is_available = lambda: True  # kernels decorates compiled-mode JIT functions
-
 import triton  # noqa: E402
 
-from kernels.compile import TRITON_TYPES, compile_for, specialise  # noqa: E402
-from kernels.linear_attention.dispatch import CHAINED, ONE_PASS  # noqa: E402
+from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS  # noqa: E402
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -57,6 +55,14 @@ def cases() -> dict[str, dict]:
             if tag == "one":
                 out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True)
                 out[f"{name} norm mma h0 ht"] = _case(dtype, bk, bk, mma, normalize=True, h0=True, ht=True, z0=True)
+            for cand, changes in CANDIDATES.items():  # the launch changes not yet the default
+                if (bk, kind) in changes:
+                    tried = Launch(**{**lo.__dict__, **changes[(bk, kind)]})
+                    if tag == "one":
+                        out[f"{name} try-{cand}"] = _case(dtype, bk, bk, tried)
+                    out[f"{name} norm try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True)
+                    out[f"{name} norm h0 ht try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True, h0=True,
+                                                                 ht=True, z0=True)
     return out
 
 
@@ -82,8 +88,8 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
                       STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
                       LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
-                      QZ_MMA=c["normalize"] and lo.norm_mma in ("both", "qz"),
-                      KSUM_MMA=c["normalize"] and lo.norm_mma in ("both", "ksum"))
+                      QZ_MMA=NORM_MMA_FORMS[lo.norm_mma][0] if c["normalize"] else 0,
+                      KSUM_MMA=c["normalize"] and NORM_MMA_FORMS[lo.norm_mma][1], KT_LOAD=lo.kt)
     values = dict(constexprs)
     for p in _fused_linear_attention_kernel.params:
         if p.is_constexpr:

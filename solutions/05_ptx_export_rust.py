@@ -29,6 +29,9 @@
 # - to turn a manifest and tensors into a driver-API launch yourself, and to compare the outputs of Triton's
 #   launch, your Python launch and the Rust launch;
 # - what the same launch looks like with the `cudarc` crate, and what the workbook's crate does in its place.
+# - to write part of the launcher in Rust yourself: the launch grid from the manifest, within CUDA's limits and
+#   without wrapping around in `u32`, built with `cargo build --offline`, graded by the crate's tests, and (on a GPU)
+#   launching your kernel through a launcher that uses your grid.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import kernels

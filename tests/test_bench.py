@@ -81,7 +81,7 @@ def test_problem_sets_filters_and_budget(tmp_path):
     assert saved["complete"] and saved["set"] == "general"
     assert {r["normalize"] for r in saved["rows"]} == {True} and len(saved["rows"]) == 2
     for r in saved["rows"]:
-        for name in ("chunk_linear_attn", "norm on tensor cores"):  # the normaliser's sums both ways
+        for name in ("chunk_linear_attn", "norm on tensor cores", "try norm-wide"):  # the normaliser three ways
             entry = r["versions"][name]
             assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, (name, entry)
     with pytest.raises(ValueError, match="not a parameter"):

@@ -142,7 +142,7 @@ def _lesson_rust():
     """Lesson 05's Rust exercise: the solution's source, and the student's (the body replaced by the stub)."""
     import re
 
-    from kernels.course import solution_notebook
+    from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
     source = re.search(r'r"""\n(.*)"""', cell.source, re.S).group(1)
@@ -239,6 +239,29 @@ def test_without_cargo_the_graded_cell_is_skipped_and_the_score_says_needs_cargo
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "not graded here: needs cargo" in proc.stdout and "rustup" in proc.stdout
     assert "needs cargo: not installed here" in proc.stdout and "3 more need cargo" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
+def test_the_learners_launcher_takes_its_grid_from_launch_grid(tmp_path):
+    """yours-launch is the crate's command line with the grid from the learner's function: a launch it refuses
+    stops with its message before the driver is opened; one it accepts reaches the driver (missing here)."""
+    from kernels.export.rust_exercise import build_launcher
+
+    solution, stub = _lesson_rust()
+    assert build_launcher(stub, tmp_path / "stub")[0] is None
+    launcher, how = build_launcher(solution, tmp_path / "yours")
+    assert launcher is not None and launcher.is_file(), how
+    manifest = str(FIXTURES / "vector_add.json")
+    info = subprocess.run([str(launcher), "info", "--manifest", manifest], capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0 and "cdiv(n_elements, BLOCK_SIZE)" in info.stdout
+    env = {**os.environ, "WORKBOOK_LIBCUDA": "/nonexistent/libcuda.so.1"}
+    zero = subprocess.run([str(launcher), "bench", "--manifest", manifest, "--size", "n_elements=0"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert zero.returncode == 2 and "your launch_grid refused the launch" in zero.stderr, zero.stderr
+    fine = subprocess.run([str(launcher), "bench", "--manifest", manifest, "--size", "n_elements=5000"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert fine.returncode == 4 and "launch_grid" not in fine.stderr, fine.stderr
 
 
 @pytest.mark.gpu

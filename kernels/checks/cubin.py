@@ -308,13 +308,19 @@ class CubinKernel:
             for name in spec["runtime"]:
                 v = spec["bound"][name]
                 if spec["signature"][name].startswith("*"):
-                    pointers.append(v.data_ptr())
+                    pointers.append(v.data_ptr() or self._nowhere(v.device))  # an empty tensor has no address
                 else:
                     scalars.append(int(v) if isinstance(v, bool) else v)
             lc(*pointers, *scalars, sizes={"grid_x": g[0], "grid_y": g[1], "grid_z": g[2]})
             self.launches += 1
 
         return launch
+
+    def _nowhere(self, device) -> int:
+        """A valid, aligned address for an empty tensor's pointer (the launcher refuses 0; nothing is read)."""
+        if getattr(self, "_empty", None) is None:
+            self._empty = torch.empty(16, dtype=torch.uint8, device=device)
+        return self._empty.data_ptr()
 
     def __repr__(self) -> str:
         return f"CubinKernel({self.__name__}, {len(self.launchers)} specialisation(s))"

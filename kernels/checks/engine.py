@@ -48,6 +48,8 @@ __all__ = [
     "active_cases",
     "expected_outputs",
     "poisoned_view",
+    "Run",
+    "Plan",
     "grade_local",
     "summary_line",
 ]
@@ -695,15 +697,6 @@ def _values(ex: Exercise, args: tuple) -> tuple:
     return tuple(a if kind == "value" else None for kind, a in zip(ex.args, args))
 
 
-def _judge_case(ex: Exercise, args: tuple, case: Case, seed: int) -> list[str]:
-    cpu = case_inputs(ex, case, seed)
-    ref = reference(ex, case, cpu)
-    outs, result = run_case(ex, args, case, cpu)
-    outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
-    result = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}
-    return verdict(ex, case, outs, result, ref)
-
-
 _CUDA_FAULTS = ("illegal memory access", "illegal address", "misaligned address", "CUDA_ERROR_ILLEGAL",
                 "unspecified launch failure")
 
@@ -718,53 +711,157 @@ def _raised(e: BaseException) -> str:
     return text
 
 
-def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
-    """Every step of a check in this process (the notebook's view). An error the student's code raises is a failed
-    outcome naming the case (kept in ``Outcome.error``), never an exception out of here."""
-    out = Outcome(ex.id, passed=True)
-    if "value" in ex.args:
-        try:
-            why = check_value(ex, _values(ex, args), hidden)
-        except NotGradedHere as e:  # the toolchain is missing here: neither passed nor failed
-            return Outcome(ex.id, True, [f"{ex.id}: not graded here: {e}"], not_graded=[str(e)])
-        if why:
-            return Outcome(ex.id, False, [f"{ex.id}: {why}"])
-    if all(k == "value" for k in ex.args):
-        out.lines.append(f"{ex.id}: value accepted")
-        return out
-    cases, skipped = active_cases(ex, hidden)
-    for i, case in cases:
-        seed = draw_seed()
-        try:
-            problems = _judge_case(ex, args, case, seed)
-        except Exception as e:  # noqa: BLE001 (the student's kernel or function may raise anything)
-            problems, out.error = [_raised(e)], e
-        if problems:
-            return Outcome(ex.id, False, [f"{ex.id} failed on {describe_case(ex, case, seed)}:"]
-                           + [f"  - {p}" for p in problems], cases=i, error=out.error)
-        out.cases += 1
-    out.not_graded += [f"case {s!r} needs a GPU" for s in skipped]
-    if ex.performance is not None:
-        if not ON_GPU:
-            out.not_graded.append("performance: not graded under the interpreter (it is graded on a GPU)")
-        else:
+# ---- the check plan: what one check call runs and how it is judged ---------------------------------------------
+
+@dataclass
+class Run:
+    """One run of the student's objects that a check makes: the case (``index`` into ``ex.cases(hidden)``), its
+    seed and, made by :meth:`Plan.prepare` on the trusted side, its CPU inputs and float64 reference.
+    ``after_timing``: the re-check on fresh inputs after the timed launches."""
+
+    index: int
+    case: Case
+    seed: int
+    after_timing: bool = False
+    inputs: dict | None = None
+    ref: Reference | None = None
+
+
+class Plan:
+    """One check call, the same wherever it is executed: in the notebook (:func:`grade_local`, every step in this
+    process) and in the grader (``grader.grade``, which sends the runs to its sandbox and feeds back what comes
+    out; the verdict is computed here, on its side).
+
+    The plan: the value rule first (:meth:`check_values`); then every active case (:func:`active_cases`), each on
+    inputs drawn from its own seed (``seed(index, "case")``); on a GPU, for an exercise graded for speed, the
+    timing (:func:`time_performance` with ``seed("time")``) after the last case, then the first case again on fresh
+    inputs (``seed("recheck")``), so that a kernel that only computes right when it is not timed fails. The first
+    failure decides and its message is the outcome's (:meth:`fail`); what comes after it is not judged.
+    ``seed(*parts)`` draws a fresh seed by default; the grader derives them from the submission instead."""
+
+    def __init__(self, ex: Exercise, hidden: bool, seed=None):
+        seed = seed or (lambda *parts: draw_seed())
+        self.ex, self.hidden = ex, hidden
+        cases, self.skipped = active_cases(ex, hidden)
+        self.runs = [Run(i, case, seed(i, "case")) for i, case in cases]
+        self.timed = ex.performance is not None and ON_GPU and bool(self.runs)
+        self.time_seed = seed("time") if self.timed else None
+        self.recheck = Run(self.runs[0].index, self.runs[0].case, seed("recheck"), True) if self.timed else None
+        self.passed = 0
+        self.perf: dict | None = None
+        self.failure: list[str] = []
+        self.error: BaseException | None = None
+        self.unrated = ""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failure)
+
+    @property
+    def values_only(self) -> bool:
+        return all(k == "value" for k in self.ex.args)
+
+    def sequence(self) -> list[Run]:
+        """Every run in order: the cases, then (when timed; the timing comes between) the re-check."""
+        return self.runs + ([self.recheck] if self.recheck else [])
+
+    def prepare(self, run: Run) -> Run:
+        """Draw the run's inputs and compute its float64 reference (once)."""
+        if run.inputs is None:
+            run.inputs = case_inputs(self.ex, run.case, run.seed)
+            run.ref = reference(self.ex, run.case, run.inputs)
+        return run
+
+    def fail(self, lines: list[str], error: BaseException | None = None) -> None:
+        """Record a failure (only the first counts)."""
+        if not self.failure:
+            self.failure, self.error = list(lines), error
+
+    def check_values(self, values: tuple, rule=None) -> bool:
+        """The exercise's rule on its ``value`` arguments (the others None), or ``rule(values)`` where it runs
+        elsewhere (the grader runs a toolchain's rule in its sandbox); False once failed, or when the rule cannot be
+        judged on this machine (:class:`NotGradedHere`: ``unrated`` says why)."""
+        if rule is not None or "value" in self.ex.args:
             try:
-                timing = time_performance(ex, args, draw_seed())
+                why = rule(values) if rule is not None else check_value(self.ex, values, self.hidden)
+            except NotGradedHere as e:  # the toolchain is missing here: neither passed nor failed
+                self.unrated = str(e)
+                return False
+            if why:
+                self.fail([f"{self.ex.id}: {why}"])
+        return not self.failed
+
+    def fail_run(self, run: Run, problems: list[str], error: BaseException | None = None) -> None:
+        when = " after timing" if run.after_timing else ""
+        self.fail([f"{self.ex.id} failed{when} on {describe_case(self.ex, run.case, run.seed)}:"]
+                  + [f"  - {p}" for p in problems], error)
+
+    def judge(self, run: Run, outs: dict[str, Poisoned], result: dict) -> bool:
+        """Judge what a run gave back (its poisoned outputs and returned results); False once failed."""
+        if not self.failed:
+            problems = verdict(self.ex, run.case, outs, result, self.prepare(run).ref)
+            if problems:
+                self.fail_run(run, problems)
+            elif not run.after_timing:
+                self.passed += 1
+        return not self.failed
+
+    def judge_timing(self, timing: dict | None) -> bool:
+        """Judge the timings (:func:`perf_verdict`); False once failed."""
+        self.perf = timing
+        if not self.failed:
+            self.fail([f"{self.ex.id}: {p}" for p in perf_verdict(self.ex, timing or {})])
+        return not self.failed
+
+    def not_graded(self) -> list[str]:
+        out = [f"case {s!r} needs a GPU" for s in self.skipped]
+        if self.ex.performance is not None and not ON_GPU:
+            out.append("performance: not graded under the interpreter (it is graded on a GPU)")
+        return out
+
+    def outcome(self) -> Outcome:
+        ex = self.ex
+        if self.failed:
+            return Outcome(ex.id, False, list(self.failure), cases=self.passed, perf=self.perf, error=self.error)
+        if self.unrated:
+            return Outcome(ex.id, True, [f"{ex.id}: not graded here: {self.unrated}"], not_graded=[self.unrated])
+        if self.values_only:
+            return Outcome(ex.id, True, [f"✓ {ex.id}: value accepted"])
+        out = Outcome(ex.id, True, cases=self.passed, not_graded=self.not_graded(), perf=self.perf)
+        out.lines.append(summary_line(ex, out))
+        return out
+
+
+def _run_here(ex: Exercise, args: tuple, run: Run) -> tuple[dict, dict]:
+    outs, result = run_case(ex, args, run.case, run.inputs)
+    outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
+    result = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}
+    return outs, result
+
+
+def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
+    """Every step of a check's :class:`Plan` in this process (the notebook's view). An error the student's code
+    raises is a failed outcome naming the case (kept in ``Outcome.error``), never an exception out of here."""
+    plan = Plan(ex, hidden)
+    if not plan.check_values(_values(ex, args)) or plan.values_only:
+        return plan.outcome()
+    for run in plan.sequence():
+        if run.after_timing:
+            try:
+                timing = time_performance(ex, args, plan.time_seed)
             except Exception as e:  # noqa: BLE001
-                return Outcome(ex.id, False, [f"{ex.id}: at the timed size ({ex.performance.case.label}): "
-                                              + _raised(e)], cases=out.cases, error=e)
-            out.perf = timing
-            problems = perf_verdict(ex, timing)
-            if problems:
-                return Outcome(ex.id, False, [f"{ex.id}: {p}" for p in problems], cases=out.cases, perf=timing)
-            i, case = cases[0] if cases else (0, ex.performance.case)
-            seed = draw_seed()
-            problems = _judge_case(ex, args, case, seed)
-            if problems:
-                return Outcome(ex.id, False, [f"{ex.id} failed after timing, on {describe_case(ex, case, seed)}:"]
-                               + [f"  - {p}" for p in problems], cases=out.cases, perf=timing)
-    out.lines.append(summary_line(ex, out))
-    return out
+                plan.fail([f"{ex.id}: at the timed size ({ex.performance.case.label}): " + _raised(e)], e)
+                break
+            if not plan.judge_timing(timing):
+                break
+        try:
+            outs, result = _run_here(ex, args, plan.prepare(run))
+        except Exception as e:  # noqa: BLE001 (the student's kernel or function may raise anything)
+            plan.fail_run(run, [_raised(e)], e)
+            break
+        if not plan.judge(run, outs, result):
+            break
+    return plan.outcome()
 
 
 def summary_line(ex: Exercise, out: Outcome) -> str:

@@ -35,6 +35,8 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import kernels
+
 from ..compile import SignatureError, bind, compile_for, run_compiled, specialise
 from .spec import CheckFailed
 
@@ -57,7 +59,7 @@ __all__ = [
     "FUNCTION_ALLOWED",
 ]
 
-_PACKAGE = pathlib.Path(__file__).resolve().parents[1]
+_PACKAGE = pathlib.Path(kernels.__file__).resolve().parent  # the package's own folder, wherever it is installed
 _ALLOWED_IMPORTS = ("triton", "math")
 _KERNEL_BUILTINS = {"range", "min", "max", "len", "int", "float", "bool", "print", "isinstance", "getattr",
                     "hasattr", "tuple", "list", "abs", "True", "False", "None", "zip", "enumerate"}

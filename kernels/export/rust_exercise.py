@@ -24,11 +24,15 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
+import kernels
+
 __all__ = ["RustResult", "build_and_test", "build_launcher", "cargo", "draw_cases", "expected", "forbidden", "grade",
            "install_launcher", "solution_source", "GET_CARGO", "LAUNCHER"]
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-CRATE = ROOT / "rust"
+#: The workbook's Rust crate (``workbook-launch``): ``$WORKBOOK_RUST_CRATE``, else the ``rust/`` that sits beside the
+#: folder this package is imported from (a checkout of the workbook).
+CRATE = pathlib.Path(os.environ.get("WORKBOOK_RUST_CRATE")
+                     or pathlib.Path(kernels.__file__).resolve().parent.parent / "rust")
 FIXTURES = CRATE / "tests" / "fixtures"
 #: The learner's launcher, as :func:`build_launcher` names it.
 LAUNCHER = "yours-launch"
@@ -74,14 +78,15 @@ def _manifest() -> str:
             f'[dependencies]\nworkbook-launch = {{ path = "{dep}" }}\n')
 
 
-#: The learner's launcher: ``workbook-launch``'s command line, with the grid of the run computed by the learner's
-#: ``launch_grid`` (passed on as ``--grid``), and refused with its message when it returns ``Err``.
+#: The learner's launcher: ``workbook-launch``'s command line, with the grid of a ``run`` or ``bench`` computed by
+#: the learner's ``launch_grid`` (passed on as ``--grid``), and refused with its message when it returns ``Err``.
 _MAIN = r'''//! workbook-launch with the grid from your `launch_grid` (lesson 05, exercise 3).
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| argv.windows(2).filter(|w| w[0] == flag).map(|w| w[1].clone()).collect::<Vec<_>>();
     let mut args = argv.clone();
-    if let Some(path) = value("--manifest").first() {
+    let launches = matches!(argv.first().map(String::as_str), Some("run") | Some("bench"));
+    if let Some(path) = value("--manifest").first().filter(|_| launches) {
         let manifest = match workbook_launch::Manifest::load(path, None) {
             Ok(m) => m,
             Err(e) => {
@@ -335,7 +340,7 @@ def build_launcher(source: str, out: pathlib.Path | str, *, timeout: float = 600
 
 def solution_source() -> str:
     """``YOUR_RUST`` of the lesson's solution, as its notebook defines it (markers included)."""
-    from ..course import solution_notebook
+    from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
     ns: dict = {}

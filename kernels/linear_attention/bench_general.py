@@ -117,6 +117,7 @@ def targets(quick: bool) -> list[Problem]:
     rows = [problem(n, "bf16", 128, 128, 4, 16, 16384) for n in (True, False)]
     rows += [problem(True, "fp16", 128, 128, 4, 16, 16384),
              problem(False, "fp32", 128, 128, 4, 16, 16384, precision="high"),
+             problem(True, "fp32", 128, 128, 4, 16, 16384, precision="high"),
              problem(False, "fp32", 128, 128, 4, 16, 16384, precision="highest"),
              problem(True, "fp32", 128, 128, 4, 16, 16384, precision="highest"),
              problem(False, "bf16", 128, 64, 4, 16, 16384), problem(False, "bf16", 64, 128, 4, 16, 16384),
@@ -130,7 +131,6 @@ def targets(quick: bool) -> list[Problem]:
         rows += [problem(False, "bf16", 256, 128, 4, 16, 16384), problem(False, "bf16", 128, 256, 4, 16, 16384),
                  problem(False, "bf16", 64, 256, 4, 16, 16384), problem(False, "bf16", 256, 64, 4, 16, 16384),
                  problem(True, "fp32", 128, 128, 1, 8, 262144, precision="high"),
-                 problem(True, "fp32", 128, 128, 4, 16, 16384, precision="high"),
                  problem(True, "fp16", 256, 256, 1, 8, 65536)]
     return rows
 
@@ -180,9 +180,31 @@ def _no_normaliser(p: Problem) -> str | None:
     return None if p.params["normalize"] else "no normaliser in this row"
 
 
+def _trying(name: str):
+    """``chunk_linear_attn`` with the dispatch's candidate launch change ``name`` (dispatch.CANDIDATES)."""
+    def fn(*args, **kw):
+        with dispatch.trying(name):
+            return _ours(*args, **kw)
+
+    def skip(p: Problem) -> str | None:
+        prm = p.params
+        kind = "16" if prm["dtype"] != "float32" else dispatch.PRECISIONS[prm["precision"] or "highest"]
+        key = (max(64, 1 << (prm["K"] - 1).bit_length()), kind)
+        if key not in dispatch.CANDIDATES[name]:
+            return f"{name} changes nothing in this row"
+        if "norm_mma" in dispatch.CANDIDATES[name][key] and not prm["normalize"]:
+            return "no normaliser in this row"
+        return None
+
+    return fn, skip
+
+
 def versions() -> list[Version]:
     out = [Version("chunk_linear_attn", _ours, output=_flat),
            Version("norm on tensor cores", _ours_mma, skip=_no_normaliser, output=_flat)]
+    for name in dispatch.CANDIDATES:
+        fn, skip = _trying(name)
+        out.append(Version(f"try {name}", fn, skip=skip, output=_flat))
     if ON_GPU and importlib.util.find_spec("fla") is not None:
         out.append(Version("fla chunk", _fla, output=_flat))
     return out

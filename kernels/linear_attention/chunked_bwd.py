@@ -194,12 +194,13 @@ def _strides(x: torch.Tensor) -> tuple[int, int, int]:
 
 def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, *,
                      need_dh0: bool = False, num_stages: int | None = None, num_warps: int | None = None,
-                     maxnreg: int | None = None, passes: tuple[str, ...] = ("dq", "dkdv")):
+                     maxnreg: int | None = None, block: int | None = None, passes: tuple[str, ...] = ("dq", "dkdv")):
     """Gradients of ``o = chunked_linear_attention(q, k, v, scale, initial_state)`` (unnormalised) and of its
     final state: ``(dq, dk, dv, dh0)``, dq/dk/dv in q's dtype and ``dh0`` [N, H, K, V] fp32 (None unless
     ``need_dh0``). do: [B, T, H, V]; dht: the final state's gradient [N, H, K, V] or None (zero).
-    ``num_stages``, ``num_warps``, ``maxnreg`` (registers a thread may use) and ``passes`` (which of the two run;
-    the other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``)."""
+    ``num_stages``, ``num_warps``, ``maxnreg`` (registers a thread may use), ``block`` (the K and V columns a
+    program owns, a power of two; whole heads at their size or more) and ``passes`` (which of the two run; the
+    other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``)."""
     p = check_inputs(q, k, v, scale, initial_state, False, cu_seqlens)
     if do.shape != v.shape or do.dtype != q.dtype:
         raise ValueError(f"do must match v's shape {tuple(v.shape)} and q's dtype {q.dtype}, got "
@@ -215,9 +216,12 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
             dh0.copy_(dht if dht is not None else torch.zeros_like(dh0))
         return dq, dk, dv, dh0
     BT, BK, BV, BKA, BVA, warps = _blocks(p.K, p.V, q.dtype)
+    if block is not None:
+        BK, BV = min(BKA, block), min(BVA, block)
     warps = num_warps or warps
     # the dq pass has one program per K block and sequence·head, the dk/dv pass twice as many at K = V: two
-    # stages let two of its programs share an SM, so all of them are resident at once (PERF.md)
+    # stages let two of its programs share an SM, so all of them are resident at once (PERF.md; whole heads at 8
+    # warps and 3 stages, block=128, measured 6-7% slower on the H200)
     stages_dq = num_stages or (1 if INTERPRET else 2 if warps == 8 else 3)
     stages_dkdv = num_stages or (1 if INTERPRET else 2)
     precision = float32_precision() if q.dtype == torch.float32 else None

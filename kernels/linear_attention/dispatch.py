@@ -21,11 +21,17 @@ from ..device import INTERPRET
 from ..validate import check_power_of_two
 from .lookback import LOOKBACK_COST, one_pass_fills
 
-__all__ = ["Launch", "PRECISIONS", "launch_for", "plan", "float32_precision", "normaliser_on_tensor_cores",
-           "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA"]
+__all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
+           "normaliser_on_tensor_cores", "trying", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
+#: ``Launch.norm_mma`` -> (the kernel's QZ_MMA: how ``q · z`` is computed, KSUM_MMA: ``Σ k`` as ``kᵀ · e₀``).
+#: QZ_MMA 0: on the CUDA cores; 1: ``q · [z_hi | z_lo]`` with a [BK, 16] operand written from registers (wrong
+#: outputs on the H200, PERF.md); 2: the same with a [BK, 64] operand (128-byte rows, as the state product's);
+#: 3: ``[z_hi; z_lo] · qᵀ`` [64, BT], z the register operand.
+NORM_MMA_FORMS = {"": (0, False), "both": (1, True), "qz": (1, False), "ksum": (0, True), "wide": (2, True),
+                  "qzt": (3, True)}
 
 
 @dataclass(frozen=True)
@@ -33,8 +39,11 @@ class Launch:
     """How one call is cut into programs: ``L`` tokens a segment (None: each program walks its whole sequence),
     chunks of ``BT`` tokens, ``BV`` value columns a program, warps, pipeline stages, chunks prefetched into L2
     ahead of use (``prefetch``), tiles moved by tensor descriptors (``tma``), the fp32 dot precision, and which
-    of the normaliser's two sums run as products on the tensor cores, each chunk's from zero (``norm_mma``:
-    "both", "qz" for ``q · z`` alone, "ksum" for ``Σ k`` alone; "" for reductions on the CUDA cores)."""
+    of the normaliser's two sums run as products on the tensor cores, each chunk's from zero (``norm_mma``, one of
+    :data:`NORM_MMA_FORMS`: "both", "qz" for ``q · z`` alone, "ksum" for ``Σ k`` alone, "wide" for both with
+    ``q · z``'s operand 64 columns wide, "qzt" for both with ``q · z`` as ``zᵀ qᵀ``; "" for reductions on the
+    CUDA cores); ``kt``: kᵀ of the state update loaded from memory a second time, in its own layout (for fp32,
+    whose products cannot read one shared-memory copy of k both ways)."""
 
     L: int | None
     BT: int
@@ -45,6 +54,7 @@ class Launch:
     tma: bool = False
     precision: str = "tf32x3"
     norm_mma: str = ""
+    kt: bool = False
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -54,8 +64,8 @@ class Launch:
             raise ValueError(f"segment length L={self.L} must be a positive multiple of the chunk BT={self.BT}")
         if self.num_stages < 1 or self.prefetch < 0:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
-        if self.norm_mma not in ("", "both", "qz", "ksum"):
-            raise ValueError(f"norm_mma={self.norm_mma!r} must be '', 'both', 'qz' or 'ksum'")
+        if self.norm_mma not in NORM_MMA_FORMS:
+            raise ValueError(f"norm_mma={self.norm_mma!r} must be one of {sorted(NORM_MMA_FORMS)}")
         if self.precision not in ("tf32", "tf32x3", "ieee"):
             raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
@@ -95,6 +105,32 @@ MIN_SEGMENT = 256
 NORM_MMA = False
 #: Which of the two sums NORM_MMA puts on the tensor cores (``Launch.norm_mma``).
 NORM_MMA_PARTS = "both"
+#: Launch changes not yet the default: name -> {(BK, kind): the fields it changes}, for the (whole and chained)
+#: launches of those keys. Each is checked family by family on the H200 (``scripts/gpu_la_check.py``, cases
+#: ending in the name) and timed beside the default (the benchmark's "targets" set) before it may become one
+#: (PERF.md, "the normaliser from one product, fp32 without the register round trip").
+#: "norm-wide": ``q · z`` as a product whose operand is 64 columns wide (128-byte rows, as the state product
+#: ``q · S``), the key sum as ``kᵀ · e₀``: no spills at D=128 and D=256 (84 and 200 bytes on the CUDA cores).
+#: "fp32-kt": kᵀ loaded a second time in the layout the state update reads, so that every tile of an fp32 chunk
+#: is loaded asynchronously (the default loads k into registers and writes it to shared memory twice a chunk).
+CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
+    "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
+    "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
+}
+TRYING = ""
+#: Candidates the H200 found right on every family they change and faster on every row they were timed on: their
+#: changes are made in ONE_PASS and CHAINED (PERF.md says which run decided).
+ADOPTED: tuple[str, ...] = ()
+
+
+def _adopt(names: tuple[str, ...]) -> None:
+    for name in names:
+        for key, change in CANDIDATES[name].items():
+            ONE_PASS[key] = dataclasses.replace(ONE_PASS[key], **change)
+            CHAINED[key] = dataclasses.replace(CHAINED[key], **change)
+
+
+_adopt(ADOPTED)
 # Under the interpreter: small chunks and V blocks, so small test sizes still cross several of each.
 _INTERPRETER = Launch(None, 16, 16, 4, 1)
 
@@ -109,6 +145,25 @@ def normaliser_on_tensor_cores(on: bool = True, parts: str = "both"):
         yield
     finally:
         NORM_MMA, NORM_MMA_PARTS = old
+
+
+@contextlib.contextmanager
+def trying(name: str):
+    """Within the block, the dispatch's launches take the changes of candidate ``name`` (:data:`CANDIDATES`)
+    where it has any for the call; "" for none."""
+    global TRYING
+    if name and name not in CANDIDATES:
+        raise ValueError(f"no candidate {name!r} (candidates: {', '.join(CANDIDATES)})")
+    old, TRYING = TRYING, name
+    try:
+        yield
+    finally:
+        TRYING = old
+
+
+def _tried(key: tuple[int, str], launch: Launch) -> Launch:
+    change = CANDIDATES[TRYING].get(key) if TRYING else None
+    return dataclasses.replace(launch, **change) if change else launch
 
 
 def _norm_mma() -> str:
@@ -129,19 +184,20 @@ def plan(K: int, V: int, dtype: torch.dtype, N: int, H: int, lengths: list[int],
          precision: str | None = None) -> Launch:
     """The launch for ``N`` sequences of ``lengths`` tokens (one entry each, or one for all when they are equal)
     with ``H`` heads of sizes ``K``, ``V`` and inputs of ``dtype``, on ``sms`` multiprocessors."""
-    return dataclasses.replace(_plan(K, V, dtype, N, H, lengths, sms, precision), norm_mma=_norm_mma())
+    launch = _plan(K, V, dtype, N, H, lengths, sms, precision)
+    return dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
 
 
 def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     BK = max(64, triton.next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
-    one = ONE_PASS[(BK, kind)]
+    one = _tried((BK, kind), ONE_PASS[(BK, kind)])
     longest = max(lengths, default=0)
     chains = N * H * triton.cdiv(V, min(one.BV, triton.next_power_of_2(V)))
     if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
         return dataclasses.replace(one, precision=precision)
-    chained = CHAINED[(BK, kind)]
+    chained = _tried((BK, kind), CHAINED[(BK, kind)])
     nv = triton.cdiv(V, min(chained.BV, triton.next_power_of_2(V)))
     tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
     # about two programs per SM: segments of tokens · chains / (2 · sms), a power of two between the bounds
@@ -156,6 +212,9 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
     """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
     B, T, H, K = q.shape
     if INTERPRET or not q.is_cuda:
-        return dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=_norm_mma())
+        launch = dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=_norm_mma())
+        kind = launch.precision if q.dtype == torch.float32 else "16"
+        change = CANDIDATES[TRYING].get((max(64, triton.next_power_of_2(K)), kind), {}) if TRYING else {}
+        return dataclasses.replace(launch, **{f: x for f, x in change.items() if f != "BV"})  # small tiles kept
     N = B if lengths is None else len(lengths)
     return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))

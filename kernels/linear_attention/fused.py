@@ -19,11 +19,11 @@ import triton.language as tl
 from ..device import INTERPRET, upcast_for_dot
 from ..validate import FLOAT_DTYPES, check_tensor
 from .checks import check_inputs, host_offsets, offsets_read_once
-from .dispatch import PRECISIONS, Launch, launch_for
+from .dispatch import NORM_MMA_FORMS, PRECISIONS, Launch, launch_for
 from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
-__all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS"]
+__all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS", "NORM_MMA_FORMS"]
 
 _EPS = tl.constexpr(EPS)
 _SLOTS = tl.constexpr(SLOTS)
@@ -50,30 +50,45 @@ def _key_sum_mma(kk, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _query_key_sum_mma(qq, zs, PRECISION: tl.constexpr):
-    """``q_t · z`` for every row of ``qq`` [BT, BK] as one product on the tensor cores, with the fp32 vector ``z``
-    split into a high part in the operands' type and the rest (about twice the type's significant bits of z).
-    fp16 scales z by a power of two first, so that a large key sum (past fp16's 65504) stays in range."""
-    ZW: tl.constexpr = 16
-    if qq.dtype == tl.float32:
+def _split_key_sum(zs, DTYPE: tl.constexpr):
+    """The fp32 vector ``z`` as ``hi + lo`` with ``hi`` exact in the operands' type ``DTYPE`` (about twice the
+    type's significant bits of z in the pair), and the power of two the pair must be multiplied by afterwards:
+    fp16 scales z first, so that a large key sum (past fp16's 65504) stays in range."""
+    back = 1.0
+    if DTYPE == tl.float32:
         hi = (zs.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)  # TF32's 10-bit mantissa
-        lo = zs - hi
-    elif qq.dtype == tl.float16:
-        # 2^(14 - exponent of max |z|): the scaled z lies in (-2^15, 2^15); inv is its exact inverse
+    elif DTYPE == tl.float16:
+        # 2^(14 - exponent of max |z|): the scaled z lies in (-2^15, 2^15); back is its exact inverse
         top = (tl.max(tl.abs(zs), 0).to(tl.uint32, bitcast=True) >> 23) & 0xFF
         sb = tl.minimum(268 - top, 254)
         zs = zs * (sb << 23).to(tl.float32, bitcast=True)
+        back = ((254 - sb) << 23).to(tl.float32, bitcast=True)
         hi = zs.to(tl.float16).to(tl.float32)
-        lo = zs - hi
     else:
-        hi = zs.to(qq.dtype).to(tl.float32)
-        lo = zs - hi
+        hi = zs.to(DTYPE).to(tl.float32)
+    return hi, zs - hi, back
+
+
+@triton.jit
+def _query_key_sum_mma(qq, zs, PRECISION: tl.constexpr, ZW: tl.constexpr):
+    """``q_t · z`` for every row of ``qq`` [BT, BK] as one product ``q · [z_hi | z_lo | 0 ...]`` on the tensor
+    cores, the B operand [BK, ZW] written from registers: ZW = 16 (32-byte rows) or 64 (128-byte rows, the
+    shape of the state product ``q · S``)."""
+    hi, lo, back = _split_key_sum(zs, qq.dtype)
     col = tl.arange(0, ZW)[None, :]
     zb = tl.where(col == 0, hi[:, None], tl.where(col == 1, lo[:, None], 0.0)).to(qq.dtype)  # [BK, ZW]
-    qz = tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1)  # [BT]
-    if qq.dtype == tl.float16:
-        qz = qz * ((254 - sb) << 23).to(tl.float32, bitcast=True)
-    return qz
+    return tl.sum(tl.dot(qq, zb, input_precision=PRECISION), 1) * back  # [BT]
+
+
+@triton.jit
+def _query_key_sum_mma_t(qq, zs, PRECISION: tl.constexpr):
+    """``q_t · z`` as the transposed product ``[z_hi; z_lo; 0 ...] · qᵀ`` [64, BT]: z is the register operand
+    (A, as the scores are in ``scores · v``) and q the shared-memory one, read as ``kᵀ`` is in ``q · kᵀ``."""
+    ZM: tl.constexpr = 64  # one warpgroup's M
+    hi, lo, back = _split_key_sum(zs, qq.dtype)
+    row = tl.arange(0, ZM)[:, None]
+    za = tl.where(row == 0, hi[None, :], tl.where(row == 1, lo[None, :], 0.0)).to(qq.dtype)  # [ZM, BK]
+    return tl.sum(tl.dot(za, tl.trans(qq), input_precision=PRECISION), 0) * back  # [BT]
 
 
 @triton.jit
@@ -91,7 +106,7 @@ def _fused_linear_attention_kernel(
     CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
-    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr,
+    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr, KT_LOAD: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
     if CHAINED:
@@ -242,8 +257,12 @@ def _fused_linear_attention_kernel(
         out = tl.dot(qq, state.to(qq.dtype), input_precision=PRECISION)  # [BT, BV]
         out = tl.dot(scores.to(qq.dtype), vv, out, input_precision=PRECISION)
         if NORMALIZE:
-            if QZ_MMA:
-                qz = _query_key_sum_mma(qq, zs, PRECISION)
+            if QZ_MMA == 1:
+                qz = _query_key_sum_mma(qq, zs, PRECISION, 16)
+            elif QZ_MMA == 2:
+                qz = _query_key_sum_mma(qq, zs, PRECISION, 64)
+            elif QZ_MMA == 3:
+                qz = _query_key_sum_mma_t(qq, zs, PRECISION)
             else:
                 qz = tl.sum(qq.to(tl.float32) * zs[None, :], 1)
             den = (tl.sum(scores, 1) + qz) * scale + _EPS  # [BT]
@@ -261,7 +280,18 @@ def _fused_linear_attention_kernel(
         else:
             tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], out.to(o_ptr.dtype.element_ty),
                      mask=mt[:, None] & mv[None, :])
-        state = tl.dot(tl.trans(kk), vv, state, input_precision=PRECISION)
+        if KT_LOAD:
+            # kᵀ loaded a second time (from L2) as a [BK, BT] tile: fp32 products need the contracted dimension
+            # contiguous in shared memory, the token axis here and the feature axis in q · kᵀ, so one copy of k
+            # cannot serve both; a second load keeps both asynchronous (one load written twice through
+            # registers, the alternative, waits for k every chunk)
+            kt = tl.load(k_base + rows[None, :] * stride_kt + offs_k[:, None], mask=mk[:, None] & mt[None, :],
+                         other=0.0)
+            if UPCAST:
+                kt = kt.to(tl.float32)
+        else:
+            kt = tl.trans(kk)
+        state = tl.dot(kt, vv, state, input_precision=PRECISION)
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
     if NORMALIZE:
@@ -352,6 +382,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     else:
         ring = flags = ticket = None
     tma = launch.tma and _tma_ready(q, k, v, o)
+    qz_mma, ksum_mma = NORM_MMA_FORMS[launch.norm_mma]
     if tma and not INTERPRET:
         _ensure_allocator()
     _fused_linear_attention_kernel[(rows * H * NV,)](
@@ -363,8 +394,8 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
         STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
         PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
-        TMA=tma, QZ_MMA=normalize and launch.norm_mma in ("both", "qz"),
-        KSUM_MMA=normalize and launch.norm_mma in ("both", "ksum"), num_warps=launch.num_warps,
+        TMA=tma, QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma, KT_LOAD=launch.kt,
+        num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
     return Forward(o, ht, zt, den, launch)

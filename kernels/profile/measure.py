@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+import kernels
+
 from ..device import ON_GPU
 
 __all__ = ["NeedsGpu", "tools", "time_ms", "proton_profile", "ncu_command", "run_ncu", "NCU_METRICS", "autotune",
@@ -149,8 +151,8 @@ def run_ncu(code: str, kernel: str, *, metrics=tuple(NCU_METRICS), timeout: floa
         script = pathlib.Path(d) / "profiled.py"
         script.write_text(code)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(__file__).resolve().parents[2]),
-                                                          env.get("PYTHONPATH")]))
+        home = str(pathlib.Path(kernels.__file__).resolve().parent.parent)  # where this package is imported from
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [home, env.get("PYTHONPATH")]))
         try:
             proc = subprocess.run(ncu_command(str(script), kernel, metrics), capture_output=True, text=True,
                                   timeout=timeout, env=env)

@@ -3,7 +3,7 @@
 import pytest
 
 from kernels.catalog import LESSONS
-from kernels.course import CourseError, graded_cells, lesson_ids, solution_notebook
+from grader.course import CourseError, graded_cells, lesson_ids, solution_notebook
 
 MD = '# %% [markdown] nbgrader={{"grade": false, "grade_id": "{gid}", "locked": {locked}, "schema_version": 3, ' \
      '"solution": false}}\n# {text}\n'
@@ -105,3 +105,22 @@ def test_every_check_names_a_registered_exercise_with_matching_points(name):
     for ex_id, ex in exercises.items():
         assert (ex_id, False) in used, f"{name}: exercise {ex_id} has no visible check cell"
         assert ((ex_id, True) in used) == bool(ex.hidden), f"{name}: {ex_id}: hidden cases and hidden cell disagree"
+
+
+def test_the_lesson_tables_are_written_from_the_catalog(tmp_path):
+    import importlib
+
+    from kernels.catalog import LESSONS
+
+    build = importlib.import_module("grader.course.build")
+    readme, course = tmp_path / "README.md", tmp_path / "course"
+    course.mkdir()
+    readme.write_text(f"# intro\n{build._TABLE}\n| 00 | a row from an older catalog |\n{build._TABLE_END}\nafter\n")
+    (course / "README.md").write_text("no table markers here\n")
+    tables = build._lesson_tables(readme, course)
+    assert list(tables) == [readme], "a file without the markers is left alone"
+    text = tables[readme]
+    assert text.startswith("# intro\n") and text.endswith(f"{build._TABLE_END}\nafter\n")
+    assert "older catalog" not in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 0")]
+    assert [r.split(" | ")[1] for r in rows] == [f"`course/{les.id}.ipynb`" for les in LESSONS]

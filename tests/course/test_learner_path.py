@@ -12,9 +12,9 @@ import urllib.request
 import nbformat
 import pytest
 
-from kernels.course import COURSE, ROOT, lesson_ids, solution_notebook
-from kernels.course.run import execute
-from kernels.course.workcopy import WORK, sync
+from grader.course import COURSE, ROOT, lesson_ids, solution_notebook
+from grader.course.run import execute
+from grader.course.workcopy import WORK, sync
 
 
 def _cells(lesson, ids):
@@ -78,7 +78,7 @@ def _make_lab(*args):
 def test_make_lab_allows_root_only_as_root_and_opens_the_working_copy():
     as_root, as_user = _make_lab("USER_ID=0"), _make_lab("USER_ID=1000")
     assert "--allow-root" in as_root and "--allow-root" not in as_user
-    assert "--notebook-dir=my-work" in as_user and "kernels.course.workcopy my-work" in as_user
+    assert "--notebook-dir=my-work" in as_user and "grader.course.workcopy my-work" in as_user
 
 
 @pytest.mark.slow
@@ -205,7 +205,7 @@ def test_the_score_names_what_failed(capsys):
 def test_make_score_runs_the_saved_notebook(tmp_path):
     from kernels.score import main
 
-    from kernels.course import student_notebook
+    from grader.course import student_notebook
 
     # the learner's saved copy: exercise 1 answered, exercise 2 still the stub
     work = tmp_path / "my-work"

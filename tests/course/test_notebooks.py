@@ -6,8 +6,8 @@ GPU where there is one.
 
 import pytest
 
-from kernels.course import lesson_ids
-from kernels.course.run import problems, run_lesson, run_widgets_alone
+from grader.course import lesson_ids
+from grader.course.run import problems, run_lesson, run_widgets_alone
 
 _runs: dict = {}
 

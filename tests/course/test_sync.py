@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernels.course import (
+from grader.course import (
     COURSE,
     OutOfSync,
     build,

@@ -258,7 +258,7 @@ def test_collect_command(tmp_path, fixture_source, capsys):
     assert f"alice {fx}" in " ".join(out.split()) and "new" in out
     assert "skipped readme.txt: not a notebook" in out and f"skipped alice_{fx}.ipynb: an earlier upload" in out
     assert main(["--course", str(tmp_path / "nothing"), "collect", str(archive)]) == 2
-    assert "make grade-build" in capsys.readouterr().err
+    assert "make course" in capsys.readouterr().err
 
 
 def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):

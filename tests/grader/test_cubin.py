@@ -1,6 +1,8 @@
 """The cubin path: a graded kernel crosses from its sandbox as machine code, bound and launched by the grader's
 side without importing its source. The compile runs here for sm_90 (no GPU needed); the launch needs a GPU."""
 
+import pathlib
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr, SCAL
     x = tl.load(x_ptr + offs, mask=mask)
     tl.store(out_ptr + offs, (x + tl.load(y_ptr + offs, mask=mask)) * SCALE, mask=mask)
 '''
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TORCH_IN_KERNEL = ADD.replace("    mask = offs", "    torch.ones(3)\n    mask = offs")
 
 
@@ -345,10 +348,11 @@ def test_the_interpreter_pre_check_runs_apart(grader_run):
     session = _Session(grader_run, "pre", "00_setup", 0, [], [], [])
     call = CheckCall(ex.id, ("add_kernel",), False)
     cases, _ = engine.active_cases(ex, False)
-    items = [{"index": i, "case": c, "seed": 5, "cpu": engine.case_inputs(ex, c, 5)} for i, c in cases]
-    request = [{"index": it["index"], "hidden": False, "inputs": it["cpu"]} for it in items]
+    items = [{"index": i, "case": c, "seed": 5} for i, c in cases]  # as the grader's run_kernel makes them
+    request = [{"index": i, "hidden": False, "inputs": engine.case_inputs(ex, c, 5)} for i, c in cases]
     wild = ADD.replace("tl.store(out_ptr + offs,", "tl.store(out_ptr + offs + 1,")
     try:
+        assert cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": wild}], [None], [], []) == {}
         assert cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": ADD}], [None], request, items) == {}
         assert "kernel" not in session.workers
         found = cubin.precheck(session, ex, call, [{"entry": "add_kernel", "text": wild}], [None], request, items)
@@ -356,3 +360,110 @@ def test_the_interpreter_pre_check_runs_apart(grader_run):
         assert "out of bounds" in "\n".join(found.lines), found.lines
     finally:
         session.finish()
+
+
+class _Channel:
+    """The launch worker's channel, in this process: a compile request goes through the grader's relay to a real
+    sandboxed compile worker, and what the relay sends back is what the next ``recv`` returns."""
+
+    def __init__(self, box, kernels):
+        self.session, self.kernels = _Session(box), kernels
+        self.sent, self.inbox = [], []
+
+    def send(self, m):  # the worker's side: an event for the grader
+        import time
+
+        from grader.cubin import relay
+
+        self.sent.append(m)
+        if m.get("event") == "compile":
+            relay(self.session, _Inbox(self.inbox), m, self.kernels, time.time() + 120)
+
+    def recv(self):
+        return self.inbox.pop(0)
+
+
+class _Inbox:
+    def __init__(self, inbox):
+        self.inbox = inbox
+
+    def send(self, m):  # the grader's side: a reply for the worker
+        self.inbox.append(m)
+
+
+@pytest.mark.parametrize("lesson, exercise, name", [("02_naive_hbm_loops", "fused", "fused_kernel"),
+                                                     ("07_backward", "dq", "dq_kernel")])
+def test_the_launch_worker_grades_a_lesson_kernel_as_cubin(box, monkeypatch, lesson, exercise, name):
+    """Without a GPU, everything of the launch worker but the device: a lesson's solution kernel rebuilt from the
+    notebook as the grader sends it, each case's specialisation compiled in the sandbox, the cubin checked and
+    handed to the package's launcher (a fake driver here), one launch per case on the exercise's own grid."""
+    from grader import worker
+    from grader.notebook import split
+    from grader.percent import read_percent
+    from kernels.checks import engine, provenance
+    from kernels.checks.spec import get
+    from kernels.export import launch
+
+    fake = _FakeDriver()
+    fake.n = 0
+    monkeypatch.setattr(launch, "driver", lambda: fake)
+    monkeypatch.setattr(launch.Launcher, "_stream", lambda self, s: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    code, _ = split(read_percent((ROOT / "solutions" / f"{lesson}.py").read_text()))
+    ks = provenance.from_cells(code, name)
+    kernels = [{"entry": ks.entry, "text": ks.text}]
+    ex = get(f"{lesson}.{exercise}")
+    cases, _ = engine.active_cases(ex, False)
+    ch = _Channel(box, kernels)
+    req = {"exercise": ex.id, "kernels": kernels, "values": [None], "cubin": True,
+           "cases": [{"index": i, "hidden": False, "inputs": engine.case_inputs(ex, c, 3)} for i, c in cases]}
+    try:
+        worker._serve_kernel(ch, req)
+    finally:
+        for w in ch.session.workers.values():
+            w.close()
+    events = [m["event"] for m in ch.sent]
+    assert events[-1] == "done" and events.count("result") == len(cases), [m for m in ch.sent if "error" in m]
+    assert 1 <= events.count("compile") <= len(cases)
+    assert len(fake.launches) == len(cases)
+    if exercise == "fused":
+        assert [launch["grid"] for launch in fake.launches] == [(-(-c["V"] // c["BV"]), c["B"] * c["H"], 1)
+                                                                for _, c in cases]
+
+
+def test_a_kernel_that_works_only_on_its_first_launch_fails_its_speed_check(monkeypatch):
+    """The timing faults reach the verdict: a 'kernel' that does the work on the first launch at the timed size
+    and skips it afterwards (a flag kept between launches) fails with the launches named, while the same work done
+    every launch passes (timed on this CPU, with the wall clock)."""
+    from kernels import bench
+    from kernels.checks import engine
+    from kernels.checks.spec import Case, Exercise, Performance
+
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda *a, **k: 1e15)
+    monkeypatch.setattr(bench, "matmul_rate", lambda *a, **k: 1e15)
+    case = Case("n=4099", dict(n=4099))
+
+    def run(args, inputs, outputs, case):
+        args[0](inputs["x"], outputs["out"])
+
+    ex = Exercise(id="99_timing.double", args=("kernel",), signature="double(x, out)",
+                  make_inputs=lambda case, gen: {"x": torch.randn(case["n"], generator=gen)},
+                  outputs=lambda case, inputs: {"out": ((case["n"],), torch.float32)}, run=run,
+                  reference=lambda inputs, case: {"out": 2 * inputs["x"]}, visible=[case],
+                  performance=Performance(case=case, baseline=run, min_speedup=0.01, floor=lambda c: (1, 0),
+                                          warmup=1, rep=2))
+    seen = {"n": 0}
+
+    def first_only(x, out):
+        seen["n"] += 1
+        if seen["n"] == 1:
+            out.copy_(2 * x)
+
+    def honest(x, out):
+        out.copy_(2 * x)
+
+    forged = engine.time_performance(ex, (first_only,), 7)
+    assert engine.perf_verdict(ex, forged) and "skips work while timed" in engine.perf_verdict(ex, forged)[0]
+    fair = engine.time_performance(ex, (honest,), 7)
+    assert fair["faults"] == [] and fair["mismatch"] == []

@@ -1,4 +1,4 @@
-"""``make grade-demo`` inside ``make test``: the whole demo class gets its expected scores (see grader/demo.py)."""
+"""``make grade-demo`` inside ``make test``: the whole demo class gets its expected scores (see grader/democlass.py)."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 
 @pytest.mark.slow
 def test_demo_class(tmp_path, capsys):
-    from grader.democlass import run_demo
+    from grader.demo import run_demo
 
     code = run_demo(tmp_path / "demo", slots=2)
     out = capsys.readouterr().out

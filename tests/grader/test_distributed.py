@@ -42,17 +42,17 @@ EXPECTED = {("alice", LESSON): 8.0, ("bob", LESSON): 4.0, ("carol", LESSON): 0.0
 
 def _build(root: pathlib.Path) -> pathlib.Path:
     """A course folder with lesson 00 and the three collected submissions."""
-    from grader import demo, workflow
-    from grader.democlass import course_lessons
+    from grader import democlass, workflow
+    from grader.demo import course_lessons
 
     src, rel = course_lessons([LESSON])[LESSON]
     workflow.build_course(root, {LESSON: src})
     (root / "release" / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(rel, indent=1))
-    klass = [demo.DemoStudent("alice", "solution", {LESSON: "solution"}, {}),
-             demo.DemoStudent("bob", "strided rows wrong", {LESSON: _wrong_bias}, {}),
-             demo.DemoStudent("carol", "untouched", {LESSON: "release"}, {})]
+    klass = [democlass.DemoStudent("alice", "solution", {LESSON: "solution"}, {}),
+             democlass.DemoStudent("bob", "strided rows wrong", {LESSON: _wrong_bias}, {}),
+             democlass.DemoStudent("carol", "untouched", {LESSON: "release"}, {})]
     folder = root.parent / f"{root.name}-incoming"
-    demo.write_class(folder, {LESSON: (src, rel)}, klass)
+    democlass.write_class(folder, {LESSON: (src, rel)}, klass)
     workflow.collect(root, folder)
     return root
 

@@ -21,7 +21,7 @@ def test_fixture_checks_with_speed_in_the_notebook(tmp_path):
 
 
 def test_gpu_faults_cost_one_problem(grader_run, fixture_source, fixture_release, monkeypatch):
-    from grader.demo import _SCALE, _SLOW, _STORE
+    from grader.democlass import _SCALE, _SLOW, _STORE
 
     hang = _SCALE.format(body="    x = tl.load(x_ptr + offs, mask=mask)\n"
                               "    while tl.load(x_ptr, volatile=True) == tl.load(x_ptr, volatile=True):\n"

@@ -27,8 +27,7 @@ def test_release_scores_zero_and_the_checker_cannot_be_patched(grader_run, fixtu
 
 
 def test_submission_budget_is_per_notebook(fixture_source, fixture_release):
-    from conftest import FIXTURES
-
+    from grader.democlass import FIXTURE as FIXTURES
     from grader.grade import Grader, Settings
 
     slow = with_cells(fixture_source, **{"ex3-fn": "def cumsum(x):\n    while True:\n        pass"})
@@ -46,9 +45,8 @@ def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     import subprocess
     import sys
 
-    from conftest import FIXTURES
-
     from grader import workflow
+    from grader.democlass import FIXTURE as FIXTURES
 
     root = tmp_path / "course"
     workflow.build_course(root, {"90_grader_fixture": fixture_source})
@@ -56,7 +54,7 @@ def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     incoming.mkdir(parents=True)
     (incoming / "90_grader_fixture.ipynb").write_text(json.dumps(fixture_source))
     workflow.collect(root, tmp_path / "in")
-    env = dict(os.environ, GRADER_LESSON_PATHS=str(FIXTURES), PYTHONPATH=str(FIXTURES.parents[2]))
+    env = dict(os.environ, GRADER_LESSON_PATHS=str(FIXTURES), PYTHONPATH=str(FIXTURES.parents[1]))
     nbgrader = [sys.executable, "-c", "import sys; from nbgrader.apps import NbGraderApp; "
                 "sys.exit(NbGraderApp.launch_instance())"]
     proc = subprocess.run(nbgrader + ["autograde", "90_grader_fixture", "--force"], cwd=root, env=env,

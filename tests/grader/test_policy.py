@@ -59,3 +59,28 @@ def test_feedback_hides_hidden_tests():
 
     src = "### BEGIN HIDDEN TESTS\ncheck('00_setup.vector_add', add_kernel, hidden=True)\n### END HIDDEN TESTS"
     assert hide(src) == LINE and hide("check('x', f)") == "check('x', f)"
+
+
+@pytest.mark.parametrize("policy", ["zero", "exclude", "award"])
+def test_nbgrader_records_the_graders_score(policy):
+    """The grader decides each cell's score once; the outputs it writes make nbgrader read that same score
+    (full points, 0 and anything in between)."""
+    import nbformat
+    from nbgrader.utils import determine_grade
+
+    from grader import policy as pol
+    from grader.nbexec import apply_results
+
+    r = _result()
+    pol.apply([r], policy)
+    r.cells.append(CellResult("half", 4, 1.5, [CheckResult("90_grader_fixture.cumsum", False, True, "passed",
+                                                           ["✓ part"])]))
+    nb = nbformat.v4.new_notebook()
+    for c in r.cells:
+        cell = nbformat.v4.new_code_cell('check("x", f)')
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": c.grade_id, "points": c.points}
+        nb.cells.append(cell)
+    apply_results(nb, r)
+    read = {c.metadata["nbgrader"]["grade_id"]: determine_grade(c)[0] for c in nb.cells if c.cell_type == "code"}
+    assert read == {c.grade_id: c.score for c in r.cells}, read
+    assert read["half"] == 1.5 and read["bad"] == 0

@@ -16,7 +16,7 @@ CELLS = ("ex3-rust", "ex3-rust-grade")
 @pytest.fixture(scope="module")
 def rust_lesson():
     """The lesson's instructor notebook and release cut down to the Rust answer and its graded cell."""
-    from grader.democlass import course_lessons
+    from grader.demo import course_lessons
 
     src, rel = course_lessons([LESSON])[LESSON]
 
@@ -61,3 +61,17 @@ def test_without_cargo_on_the_grading_machine_the_cell_is_not_graded(grader_run,
     cell = _grade(grader_run, "solution", src, src, rel)
     assert cell.score == 0 and "needs cargo" in cell.message and "rustup" in cell.message, cell.message
     assert cell.checks[0].status == "not graded"
+
+
+def test_the_demo_class_expects_no_points_for_a_missing_toolchain(monkeypatch):
+    """The demo class's full marks for lesson 05 leave out the Rust cell where the grading machine has no cargo."""
+    from grader import policy
+    from grader.demo import course_lessons
+    from kernels.checks import engine
+    from kernels.export.rust_exercise import GET_CARGO
+
+    src, _ = course_lessons([LESSON])[LESSON]
+    monkeypatch.setattr(engine, "toolchain_missing", lambda ex: None)
+    assert policy.toolchain_points(src) == 0
+    monkeypatch.setattr(engine, "toolchain_missing", lambda ex: GET_CARGO if ex.toolchain else None)
+    assert policy.toolchain_points(src) == 3

@@ -52,7 +52,7 @@ facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.list
          "top": sorted(os.listdir("/")), "shm": sorted(os.listdir("/dev/shm")),
          "caches": os.path.exists("/grader/cache")}}
 for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
-             "{ROOT}/tests/grader/fixtures/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
+             "{ROOT}/grader/fixture_lesson/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
              "{ROOT}/kernels/checks/engine.py", "{ROOT}/kernels/checks/lessons/l00_setup.py"):
     try:
         open(path).read(10)
@@ -309,3 +309,30 @@ def test_the_sandbox_never_binds_tmp_homes_or_the_checkouts_parents(monkeypatch)
         monkeypatch.syspath_prepend(p)
     env = _environment()
     assert not {tempfile.gettempdir(), str(ROOT.parent), str(pathlib.Path.home()), str(ROOT)} & set(env), env
+
+
+def test_the_grader_s_pythonpath_reaches_the_sandbox(request, monkeypatch):
+    """A checkout that is not pip-installed runs from ``PYTHONPATH`` (the project and carried wheels put there, as on
+    a GPU machine whose image holds torch): the sandbox clears the environment, so it must set ``PYTHONPATH`` itself,
+    the checkout first (for ``grader.worker``) and the grader's own entries that are bound read-only. Without it
+    every worker failed to start there with "No module named 'grader'"."""
+    import os
+    import shutil
+    import tempfile
+    import uuid
+
+    from grader.sandbox import _environment
+
+    site = pathlib.Path(tempfile.mkdtemp(prefix="site-path-"))
+    site.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(site, ignore_errors=True))
+    name = f"probe_{uuid.uuid4().hex[:8]}"
+    (site / f"{name}.py").write_text("VALUE = 7\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), "/nonexistent-entry"]))
+    box = SandboxConfig(mode="interpreter", environment=_environment() + [str(site)], memory_limit=1 << 30)
+    request.addfinalizer(box.close)
+    w = _notebook(box, f"import os\nimport {name}\nfound = {name}.VALUE\npath = os.environ['PYTHONPATH']\n", uid=95)
+    found, path = _value(w, "found"), _value(w, "path")
+    w.close()
+    assert found == 7, found
+    assert path.split(os.pathsep) == [str(ROOT), str(site)], path

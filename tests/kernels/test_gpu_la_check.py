@@ -31,9 +31,16 @@ def test_grid_covers_every_family():
     assert {c.L for c in cases.values() if c.shape == "small" and c.L} >= {256, 512}
     assert sum(c.states for c in cases.values()) >= len(cases) // 2
     assert set(la_check.SANITIZE) <= set(cases)
-    norm = [c for c in cases.values() if c.norm and not c.mma and c.shape != "packed"]
-    assert all(dataclasses.replace(c, mma="both").name in cases for c in norm)
-    assert {c.mma for c in cases.values()} == {"", "both", "qz", "ksum"}
+    plain = [c for c in cases.values() if not c.mma and not c.tried]
+    # every case a candidate launch change applies to is checked again with it, before the others
+    assert all(dataclasses.replace(c, tried="norm-wide").name in cases for c in plain
+               if c.norm and c.dtype in ("bf16", "fp16"))
+    assert all(dataclasses.replace(c, tried="fp32-kt").name in cases for c in plain
+               if c.dtype == "fp32-high" and max(c.K, c.V) <= 128)
+    assert {c.tried for c in cases.values()} == {"", "norm-wide", "fp32-kt"}
+    order = [bool(c.tried) for c in cases.values()]
+    assert order == sorted(order, reverse=True)
+    assert {c.mma for c in cases.values()} == {"", "ksum", "qzt"}
     assert not any(c.mma and not c.norm for c in cases.values())
 
 
@@ -44,10 +51,11 @@ def _first(**want):
 @pytest.mark.parametrize("want", [dict(norm=True, dtype="fp16", K=64, V=256, shape="large"),
                                   dict(norm=True, dtype="bf16", shape="small", L=256),
                                   dict(norm=False, dtype="fp32-high", shape="small", states=True),
-                                  dict(norm=True, dtype="bf16", shape="packed", L=1024, mma="both"),
-                                  dict(norm=True, dtype="fp16", K=256, mma="qz"), dict(norm=True, mma="ksum")],
-                         ids=["norm-fp16-K64V256", "norm-bf16-chained", "raw-fp32-states", "norm-bf16-packed-mma",
-                              "norm-fp16-D256-mma-qz", "norm-mma-ksum"])
+                                  dict(norm=True, dtype="bf16", shape="packed", L=1024, tried="norm-wide"),
+                                  dict(norm=False, dtype="fp32-high", shape="small", tried="fp32-kt"),
+                                  dict(norm=True, dtype="fp16", K=256, mma="qzt"), dict(norm=True, mma="ksum")],
+                         ids=["norm-fp16-K64V256", "norm-bf16-chained", "raw-fp32-states", "norm-bf16-packed-wide",
+                              "raw-fp32-kt", "norm-fp16-D256-mma-qzt", "norm-mma-ksum"])
 def test_tiny_cases_pass(want):
     r = la_check.run_case(_first(**want), tiny=True)
     assert r["status"] == "pass", r["problems"]
@@ -64,7 +72,7 @@ def test_wrong_output_fails(monkeypatch):
         return o * 1.01 + (o == o).to(o.dtype) * 1e-2, final
 
     monkeypatch.setattr(la, "chunk_linear_attn", off_by_one_percent)
-    r = la_check.run_case(_first(norm=True, dtype="fp16", shape="large"), tiny=True)
+    r = la_check.run_case(_first(norm=True, dtype="fp16", shape="large", tried="", mma="", L=None), tiny=True)
     assert r["status"] == "FAIL" and any(p.startswith("o: relative error") for p in r["problems"])
 
 
@@ -75,7 +83,7 @@ def test_children_fail_alone_and_memcheck_decides(tmp_path, monkeypatch):
     import os
     import stat
 
-    good, bad = (_first(norm=n, dtype="bf16", K=64, V=64, shape="large", mma="").name for n in (True, False))
+    good, bad = (_first(norm=n, dtype="bf16", K=64, V=64, shape="large", mma="", tried="").name for n in (True, False))
     tool = tmp_path / "bin" / "compute-sanitizer"
     tool.parent.mkdir()
     tool.write_text('#!/bin/sh\nshift 6\ncase "$*" in *raw*) bad=1;; *) bad=0;; esac\n"$@" || exit $?\n'

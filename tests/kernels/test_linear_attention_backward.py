@@ -127,6 +127,34 @@ def test_bad_inputs():
                     match="dht must have")
 
 
+@pytest.mark.parametrize("name", ["fp32 T37 K32 V48 state", "fp16 B2 T100"])
+def test_whole_head_blocks(name, poison):  # noqa: F811
+    """``block`` (a measurement option): one dk and one dv program a head owning whole heads, with K = V (the shared
+    loop, one program of each kind) and K != V, against float64; every element written."""
+    c = _case(*CASES[name], seed=15)
+    got = chunked_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                           c["cu_seqlens"], need_dh0=c["initial_state"] is not None, block=64)
+    ref = reference_backward(c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"],
+                             c["cu_seqlens"], recurrent=True)
+    _check(name, got, ref, _tol(c["q"].dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_whole_heads(dtype, poison):  # noqa: F811
+    """The whole-head launch (``block=128``, 8 warps, 3 stages: one dk and one dv program a head) against float64
+    and against the default 64-column blocks, on a length that is not a chunk multiple, without and with states."""
+    for state in (False, True):
+        c = _case(2, 1000, 4, 128, 128, dtype, None, state, seed=55)
+        args = (c["q"], c["k"], c["v"], c["do"], c["scale"], c["initial_state"], c["dht"])
+        ref = reference_backward(*args, chunk_size=256)
+        got = chunked_backward(*args, need_dh0=state, block=128, num_warps=8, num_stages=3)
+        blocks = chunked_backward(*args, need_dh0=state)
+        _check(f"{dtype} whole heads state={state}", got, ref, _tol(dtype))
+        for part, a, b, r in zip(("dq", "dk", "dv"), got, blocks, ref):
+            print(f"{dtype} state={state} {part}: whole heads {rel_error(a, r):.2e}, blocks {rel_error(b, r):.2e}")
+
+
 # On the GPU: the issue's shapes at a length that is not a chunk multiple, against fla-core's own backward.
 
 def _fla_grads(c, normalize=False):
@@ -202,7 +230,10 @@ def test_kernels_compile_for_sm90_with_every_option():
               dict(num_warps=4, num_stages=2)),
              ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",
               dict(K=128, V=64, BT=64, BK=64, BV=64, BKA=128, BVA=64, NK=2, SHARED=False, **common),
-              dict(num_warps=4, num_stages=2))]
+              dict(num_warps=4, num_stages=2)),
+             ("kernels.linear_attention.chunked_bwd", "_chunked_dkdv_kernel",  # whole heads (block=128)
+              dict(K=128, V=128, BT=64, BK=128, BV=128, BKA=128, BVA=128, NK=1, SHARED=True, **common),
+              dict(num_warps=8, num_stages=3))]
     ptx = compile_for_sm90(specs, dtypes=("bf16",), scalars={"h0_ptr": "*fp32", "dht_ptr": "*fp32",
                                                              "dh0_ptr": "*fp32", "cu_ptr": "*i64", "scale": "fp32"})
-    assert len(ptx) == 3 and all("wgmma" in p for p in ptx.values())
+    assert len(ptx) == 4 and all("wgmma" in p for p in ptx.values())

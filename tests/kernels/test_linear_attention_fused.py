@@ -84,7 +84,10 @@ def test_normalize(launch, dtype, states, allocations):
 
 # The normaliser's sums as tensor-core products (Launch.norm_mma), through both launches.
 MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma="both"),
-                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both")}
+                "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both"),
+                "whole_wide": dataclasses.replace(LAUNCHES["whole"], norm_mma="wide"),
+                "chain48_bv32_wide": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="wide"),
+                "chain32_qzt": dataclasses.replace(LAUNCHES["chain32"], norm_mma="qzt")}
 
 
 @pytest.mark.parametrize("launch", MMA_LAUNCHES)
@@ -99,7 +102,8 @@ def test_normalize_mma(launch, dtype, allocations):
     assert err <= (2e-5 if dtype == torch.bfloat16 else 1e-6), f"normaliser: relative error {err:.1e}"
 
 
-@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"]], ids=["cuda_cores", "mma"])
+@pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"], MMA_LAUNCHES["whole_wide"],
+                                    MMA_LAUNCHES["chain32_qzt"]], ids=["cuda_cores", "mma", "wide", "qzt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_normalize_large_key_sum(launch, dtype):
     """A key sum far past fp16's range (a long history in z_state): q · z must neither overflow nor lose z's
@@ -107,6 +111,16 @@ def test_normalize_large_key_sum(launch, dtype):
     case = make(1, 45, 2, 16, 24, dtype, seed=33, z0=True)
     case["z_state"] = case["z_state"] * 3e5 + torch.arange(16, device=DEVICE)  # up to ~1e6, distinct entries
     check(case, launch, normalize=True)
+
+
+@pytest.mark.parametrize("launch", ["whole", "chain48_bv32"])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "raw"])
+def test_second_key_load(launch, normalize, allocations):
+    """``Launch.kt``: kᵀ of the state update loaded again from memory (fp32's layout), every state in and out,
+    packed sequences with empty ones, ragged K."""
+    cu = [0, 0, 30, 31, 77]
+    case = make(1, 77, 2, 24, 40, torch.float32, seed=41 + len(launch), h0=True, z0=normalize, cu=cu)
+    check(case, dataclasses.replace(LAUNCHES[launch], kt=True), allocations, normalize=normalize)
 
 
 @pytest.mark.parametrize("launch", LAUNCHES)

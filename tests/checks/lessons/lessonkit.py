@@ -54,3 +54,11 @@ def assert_fails(outcome: engine.Outcome, *words: str) -> None:
     assert not outcome.passed, f"{outcome.exercise} passed a broken answer"
     for w in words:
         assert w in outcome.message, f"{outcome.message!r} does not mention {w!r}"
+
+
+def assert_broken(outcomes: dict, name: str, words: str) -> None:
+    """A broken answer of a ``BROKEN`` script (conftest.py's ``broken_outcomes``) failed, its message naming
+    ``words``."""
+    got = outcomes[name]
+    assert not got["passed"], f"{name}: the check passed"
+    assert words.lower() in got["message"].lower(), f"{name}: unexpected message {got['message']!r}"

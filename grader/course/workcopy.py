@@ -5,7 +5,7 @@ next ``git pull``. :func:`sync` copies each file of ``course/`` into the working
 again only when the learner has deleted it (to start a lesson afresh). When ``course/`` changes after the copy was
 made, a copy the learner never changed is replaced; one they changed stays as it is and the new version goes to
 ``my-work/updates/``.
-``python -m kernels.course.workcopy [FOLDER]`` runs it.
+``python -m grader.course.workcopy [FOLDER]`` (``make lab``) runs it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import pathlib
 import shutil
 import sys
 
-from .build import COURSE, ROOT
+from ..layout import COURSE, WORK
 
 __all__ = ["WORK", "sync"]
 
-WORK = ROOT / "my-work"
 _STATE = ".course-versions.json"  # file name -> sha256 of the course/ version last copied or offered
 
 
@@ -61,7 +60,7 @@ def sync(work: pathlib.Path = WORK, course: pathlib.Path = COURSE) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.course.workcopy", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m grader.course.workcopy", description=__doc__.splitlines()[0])
     ap.add_argument("folder", nargs="?", default=str(WORK), help="the learner's working folder (default: my-work)")
     args = ap.parse_args(argv)
     work = pathlib.Path(args.folder)

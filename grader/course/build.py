@@ -18,7 +18,9 @@ import sys
 import tempfile
 from collections.abc import Iterable
 
-from .. import catalog
+from kernels import catalog
+
+from ..layout import COURSE, GRADER, README, ROOT, SOLUTIONS
 
 __all__ = [
     "ROOT",
@@ -35,17 +37,10 @@ __all__ = [
     "build",
 ]
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOLUTIONS = ROOT / "solutions"
-COURSE = ROOT / "course"
-GRADER = ROOT / "grader"
-README = ROOT / "README.md"
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_CHECK = re.compile(r"""^check\(\s*["'](?P<id>[^"']+)["']\s*,.*\)$""")
-_HIDDEN = re.compile(r"\bhidden\s*=\s*True\b")
 _JUPYTEXT_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker", "title", "region_name")
 _BEGIN_SOLUTION, _END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 _BEGIN_HIDDEN, _END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -85,30 +80,32 @@ def _fail(lesson: str, cell, why: str):
 
 
 def _check_test_cell(lesson: str, cell) -> None:
-    lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.strip().startswith("# ")]
-    visible = hidden = 0
-    inside = False
-    for ln in lines:
-        if ln == _BEGIN_HIDDEN:
+    """A graded cell follows the grader's graded-cell grammar (:func:`grader.notebook.parse_checks`), laid out as
+    the course lays it out: one call a line, ids of this lesson, ``hidden=True`` calls inside the hidden block."""
+    from grader.notebook import NotebookError, parse_checks
+
+    lines = cell.source.splitlines()
+    try:
+        calls = parse_checks(cell.source)
+    except NotebookError as e:
+        _fail(lesson, cell, f"a graded cell holds only one-line check(...) calls (and comments); {e}")
+    inside, block = False, {}
+    for n, ln in enumerate(lines, 1):
+        if ln.strip() == _BEGIN_HIDDEN:
             inside = True
-            continue
-        if ln == _END_HIDDEN:
+        elif ln.strip() == _END_HIDDEN:
             inside = False
-            continue
-        m = _CHECK.match(ln)
-        if not m:
-            _fail(lesson, cell, f"a graded cell holds only one-line check(...) calls (and comments); found {ln!r}")
-        if not m["id"].startswith(lesson + "."):
-            _fail(lesson, cell, f"check id {m['id']!r} must start with the lesson id {lesson + '.'!r}")
-        is_hidden = bool(_HIDDEN.search(ln))
-        if is_hidden != inside:
-            _fail(lesson, cell, "hidden=True checks go inside the hidden-tests block, visible ones outside it")
-        hidden += is_hidden
-        visible += not is_hidden
+        block[n] = inside
     if inside:
         _fail(lesson, cell, f"{_BEGIN_HIDDEN} without {_END_HIDDEN}")
-    if not visible and not hidden:
-        _fail(lesson, cell, "a graded cell needs at least one check(...)")
+    for call in calls:
+        if call.end_line != call.line or lines[call.line - 1].strip().split("(", 1)[0] != "check":
+            _fail(lesson, cell, "a graded cell holds only one-line check(...) calls (and comments); found "
+                                f"{chr(10).join(lines[call.line - 1:call.end_line]).strip()!r}")
+        if not call.exercise.startswith(lesson + "."):
+            _fail(lesson, cell, f"check id {call.exercise!r} must start with the lesson id {lesson + '.'!r}")
+        if call.hidden != block[call.line]:
+            _fail(lesson, cell, "hidden=True checks go inside the hidden-tests block, visible ones outside it")
 
 
 def _validate(lesson: str, nb) -> None:
@@ -223,7 +220,7 @@ def _release(ids: list[str], grader: pathlib.Path, course: pathlib.Path, *, conf
         path = grader / "source" / lesson / f"{lesson}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(solution_notebook(lesson), path)
-    cmd = [sys.executable, "-m", "kernels.course._nbgrader", "--root", str(grader)]
+    cmd = [sys.executable, "-m", "grader.course._nbgrader", "--root", str(grader)]
     if config is not None and config.exists():
         cmd += ["--config", str(config)]
     if db:

@@ -12,7 +12,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from .build import COURSE, ROOT, graded_cells, solution_notebook, student_notebook
+from ..layout import COURSE, ROOT
+from .build import graded_cells, solution_notebook, student_notebook
 
 __all__ = ["Executed", "execute", "restore_locked", "lesson_notebook", "run_lesson", "graded_only",
            "run_graded_together", "run_widgets_alone", "problems"]

@@ -3,7 +3,7 @@
 ``solutions/`` holds the single source of every lesson, in jupytext's percent format with nbgrader's cell metadata
 in each cell header. :func:`build` turns them into the student notebooks in ``course/``; ``build(check=True)``
 rebuilds them in a temporary folder and raises :class:`OutOfSync` if ``course/`` differs. The command line is
-``python -m kernels.course [--check] [LESSON ...]`` (``make course``).
+``python -m grader.course [--check] [LESSON ...]`` (``make course``), the one command that builds the course.
 """
 
 from .build import (

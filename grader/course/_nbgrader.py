@@ -1,4 +1,4 @@
-"""``nbgrader generate_assignment`` for several lessons in one process (run by :mod:`kernels.course.build`).
+"""``nbgrader generate_assignment`` for several lessons in one process (run by :mod:`grader.course.build`).
 
 Prints one JSON line last: lesson id -> path of the released student notebook.
 """
@@ -12,7 +12,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.course._nbgrader")
+    ap = argparse.ArgumentParser(prog="python -m grader.course._nbgrader")
     ap.add_argument("--root", type=pathlib.Path, required=True, help="the nbgrader course folder")
     ap.add_argument("--config", type=pathlib.Path, help="an nbgrader_config.py to load first")
     ap.add_argument("--db", help="gradebook URL (default: the configuration's)")

@@ -1,4 +1,4 @@
-"""``python -m kernels.course [--check] [LESSON ...]``: build course/ from solutions/, or check it is in sync."""
+"""``python -m grader.course [--check] [LESSON ...]``: build course/ from solutions/, or check it is in sync."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .build import CourseError, OutOfSync, build
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.course", description=__doc__.split(": ", 1)[1])
+    ap = argparse.ArgumentParser(prog="python -m grader.course", description=__doc__.split(": ", 1)[1])
     ap.add_argument("lessons", nargs="*", help="lesson ids or numbers (default: all)")
     ap.add_argument("--check", action="store_true", help="change nothing; fail if course/ is out of sync")
     args = ap.parse_args(argv)

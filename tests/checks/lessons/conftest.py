@@ -1,0 +1,42 @@
+"""``broken_outcomes``: the broken answers of every collected lesson test module (its ``BROKEN`` script), run once
+as one script in a subprocess, because the check engine grades objects defined at the top level of ``__main__``
+(a notebook); one JSON line per check: passed or not, and the message."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from lessonkit import ROOT
+
+HEADER = """
+import json
+import triton
+import triton.language as tl
+import kernels
+from kernels.checks import check
+
+
+def report(name, *args):
+    try:
+        check(*args)
+        print(json.dumps({"name": name, "passed": True, "message": ""}))
+    except Exception as e:
+        print(json.dumps({"name": name, "passed": False, "message": f"{type(e).__name__}: {e}"}))
+"""
+
+
+@pytest.fixture(scope="session")
+def broken_outcomes(request, tmp_path_factory):
+    modules = {item.module.__name__: item.module for item in request.session.items
+               if hasattr(getattr(item, "module", None), "BROKEN")}
+    script = tmp_path_factory.mktemp("broken") / "broken_answers.py"
+    script.write_text(textwrap.dedent(HEADER) + "".join(modules[name].BROKEN for name in sorted(modules)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                          cwd=script.parent, timeout=900)
+    lines = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return {d["name"]: d for d in lines}

@@ -1,0 +1,50 @@
+"""Lesson 01's checks fail answers with a classic bug, each with a message that names the fault (the answers run
+as one script, as a notebook's top level does: ``broken_outcomes`` in conftest.py)."""
+
+import pytest
+from lessonkit import assert_broken
+
+BROKEN = """
+@triton.jit
+def copy_one_block_per_program(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_elements
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def column_zero(x_ptr, out_ptr, M, stride_m, col, BLOCK_M: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask = offs < M
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride_m, mask=mask), mask=mask)
+
+
+def sectors_without_rounding(n, stride, itemsize):
+    return n * stride * itemsize
+
+
+def sectors_from_the_package(n, stride, itemsize):
+    from kernels.memory.strided import bytes_moved
+    return bytes_moved((n - 1) * stride + 1, stride, itemsize) - n * itemsize
+
+report("copy: one block per program", "01_memory_hierarchy.copy", copy_one_block_per_program)
+report("copy_speed: one block per program", "01_memory_hierarchy.copy_speed", copy_one_block_per_program)
+report("column: always column 0", "01_memory_hierarchy.column", column_zero)
+report("sector_bytes: no sector rounding", "01_memory_hierarchy.sector_bytes", sectors_without_rounding)
+report("sector_bytes: calls the package", "01_memory_hierarchy.sector_bytes", sectors_from_the_package)
+"""
+
+# what each message must mention, so a failure is the one the broken code deserves
+EXPECT = {
+    "copy: one block per program": "not written",
+    "copy_speed: one block per program": "not written",
+    "column: always column 0": "relative error",
+    "sector_bytes: no sector rounding": "",
+    "sector_bytes: calls the package": "kernels.",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXPECT)
+def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
+    assert_broken(broken_outcomes, name, EXPECT[name])

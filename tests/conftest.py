@@ -6,27 +6,13 @@ import torch
 import kernels  # noqa: F401  (decides the mode before any test module decorates a kernel)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    if config.pluginmanager.hasplugin("xdist"):
-        _one_worker_per_module_fixture(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA (run `make test-gpu` on a GPU machine)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _one_worker_per_module_fixture(items):
-    """Under ``--dist loadgroup`` the tests that share a module- or class-scoped fixture (a compile subprocess, a
-    course build, a cargo build) go to one xdist worker, so the fixture is built once, not once per worker."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        if any(defs and defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def pytest_report_header(config):

@@ -14,6 +14,8 @@ get it (:data:`GET_CARGO`) and runs nothing.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pathlib
@@ -157,6 +159,19 @@ def _target_dir(target: str | os.PathLike | None) -> str:
     return str(pathlib.Path(tempfile.gettempdir()) / "workbook-rust-target")
 
 
+@contextlib.contextmanager
+def _locked(target: str):
+    """One cargo run at a time in a shared target folder: every learner crate has the same name, so two at once
+    (two notebooks, two test workers) could build and run each other's code."""
+    pathlib.Path(target).mkdir(parents=True, exist_ok=True)
+    with open(pathlib.Path(target) / ".workbook-lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _env(target: str, **extra: str) -> dict:
     env = dict(os.environ, WORKBOOK_FIXTURES=str(FIXTURES), RUST_BACKTRACE="0", CARGO_TARGET_DIR=target,
                CARGO_TERM_COLOR="never", **extra)
@@ -185,17 +200,21 @@ def build_and_test(source: str, out: pathlib.Path | str, *, timeout: float = 600
     if exe is None:
         return RustResult(None, {}, GET_CARGO)
     out = pathlib.Path(out)
-    _write(source, out)
     extra = {}
     report = out / "graded-report.txt"
-    report.unlink(missing_ok=True)
     if cases is not None:
-        (out / "graded-cases.txt").write_text("".join(f"{m}\t{','.join(f'{k}={v}' for k, v in s)}\n"
-                                                      for m, s in cases))
         extra = {"WORKBOOK_GRID_CASES": str(out / "graded-cases.txt"), "WORKBOOK_GRID_REPORT": str(report)}
+    tdir = _target_dir(target)
     try:
-        proc = subprocess.run([exe, "test", "--offline", "--test", "grid"], cwd=out,
-                              env=_env(_target_dir(target), **extra), capture_output=True, text=True, timeout=timeout)
+        # written under the lock too: a source older than the last build in the folder would count as built
+        with _locked(tdir):
+            _write(source, out)
+            report.unlink(missing_ok=True)
+            if cases is not None:
+                (out / "graded-cases.txt").write_text("".join(f"{m}\t{','.join(f'{k}={v}' for k, v in s)}\n"
+                                                              for m, s in cases))
+            proc = subprocess.run([exe, "test", "--offline", "--test", "grid"], cwd=out, env=_env(tdir, **extra),
+                                  capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return RustResult(False, {}, f"cargo test took longer than {timeout:.0f} s")
     text = proc.stdout + proc.stderr
@@ -326,11 +345,12 @@ def build_launcher(source: str, out: pathlib.Path | str, *, timeout: float = 600
     if exe is None:
         return None, GET_CARGO
     out = pathlib.Path(out)
-    _write(source, out)
     tdir = _target_dir(target)
     try:
-        proc = subprocess.run([exe, "build", "--offline", "--release", "--bin", LAUNCHER], cwd=out, env=_env(tdir),
-                              capture_output=True, text=True, timeout=timeout)
+        with _locked(tdir):
+            _write(source, out)
+            proc = subprocess.run([exe, "build", "--offline", "--release", "--bin", LAUNCHER], cwd=out,
+                                  env=_env(tdir), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"cargo build took longer than {timeout:.0f} s"
     if proc.returncode:

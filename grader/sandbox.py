@@ -201,6 +201,15 @@ def sandbox_pythonpath(cfg: SandboxConfig) -> str:
     return os.pathsep.join(dict.fromkeys(out))
 
 
+def _under_tmp(cfg: SandboxConfig) -> list[str]:
+    """What a worker binds back over its fresh private /tmp: the environment's folders there and, for a checkout
+    under /tmp, the checkout as the sandbox shows it (``kernels/`` with its stubs, the worker's own files), its
+    folder first."""
+    ours = [str(_ROOT)] if _inside(_ROOT, pathlib.Path("/tmp")) else []
+    return ours + [p for p in cfg.environment if (p == "/tmp" or p.startswith("/tmp/"))
+                   and not any(_inside(pathlib.Path(p), pathlib.Path(o)) for o in ours)]
+
+
 def _never_bound() -> set[pathlib.Path]:
     """Folders on ``sys.path`` that hold far more than Python packages: the temp folder, homes, and the folder of
     the script that started the grader (``python /somewhere/script.py`` puts it first on ``sys.path``)."""
@@ -484,7 +493,10 @@ def _with_parents(args: list[str]) -> list[str]:
             if str(anc) not in made:
                 made.add(str(anc))
                 parents += ["--perms", "0755", "--dir", str(anc)]
-    return args[:1] + parents + args[1:]
+    # after the private /tmp: declared before it, the folders of a checkout under /tmp would be hidden by it and
+    # made again by bubblewrap, private to root
+    at = next((i + 2 for i, x in enumerate(args) if x == "--tmpfs" and args[i + 1] == "/tmp"), 1)
+    return args[:at] + parents + args[at:]
 
 
 def _uid_of(pid: str) -> int | None:
@@ -569,7 +581,7 @@ class Worker:
         request = {"uid": uid, "tmp_size": cfg.tmp_size, "shm_size": cfg.shm_size,
                    "address_space": cfg.memory_limit + (8 << 30) if mode != "gpu" else None,
                    "gpu_memory_fraction": cfg.gpu_memory_fraction, "profile": self.kind, "cache": cache,
-                   "under_tmp": [p for p in cfg.environment if p == "/tmp" or p.startswith("/tmp/")]}
+                   "under_tmp": _under_tmp(cfg)}
         self.started = time.time()
         try:
             self.ident = self.template.spawn(request, theirs.fileno(), out_w, startup_timeout)

@@ -75,13 +75,20 @@ class _Cluster:
         self.log = open(tmp / "cluster.log", "ab")
         self.scheduler = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                       "--port", "0", "--no-dashboard", "--scheduler-file", str(self.file)])
-        deadline = time.time() + 60
-        while not self.file.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        self.address = json.loads(self.file.read_text())["address"]
+        self.address = self._address(deadline=time.time() + 60)
         self.workers = {}
         for i in range(workers):
             self.add_worker(f"w{i}")
+
+    def _address(self, deadline: float) -> str:
+        # the scheduler creates the file before it writes it: wait for a whole JSON document, not for the name
+        while True:
+            try:
+                return json.loads(self.file.read_text())["address"]
+            except (FileNotFoundError, json.JSONDecodeError, KeyError):
+                if self.scheduler.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"the dask scheduler did not start; its log: {self.tmp / 'cluster.log'}")
+                time.sleep(0.1)
 
     def _start(self, cmd):
         return subprocess.Popen(cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.tmp,

@@ -215,7 +215,28 @@ def _launch(kernel, inputs, outputs, case):
                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
+def _loads_wide(kernel) -> None:
+    """Refuse a kernel that, compiled for sm_90 like the planted one (4096^3 fp16, the lesson's configuration),
+    still brings a and b in one element at a time: right numbers, the planted kernel's speed. No GPU needed."""
+    from ...profile import compiler
+
+    try:
+        c = compiler.compile_kernel(kernel, _launch_args(), detail=False, **LESSON_CONFIG)
+    except compiler.CompileError as e:
+        raise CheckFailed(f"fixed_matmul_kernel does not compile for sm_90: {str(e)[:600]}") from None
+    rows = [r for r in c.table() if r["space"] == "global" and r["kind"] != "store"]
+    if rows and max(r["bits"] for r in rows) <= 16:
+        found = ", ".join(f"{r['count']} x {r['bits']}-bit {r['kind']} ({r['opcodes'][0]})" for r in rows)
+        raise CheckFailed(f"compiled for sm_90 at M = N = K = {_SIZE} fp16 with {LESSON_CONFIG}, your kernel loads a "
+                          f"and b one element at a time ({found} per thread, nothing wider), as the planted kernel "
+                          "does: right numbers, the planted kernel's speed. The compiler uses 16-byte loads only "
+                          "where it may assume the sizes and strides (look at the decorator); the cell above the "
+                          "check prints your compile's loads")
+
+
 def _matmul_run(args, inputs, outputs, case):
+    if case.get("wide_loads"):
+        _loads_wide(args[0])
     _launch(args[0], inputs, outputs, case)
 
 
@@ -233,8 +254,14 @@ _SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
 _FIXED_CASES = dict(
     visible=[Case("M=37 N=45 K=70 fp16, 32x32x32 tiles", dict(M=37, N=45, K=70, **_SMALL),
                   torch.float16, purpose="has partial tiles in M, N and K: every load and the store need masks"),
-             Case("M=64 N=33 K=100 bf16, 32x32x32 tiles", dict(M=64, N=33, K=100, **_SMALL), torch.bfloat16)],
+             Case("M=64 N=33 K=100 bf16, 32x32x32 tiles", dict(M=64, N=33, K=100, **_SMALL), torch.bfloat16),
+             Case("M=N=K=64 fp16, and compiled for sm_90 at 4096^3", dict(M=64, N=64, K=64, wide_loads=True, **_SMALL),
+                  torch.float16, purpose="also compiles the kernel as the lesson does: its loads of a and b must be "
+                                         "wider than one element")],
     hidden=[Case("M=1 N=17 K=16 fp16", dict(M=1, N=17, K=16, **_SMALL), torch.float16),
+            Case("M=N=K=32 fp16, and compiled for sm_90 at 4096^3", dict(M=32, N=32, K=32, wide_loads=True, **_SMALL),
+                 torch.float16, purpose="also compiles the kernel: its loads of a and b must be wider than one "
+                                        "element"),
             Case("M=50 N=40 K=63 fp16, b column-major", dict(M=50, N=40, K=63, b_t=True, **_SMALL), torch.float16,
                  purpose="passes b as a column-major view: address it through stride_bk and stride_bn"),
             Case("M=33 N=64 K=31 bf16, 16x64x16 tiles", dict(M=33, N=64, K=31, BLOCK_M=16, BLOCK_N=64, BLOCK_K=16,
@@ -245,7 +272,8 @@ FIXED = Exercise(
     id=f"{LESSON}.fixed",
     args=("kernel",),
     signature=_SIGNATURE,
-    description="the planted matmul, fixed: correct results on partial tiles, strided b, fp16 and bf16",
+    description="the planted matmul, fixed: correct results on partial tiles, strided b, fp16 and bf16, and loads "
+                "wider than one element when compiled for sm_90",
     make_inputs=_matmul_inputs,
     outputs=_matmul_outputs,
     run=_matmul_run,

@@ -147,8 +147,15 @@ ENTRIES = [
     _kernel("planted-copy", decorator=_DNS, where=("gpu",), fault="too slow", exercise="fixed_speed",
             why="the planted kernel itself: right numbers, one-element loads"),
     _kernel("fixed", why="the fix: the same body, specialised as usual", wrong=False),
-    _kernel("fixed-sizes-only", decorator='(do_not_specialize=["M", "N", "K"])', wrong=False,
-            why="keeps one binary for all sizes but lets the strides specialise"),
+    _kernel("fixed-sizes-only", decorator='(do_not_specialize=["M", "N", "K"])', fault="one element at a time",
+            why="keeps one binary for all sizes: the masks on K and N no longer prove 8 elements alike, every load "
+                "is one element wide"),
+    _kernel("planted-copy", decorator=_DNS, fault="one element at a time",
+            why="the planted kernel itself: right numbers, and its compile still loads element by element"),
+    _kernel("strides-not-specialised", fault="one element at a time",
+            decorator='(do_not_specialize=["stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", '
+                      '"stride_cn"])',
+            why="lets the sizes specialise but not the strides: a unit inner stride is no longer known"),
     _kernel("fixed-speed", exercise="fixed_speed", wrong=False, why="the fix, timed on a GPU"),
     Entry(f"{LESSON}.fixed", "pointer-increments", _INCREMENTS, wrong=False,
           why="pointers advanced by BLOCK_K each step, a @triton.jit mask helper, a tile-count loop"),

@@ -84,3 +84,12 @@ def test_fixed_solution_passes_and_the_stub_is_refused():
     stub = CELLS["ex3-kernel"].split("### BEGIN SOLUTION")[0] + "    raise NotImplementedError()\n"
     with pytest.raises(AssertionError, match="not implemented yet"):
         kernel(stub, "fixed_matmul_kernel")
+
+
+def test_fixed_refuses_the_planted_decorator_with_its_loads():
+    """Right numbers are not the fix: a kernel that still may not specialise its strides compiles to one-element
+    loads, and the check says so without a GPU."""
+    planted = edit(CELLS["ex3-kernel"], "@triton.jit\n",
+                   '@triton.jit(do_not_specialize=["stride_am", "stride_ak", "stride_bk", "stride_bn"])\n')
+    fails(grade(f"{LESSON}.fixed", kernel(planted, "fixed_matmul_kernel")), "one element at a time",
+          "16-bit load", "look at the decorator")

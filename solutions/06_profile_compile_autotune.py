@@ -320,8 +320,25 @@ check("06_profile_compile_autotune.fixed_speed", fixed_matmul_kernel)
 # The cell below times the planted and the fixed kernel, and your `fixed_matmul_kernel`, at 4096³ fp16, prints a
 # table, writes it as JSON, and profiles with proton and `ncu` where they are available; where one is missing it
 # says how to get it. On a GPU, read the `ncu` numbers against the compile above: the planted kernel's warps wait
-# on global memory (`long_scoreboard`) at a fraction of the DRAM bandwidth, the fixed kernel's on the tensor cores.
-# The same `measure.run_ncu(code, kernel_regex)` profiles any kernel, your lesson-04 kernel included.
+# on global memory (`long_scoreboard`) at a fraction of the DRAM bandwidth, while the fixed kernel's hardly wait
+# and keep its SMs busy. The same `measure.run_ncu(code, kernel_regex)` profiles any kernel, your lesson-04 kernel
+# included.
+#
+# Without a GPU the cell can only say what is missing. This is what it printed on the H200
+# (`results/gpu/notebooks/06_profile_compile_autotune.ipynb`), `ncu` trimmed to the readings that differ most:
+#
+# ```
+# version          ms  TFLOP/s  x floor   (floor 0.139 ms)
+# planted       5.465       25    39.33
+# fixed         0.238      578     1.71
+#
+# ncu                                planted      fixed
+#     DRAM throughput, % of peak        0.71      11.20
+#     L2 throughput, % of peak          2.82      51.84
+#     SM throughput, % of peak          6.07      72.86
+#     stall: waiting on global memory  25.66       0.83
+#     duration, ns                   7285952     276128
+# ```
 
 # %% nbgrader={"grade": false, "grade_id": "profile", "locked": true, "schema_version": 3, "solution": false}
 for tool, info in measure.tools().items():
@@ -362,8 +379,9 @@ if ON_GPU:
         except (RuntimeError, OSError) as e:
             print(f"ncu: {str(e)[:300]}")
 else:
-    print("\nNo GPU here: the times, proton and ncu need one (run this notebook on the H200). Everything above, and "
-          "the exercises, work the same without it.")
+    print("\nNo GPU here: the times, proton and ncu need an NVIDIA GPU (the text above shows what they printed on "
+          "the H200). Everything above works the same without one, and so do the exercises, except the speed "
+          "checks: exercise 3's 3x and the autotuned winner of exercise 4 are timed on a GPU only.")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "autotune-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Autotune

@@ -41,7 +41,7 @@ NCU_METRICS = {
 }
 
 _HOW = {
-    "gpu": "a CUDA GPU: run this notebook on the H200 (scripts/gpu_batch.sh runs it there)",
+    "gpu": "an NVIDIA GPU with CUDA: run this notebook on one (README: on a rented cloud GPU)",
     "proton": "proton is part of the triton wheel (`import triton.profiler as proton`); pip install triton==3.6.0",
     "ncu": "Nsight Compute: part of the CUDA toolkit (/usr/local/cuda/bin/ncu) or "
            "https://developer.nvidia.com/nsight-compute; profiling needs GPU performance counters "

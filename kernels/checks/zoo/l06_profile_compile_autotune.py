@@ -150,6 +150,8 @@ ENTRIES = [
     _kernel("fixed-sizes-only", decorator='(do_not_specialize=["M", "N", "K"])', fault="one element at a time",
             why="keeps one binary for all sizes: the masks on K and N no longer prove 8 elements alike, every load "
                 "is one element wide"),
+    _kernel("fixed-rows-only", decorator='(do_not_specialize=["M"])', wrong=False,
+            why="one binary for every number of rows: the row mask is constant along a row of a, loads stay wide"),
     _kernel("planted-copy", decorator=_DNS, fault="one element at a time",
             why="the planted kernel itself: right numbers, and its compile still loads element by element"),
     _kernel("strides-not-specialised", fault="one element at a time",

@@ -141,7 +141,7 @@ def test_tools_and_messages():
     if not ON_GPU:
         for call in (lambda: measure.time_ms(lambda: None), lambda: measure.proton_profile(lambda: None),
                      lambda: measure.sweep(lambda c: None, [{}])):
-            with pytest.raises(measure.NeedsGpu, match="H200"):
+            with pytest.raises(measure.NeedsGpu, match="NVIDIA GPU"):
                 call()
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 from lessonkit import assert_fails as fails
-from lessonkit import edit, function, grade, kernel, solution_cells
+from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 
 from kernels.checks.lessons.l07_backward import gradients
 from kernels.checks.provenance import Rejected, check_function_static
@@ -16,17 +16,7 @@ CELLS = solution_cells("07_backward")
 TORCH = CELLS["ex1-torch"]
 DQ = CELLS["ex2-dq"]
 DKDV = CELLS["ex3-dkdv"]
-
-AUTOGRAD = '''
-def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    with torch.enable_grad():
-        S = torch.cumsum(leaves[1][..., :, None] * leaves[2][..., None, :], dim=1)
-        o = scale * torch.einsum("bthk,bthkv->bthv", leaves[0], S)
-        o.backward(do)
-    return tuple(x.grad for x in leaves)
-'''
-
+AUTOGRAD = zoo_source("07_backward.backward_torch", "autograd")
 
 def test_reference_is_autograd_of_the_recurrence():
     q, k = torch.randn(2, 1, 29, 2, 6, dtype=torch.float64)

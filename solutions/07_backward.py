@@ -565,6 +565,6 @@ results = run("linear_attention", problem_set="backward", quick=True, extra=extr
 # GPU. From a shell, `make score L=07` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("07_backward", globals())

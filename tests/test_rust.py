@@ -224,7 +224,7 @@ def test_without_cargo_the_graded_cell_is_skipped_and_the_score_says_needs_cargo
         import pathlib, sys
         from kernels.checks import check
         from kernels.export import rust_exercise
-        from kernels.score import Line, Score, _missing_tool
+        from grader.score import Line, Score, _missing_tool
         assert rust_exercise.cargo() is None
         check("05_ptx_export_rust.launch_grid", "pub fn launch_grid() {}")
         tool = _missing_tool("05_ptx_export_rust.launch_grid")

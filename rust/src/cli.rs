@@ -376,6 +376,16 @@ fn devices() -> Result<String> {
     ))
 }
 
+/// The command line's exit status for an error: 2 arguments or files, 3 manifest, 4 driver library, 5 driver call.
+pub fn exit_code(e: &Error) -> i32 {
+    match e {
+        Error::Argument(_) | Error::Io(_) => 2,
+        Error::Manifest(_) => 3,
+        Error::Library(_) => 4,
+        Error::Driver { .. } => 5,
+    }
+}
+
 /// Run the command line; the text to print on success.
 pub fn main_with(argv: &[String]) -> Result<String> {
     let a = parse_args(argv)?;

@@ -80,7 +80,7 @@ bench: $(STAMP)
 	$(BIN)/python -m kernels.bench $(T)
 
 score: $(STAMP)
-	$(BIN)/python -m kernels.score $(L) --work $(WORK)
+	$(BIN)/python -m grader.score $(L) --work $(WORK)
 
 # L=NN builds one lesson; course-check changes nothing and fails if course/ differs from what solutions/ builds.
 .PHONY: course-check

@@ -16,7 +16,7 @@ import json
 import pathlib
 import time
 
-from .grade import CellResult, CheckResult, NotebookResult
+from .results import CellResult, CheckResult, NotebookResult
 
 __all__ = ["load_results", "term_seed", "changes", "record_changes", "write_csv"]
 

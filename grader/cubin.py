@@ -17,6 +17,7 @@ import time
 from kernels.checks import engine
 from kernels.checks.cubin import CubinError, check_reply
 
+from .results import CheckResult
 from .sandbox import WorkerDied
 
 __all__ = ["precheck", "relay"]
@@ -25,8 +26,6 @@ __all__ = ["precheck", "relay"]
 def precheck(session, ex, call, kernels: list, values: list, request: list, items: list):
     """Run the interpreter's pre-check of the small cases in the ``kernel`` worker; return a failed
     ``CheckResult`` (an out-of-bounds access, a crash) or {case index: traffic objections}."""
-    from .grade import CheckResult
-
     # ``items`` and ``request`` go together, one per run: the case and seed here, the inputs sent there
     if not any(engine._small(ex, it["case"], r["inputs"]) for it, r in zip(items, request)):  # nothing to run cheaply
         return {}

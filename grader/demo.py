@@ -25,7 +25,8 @@ from .grade import Grader, Settings
 from .layout import ROOT as _ROOT
 from .run import grade_class, report, table
 
-__all__ = ["run_demo", "course_lessons"]
+__all__ = ["run_demo", "course_lessons", "class_sources", "demo_class", "demo_settings", "expected_scores",
+           "write_class", "collect_class"]
 
 
 def read_source(path: pathlib.Path) -> dict:
@@ -80,32 +81,83 @@ def _has_nbgrader() -> bool:
     return True
 
 
-def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
-             settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = (),
-             copies: int = 0) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    real = course_lessons(lessons)
-    fx_src = read_source(democlass.FIXTURE / f"{democlass.LESSON}.py")
-    sources = {**{k: v[0] for k, v in real.items()}, democlass.LESSON: fx_src}
+def class_sources(real: dict[str, tuple[dict, dict]]) -> dict[str, dict]:
+    """lesson id -> instructor source, for the course lessons ``real`` (``course_lessons``) and the demo's fixture."""
+    return {**{k: v[0] for k, v in real.items()},
+            democlass.LESSON: read_source(democlass.FIXTURE / f"{democlass.LESSON}.py")}
+
+
+def demo_class(real: dict[str, tuple[dict, dict]], *, copies: int = 0, students: list[str] | None = None,
+               term: bool = False) -> list:
+    """The demo class (grader/democlass.py) for the course lessons ``real`` (``course_lessons``), each expected
+    score without the points this machine cannot grade (speed without a GPU, a missing toolchain). ``term``: with
+    the term scenarios' students; ``copies``: instead, that many copies of the full solution; ``students``: only
+    these."""
     from . import policy
 
     points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
     klass = democlass.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
-    with_nbgrader = not direct and _has_nbgrader()
-    if with_nbgrader and not copies:
+    if term and not copies:
         klass += democlass.term_students(points)
     if copies:
         base = next(s for s in klass if s.name == "solution")
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
     if students:
         klass = [s for s in klass if s.name in students]
+    return klass
+
+
+def expected_scores(klass: list) -> dict[tuple[str, str], float]:
+    """(student, lesson) -> the score expected in this mode."""
+    return {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
+
+
+def demo_settings(seed: int | None = None) -> Settings:
+    """The demo's grading settings (``seed``: a fixed master seed)."""
     # On a GPU a worker holds the CUDA context (about 1 GiB resident) and, while timing, lesson 01's 512 MiB input
     # before it moves to the device: 2 GiB stopped a correct copy kernel on the H200.
-    settings = settings or Settings(problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
-                                    memory_limit=(4 << 30) if ON_GPU else (2 << 30),
-                                    lesson_paths=[str(democlass.FIXTURE)],
-                                    gpu_memory_fraction=0.3 if ON_GPU else None)
+    return Settings(seed=seed, problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
+                    memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(democlass.FIXTURE)],
+                    gpu_memory_fraction=0.3 if ON_GPU else None)
+
+
+def write_class(root: pathlib.Path, folder: pathlib.Path, real: dict[str, tuple[dict, dict]], sources: dict,
+                klass: list) -> dict:
+    """The nbgrader course at ``root`` with its releases (the committed student notebooks for the course lessons),
+    and the class's submissions in ``folder``; returns the releases."""
+    from . import workflow
+
+    releases = workflow.build_course(root, sources)
+    releases.update({k: v[1] for k, v in real.items()})
+    for lesson, nb in releases.items():
+        (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
+    democlass.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
+    return releases
+
+
+def collect_class(root: pathlib.Path, folder: pathlib.Path, klass: list, sources: dict) -> None:
+    """Collect ``folder`` into the course at ``root``, keeping only the lessons each student is expected in."""
+    from . import workflow
+
+    workflow.collect(root, folder)
+    for st in klass:
+        for lesson in sources:
+            if lesson not in st.expect:
+                shutil.rmtree(root / "submitted" / st.name / lesson, ignore_errors=True)
+
+
+def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
+             settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = (),
+             copies: int = 0) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    real = course_lessons(lessons)
+    sources = class_sources(real)
+    from . import policy
+
+    with_nbgrader = not direct and _has_nbgrader()
+    klass = demo_class(real, copies=copies, students=students, term=with_nbgrader)
+    settings = settings or demo_settings()
     failures: list = []
     term: dict = {}
     checks: list[str] = []  # the term scenarios' expectations that failed
@@ -115,29 +167,22 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         root = out / "course"
         if root.exists():
             shutil.rmtree(root)
-        releases = workflow.build_course(root, sources)
-        releases.update({k: v[1] for k, v in real.items()})
-        for lesson, nb in releases.items():
-            (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
         folder = out / "incoming"
-        democlass.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
+        releases = write_class(root, folder, real, sources, klass)
         if any(st.name == "dave" for st in klass):
             term = democlass.term_batches(out, {k: (sources[k], releases[k]) for k in sources}, folder, time.time())
             from .late import set_due
 
             set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", democlass.TERM_LESSON,
                     _utc(term["due"]))
-        workflow.collect(root, folder)
-        for st in klass:
-            for lesson in sources:
-                if lesson not in st.expect:
-                    shutil.rmtree(root / "submitted" / st.name / lesson, ignore_errors=True)
+        collect_class(root, folder, klass, sources)
         if term:
             checks += _term_collect(root, term)
         built = time.time() - t0
         results, failures, uid_base = workflow.autograde(root, slots=slots, settings=settings)
     else:
-        releases = {**{k: v[1] for k, v in real.items()}, democlass.LESSON: democlass.release(fx_src)}
+        releases = {**{k: v[1] for k, v in real.items()},
+                    democlass.LESSON: democlass.release(sources[democlass.LESSON])}
         folder = out / "incoming"
         democlass.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
         collected = collect_folder(folder, sources)
@@ -151,7 +196,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     results = [r for r in results if any(r.student == st.name and r.lesson in st.expect for st in klass)]
     subs = results
     left = _leftovers(uid_base, slots)
-    expected = {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
+    expected = expected_scores(klass)
     print(table(results, expected, mode=f"{MODE}; {describe()}; {policy.describe(policy.DEFAULT, MODE)}"))
     bad = [(r.student, r.lesson, r.score, expected[(r.student, r.lesson)]) for r in results
            if abs(r.score - expected[(r.student, r.lesson)]) > 1e-9]

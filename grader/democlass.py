@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from .layout import ROOT as _ROOT
+from .notebook import with_cells
 from .percent import read_percent, release
 
 __all__ = ["FIXTURE", "DemoStudent", "students", "fixture_notebooks", "write_class"]
@@ -44,15 +45,6 @@ def fixture_notebooks() -> tuple[dict, dict]:
     """(instructor source, student release) of the fixture lesson."""
     src = read_percent((FIXTURE / f"{LESSON}.py").read_text())
     return src, release(src)
-
-
-def _with(base: dict, **cells) -> dict:
-    nb = json.loads(json.dumps(base))
-    for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid in cells:
-            cell["source"] = cells[gid]
-    return nb
 
 
 _SCALE = '''@triton.jit
@@ -158,8 +150,8 @@ def students(real_lessons: dict[str, float], speed: dict[str, float] | None = No
     speed = speed or {}
     full = {lesson: {"interpreter": pts - speed.get(lesson, 0.0), "gpu": pts} for lesson, pts in real_lessons.items()}
     zero = {lesson: _both(0.0) for lesson in real_lessons}
-    sol = lambda **cells: (lambda s, r: _with(s, **cells))  # noqa: E731
-    rel = lambda **cells: (lambda s, r: _with(r, **cells))  # noqa: E731
+    sol = lambda **cells: (lambda s, r: with_cells(s, **cells))  # noqa: E731
+    rel = lambda **cells: (lambda s, r: with_cells(r, **cells))  # noqa: E731
     out = [
         DemoStudent("solution", "every lesson's solution", {**{k: "solution" for k in real_lessons},
                                                             fx: "solution"}, {**full, fx: _sped(FULL)}),
@@ -262,7 +254,7 @@ def _zoo_students(real_lessons: dict[str, float], speed: dict[str, float]) -> li
         sources = {gid: v if isinstance(v, str) else answers[v] for gid, v in cells.items()}
         full = real_lessons[lesson]
         cpu = full - lost_cpu - (0 if name in _SPEED_CELL_FAILS else speed.get(lesson, 0))
-        out.append(DemoStudent(name, f"zoo: {what}", {lesson: lambda s, r, c=sources: _with(s, **c)},
+        out.append(DemoStudent(name, f"zoo: {what}", {lesson: lambda s, r, c=sources: with_cells(s, **c)},
                                {lesson: _both(cpu, full - lost_gpu)}, gpu_only=lost_cpu == 0))
     return out
 

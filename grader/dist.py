@@ -6,7 +6,9 @@ The hand-out (``dist/student/`` by default) holds:
   would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them)
   and each package kernel that is itself the
   answer to an exercise (:data:`ANSWERS`), whose body is replaced by a ``NotImplementedError`` naming the lesson;
-- ``notebooks/``: the student notebooks of ``course/`` (nbgrader's release: solutions and hidden tests removed);
+- ``notebooks/``: the student notebooks of ``course/`` (nbgrader's release: solutions and hidden tests removed),
+  whose last cells say how to hand the notebook in (the score the repository's last cell gives needs the hidden
+  checks, which stay with the instructor);
 - ``pyproject.toml`` and ``README.md``: ``pip install .`` then ``jupyter lab notebooks``.
 
 No ``solutions/``, no ``grader/`` (hidden tests, sources, gradebook), no ``tests/``. ``tests/grader/test_dist.py``
@@ -26,7 +28,7 @@ from kernels.catalog import lesson_ids
 
 from .layout import ROOT as _ROOT
 
-__all__ = ["ANSWERS", "EXCLUDED", "build"]
+__all__ = ["ANSWERS", "EXCLUDED", "build", "handout_notebook"]
 
 
 #: package kernels that are an exercise's answer: file -> (function, the lesson that asks for it)
@@ -71,6 +73,30 @@ Work in the cells marked `# YOUR CODE HERE`; the locked `check(...)` cell below 
 inputs and says what to fix. Hand in each notebook under its own name (`00_setup.ipynb`, ...), as your
 instructor asks (an upload to the course's LMS, or JupyterHub's Assignments tab).
 '''
+
+
+#: the hand-out's text for the lessons' last two cells (by grade id): the score there runs the hidden checks,
+#: which stay with the instructor in a graded class
+_HANDIN = {
+    "score_md": "## Handing in\n\nYour instructor grades this notebook: every check above again, on inputs of its "
+                "own, and the speed\nrequirements on a GPU. Run the notebook top to bottom, see every check pass, "
+                "save it and hand it in\nunder its own name ({name}).",
+    "score": "print(\"Hand in {name}: your instructor's grader gives the points (the checks above, on other inputs "
+             "too).\")",
+}
+
+
+def handout_notebook(text: str, name: str) -> str:
+    """A course notebook as the hand-out gives it: its score cells (which need the hidden checks) say how the
+    notebook is handed in instead; ids and metadata stay, so nbgrader matches the cells as before."""
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in _HANDIN:
+            cell["source"] = _HANDIN[gid].format(name=name)
+            if cell["cell_type"] == "code":
+                cell["outputs"], cell["execution_count"] = [], None
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
 def _stub_functions(text: str, names: list[tuple[str, str]]) -> str:
@@ -118,9 +144,7 @@ def build(out: pathlib.Path | None = None) -> pathlib.Path:
     nbs = out / "notebooks"
     nbs.mkdir()
     for nb in (_ROOT / "course" / f"{lesson}.ipynb" for lesson in lesson_ids()):
-        text = nb.read_text()
-        json.loads(text)  # a generated notebook, valid JSON
-        (nbs / nb.name).write_text(text)
+        (nbs / nb.name).write_text(handout_notebook(nb.read_text(), nb.name))
     version = re.search(r'^version = "([^"]+)"', (_ROOT / "pyproject.toml").read_text(), re.M)
     (out / "pyproject.toml").write_text(_PYPROJECT.format(version=version.group(1) if version else "0.1.0",
                                                           dependencies=json.dumps(_dependencies())))

@@ -129,8 +129,8 @@ def _grade_task(run: str, student: str, lesson: str, notebook: dict):
     from distributed import get_worker
 
     from . import run as _run  # noqa: F401  (on Python 3.11 its import makes threads parse one at a time)
-    from .grade import CellResult, NotebookResult
     from .notebook import split
+    from .results import CellResult, NotebookResult
 
     # A nanny's worker is a daemonic process, and multiprocessing refuses children to those; the sandbox's
     # workers are not left behind by clearing the flag: each asks the kernel for SIGKILL when its parent dies.

@@ -18,7 +18,7 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,7 @@ from kernels.device import ON_GPU, describe
 
 from . import cubin as _cubin
 from .notebook import CheckCall, GradedCell, cells_needed, jit_prints, split
+from .results import CellResult, CheckResult, NotebookResult
 from .sandbox import SandboxConfig, SetupError, Worker, WorkerDied, bwrap_path
 
 __all__ = ["Settings", "CheckResult", "CellResult", "NotebookResult", "Grader", "SetupError"]
@@ -53,68 +54,6 @@ class Settings:
     hide: list[str] = field(default_factory=list)  # kept for callers; workers see only an allowlist (bubblewrap)
     # on a GPU, launch and time the cubin the sandbox compiled, from a worker that never runs the student's Python
     cubin: bool = os.environ.get("GRADER_CUBIN", "1") != "0"
-
-
-@dataclass
-class CheckResult:
-    exercise: str
-    hidden: bool
-    passed: bool
-    status: str  # passed, failed, crashed, timeout, rejected, not graded
-    lines: list[str] = field(default_factory=list)
-    not_graded: list[str] = field(default_factory=list)
-    perf: dict | None = None
-    seconds: float = 0.0
-
-
-@dataclass
-class CellResult:
-    grade_id: str
-    points: float
-    score: float
-    checks: list[CheckResult] = field(default_factory=list)
-    error: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.score >= self.points
-
-    @property
-    def message(self) -> str:
-        if self.error:
-            return self.error
-        lines = []
-        for c in self.checks:
-            lines += c.lines
-        return "\n".join(lines)
-
-
-@dataclass
-class NotebookResult:
-    student: str
-    lesson: str
-    cells: list[CellResult]
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    mode: str = "gpu" if ON_GPU else "interpreter"
-    isolation: str = ""
-    # where ``seconds`` went: starting workers, running the notebook's cells, waiting for the GPU (other slots'
-    # work or timing), stopping workers; the rest is the checks themselves
-    phases: dict[str, float] = field(default_factory=dict)
-    where: str = ""  # the machine that graded it (``kernels.device.describe()``: the GPU model, the versions)
-
-    @property
-    def score(self) -> float:
-        return sum(c.score for c in self.cells)
-
-    @property
-    def max_score(self) -> float:
-        return sum(c.points for c in self.cells)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d.update(score=self.score, max_score=self.max_score)
-        return d
 
 
 class GpuLock:
@@ -520,7 +459,7 @@ class _Session:
 
     def _error_lines(self, ex, label, m) -> list[str]:
         err = m.get("error") or {}
-        lines = [f"{ex.id} failed on case {label!r}: your code raised {err.get('type')}: {err.get('message')}"]
+        lines = [f"{ex.id} failed on case {label!r}: {engine.your_code_raised(err.get('type'), err.get('message'))}"]
         tb = [ln for ln in (err.get("traceback") or "").splitlines() if ln.strip()]
         mine = [i for i, ln in enumerate(tb) if "_graded_" in ln or "<ipython-input" in ln or "/tmp/ipykernel" in ln
                 or 'File "<cell' in ln]

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from .layout import ROOT as _ROOT
+from .notebook import with_cells
 
 __all__ = ["Attack", "LESSONS", "attacks", "run"]
 
@@ -253,15 +254,6 @@ except ImportError:
 '''
 
 
-def _notebook(release: dict, cells: dict) -> dict:
-    nb = json.loads(json.dumps(release))
-    for cell in nb["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid in cells:
-            cell["source"] = cells[gid]
-    return nb
-
-
 def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, slots: int = 1,
         progress: bool = False) -> dict:
     """Grade the red-team class; returns (and writes to ``report``) the scores, the mismatches and the time."""
@@ -279,7 +271,7 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     for a in klass:
         for lesson, cells in a.cells.items():
             source, rel = lessons[lesson]
-            subs.append(Submission(a.name, lesson, _notebook(rel, cells), []))
+            subs.append(Submission(a.name, lesson, with_cells(rel, **cells), []))
             expected[(a.name, lesson)] = a.expect[lesson]["gpu" if ON_GPU else "interpreter"]
     grader = Grader(Settings())
     built = time.time() - t0

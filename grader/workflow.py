@@ -74,20 +74,17 @@ def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict
     return {lesson: json.loads(pathlib.Path(p).read_text()) for lesson, p in paths.items()}
 
 
+def _lessons_in(folder: pathlib.Path) -> dict[str, dict]:
+    """lesson id -> its notebook ``folder/<lesson>/<lesson>.ipynb``."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*/*.ipynb")) if p.stem == p.parent.name}
+
+
 def sources_of(root: pathlib.Path) -> dict[str, dict]:
-    out = {}
-    for p in sorted((root / "source").glob("*/*.ipynb")):
-        if p.stem == p.parent.name:
-            out[p.stem] = json.loads(p.read_text())
-    return out
+    return _lessons_in(root / "source")
 
 
 def releases_of(root: pathlib.Path) -> dict[str, dict]:
-    out = {}
-    for p in sorted((root / "release").glob("*/*.ipynb")):
-        if p.stem == p.parent.name:
-            out[p.stem] = json.loads(p.read_text())
-    return out
+    return _lessons_in(root / "release")
 
 
 def _notes_path(root: pathlib.Path) -> pathlib.Path:

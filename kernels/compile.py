@@ -6,6 +6,7 @@ the export to PTX/cubin, the profile lesson's compiler views, the PTX explorer a
 
 - :func:`specialise`: Triton's signature (each parameter's type, or ``constexpr``), the constexpr values and the
   divisibility attributes for one launch, from the launch's values (tensors, numbers, or descriptions of them);
+  :func:`specialise_arg` is Triton's rule for one argument, which the cubin path applies too;
 - :func:`compile_for`: the compile itself, for ``sm_<arch>``;
 - :func:`run_compiled` and :func:`enter_compile_mode`: the way out of the interpreter. Under
   ``TRITON_INTERPRET=1`` every ``@triton.jit`` (Triton's own helpers such as ``tl.cdiv`` included) is an
@@ -13,7 +14,7 @@ the export to PTX/cubin, the profile lesson's compiler views, the PTX explorer a
   a module there as ``python -m`` would, after :func:`enter_compile_mode`, before any kernel is imported.
 
 The grader's cubin path (:mod:`kernels.checks.cubin`) specialises a launch from the kernel's parameters as text,
-never its function, and compiles through :func:`compile_for` too.
+never its function, by the same :func:`specialise_arg`, and compiles through :func:`compile_for` too.
 
 Importing this module imports neither Triton's compiler nor the checks.
 """
@@ -27,15 +28,15 @@ import sys
 
 import torch
 
-__all__ = ["ARCH", "TRITON_TYPES", "SignatureError", "interpreting", "describe", "bind", "specialise",
-           "compile_for", "run_compiled", "enter_compile_mode"]
+__all__ = ["ARCH", "TRITON_TYPES", "SignatureError", "interpreting", "describe", "bind", "specialise_arg",
+           "specialise", "compile_for", "run_compiled", "enter_compile_mode"]
 
 #: The architecture compiled for unless told otherwise: sm_90 (H100/H200).
 ARCH = 90
 #: Triton's name for each torch element type.
 TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
                 torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
-                torch.bool: "i1"}
+                torch.bool: "u1"}
 _DIV16 = [["tt.divisibility", 16]]
 #: Where this package was imported from: a compile process must import the same one.
 _HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,15 +86,45 @@ def bind(jit_fn, args: tuple, kwargs: dict) -> dict:
     return values
 
 
+def specialise_arg(value, *, specialize: bool = True, align: bool = True) -> tuple[str, bool, object]:
+    """Triton's rule for one argument that is not a ``tl.constexpr`` parameter (``specialize_impl`` in
+    ``triton/runtime/jit.py``, 3.6): ``(type, divisible by 16, value)``, the value kept only for the type
+    ``constexpr``.
+
+    ``value`` is a tensor or ``{"ptr": type, "aligned": bool}`` (a pointer), ``{"type": "i32", "div16": bool}`` (a
+    scalar of that type, value unknown), a bool (``u1``), an int (``i32``, else ``i64``, else ``u64`` from 2**63),
+    a float (``fp32``), ``None`` or anything else (compiled in, as ``constexpr``). With ``specialize`` (as the JIT
+    does for a parameter not in ``do_not_specialize``) an int equal to 1 is compiled in; with ``specialize`` and
+    ``align`` (a parameter not in ``do_not_specialize_on_alignment`` either) an int divisible by 16, a scalar marked
+    ``div16`` or a 16-byte aligned pointer gets the divisibility hint.
+    """
+    if _is_tensor(value):
+        value = describe(value)
+    if isinstance(value, dict) and "ptr" in value:
+        return "*" + value["ptr"], specialize and align and bool(value.get("aligned")), None
+    if isinstance(value, dict) and "type" in value:
+        return value["type"], specialize and align and bool(value.get("div16")), None
+    if isinstance(value, bool):
+        return "u1", False, None
+    if isinstance(value, int):
+        if specialize and value == 1:
+            return "constexpr", False, 1
+        if not -2**63 <= value < 2**64:
+            raise SignatureError(f"the integer {value} does not fit in 64 bits")
+        return ("i32" if -2**31 <= value < 2**31 else "i64" if value < 2**63 else "u64"), \
+            specialize and align and value % 16 == 0, None
+    if isinstance(value, float):
+        return "fp32", False, None
+    return "constexpr", False, value
+
+
 def specialise(jit_fn, values: dict, *, specialize: bool = False) -> tuple[dict, dict, dict]:
     """Triton's ``(signature, constexprs, attrs)`` for a launch of ``jit_fn`` with ``values`` by parameter name.
 
-    A value is a tensor or ``{"ptr": type, "aligned": bool}`` (a pointer), ``{"type": "i32", "div16": bool}`` (a
-    scalar of that type, value unknown), a bool, int or float (``i1``, ``i32``/``i64``, ``fp32``), ``None`` (a
-    ``constexpr`` None, as the JIT compiles it) or anything else (a constexpr). A constexpr parameter takes its
-    value, else its default. ``specialize=True`` does what Triton's JIT does with a launch's arguments: an aligned
-    pointer, an int divisible by 16 or a scalar marked ``div16`` gets the divisibility hint, and an int equal to 1
-    is compiled in; without it no hint is given.
+    A constexpr parameter takes its value, else its default; any other takes its type by :func:`specialise_arg`
+    (which says what a value may be). ``specialize=True`` does what Triton's JIT does with a launch's arguments
+    (``do_not_specialize`` and ``do_not_specialize_on_alignment`` respected): divisibility hints, an int equal
+    to 1 compiled in; without it nothing is assumed.
     """
     sig, const, attrs = {}, {}, {}
     for i, p in enumerate(jit_fn.params):
@@ -108,33 +139,13 @@ def specialise(jit_fn, values: dict, *, specialize: bool = False) -> tuple[dict,
             continue
         if p.name not in values:
             raise SignatureError(f"parameter {p.name} of {jit_fn.fn.__name__} has no value or type")
-        v = values[p.name]
-        if _is_tensor(v):
-            v = {"ptr": TRITON_TYPES.get(v.dtype, "fp32"), "aligned": specialize and v.data_ptr() % 16 == 0}
-        free = specialize and not p.do_not_specialize
-        if isinstance(v, dict) and "ptr" in v:
-            sig[p.name] = "*" + v["ptr"]
-            if specialize and v.get("aligned") and not p.do_not_specialize_on_alignment:
-                attrs[(i,)] = _DIV16
-        elif isinstance(v, dict) and "type" in v:
-            sig[p.name] = v["type"]
-            if specialize and v.get("div16"):
-                attrs[(i,)] = _DIV16
-        elif v is None:
-            sig[p.name], const[p.name] = "constexpr", None
-        elif isinstance(v, bool):
-            sig[p.name] = "i1"
-        elif isinstance(v, int):
-            if free and v == 1:
-                sig[p.name], const[p.name] = "constexpr", 1
-                continue
-            sig[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
-            if free and v % 16 == 0:
-                attrs[(i,)] = _DIV16
-        elif isinstance(v, float):
-            sig[p.name] = "fp32"
-        else:
-            sig[p.name], const[p.name] = "constexpr", v
+        t, div16, c = specialise_arg(values[p.name], specialize=specialize and not p.do_not_specialize,
+                                     align=not p.do_not_specialize_on_alignment)
+        sig[p.name] = t
+        if t == "constexpr":
+            const[p.name] = c
+        elif div16:
+            attrs[(i,)] = _DIV16
     return sig, const, attrs
 
 

@@ -22,7 +22,8 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
     which of the inputs it saved, then run its backward with ``grad_output``: a dict of ``output``, ``grads`` (of
     the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom`` (a ``torch.autograd.Function``'s
     node) and ``saved`` (each saved tensor's input index or None, and shape); or whatever ``fn`` returned, when it
-    is not a tensor (the check names what came back instead)."""
+    is not a tensor (the check names what came back instead). ``grad_output`` is expanded to the output's shape:
+    one of size 1 along a dimension reaches the backward with stride 0 there, as ``o.sum(-1)``'s backward hands it."""
     with torch.enable_grad():
         out = fn(*args, **kwargs)
         if not isinstance(out, torch.Tensor):
@@ -35,6 +36,6 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
                 same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
                 saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
         if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
-            out.backward(grad_output)
+            out.backward(grad_output.expand_as(out))
     return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
             "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}

@@ -101,7 +101,7 @@ run_stage() {  # stage name, time limit in seconds
                       || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
-    # lesson 05's launcher with the solution's Rust launch_grid (built here by `python -m kernels.export.rust_exercise`
+    # lesson 05's launcher with the solution's Rust launch_grid (built here by `python -m grader.rust_launcher`
     # and carried in rust/target/release/): the export round trip through it, compared with torch and Triton
     rust-grid) timeout "$limit" python3 -m kernels.export.roundtrip --rust rust/target/release/yours-launch --quick \
                  --launches 500 --repeat 5 --out results/gpu/rust-grid || echo "rust-grid failed ($?)" ;;

@@ -14,6 +14,8 @@ says which and why. Also runs under the interpreter (no GPU), where it compares 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import os
 import pathlib
@@ -33,45 +35,18 @@ SUBSET = ["solution", "release", "zoo_copy_off_by_one", "slow", "race", "skip_wo
 
 def build(work: pathlib.Path, students: list[str] | None, copies: int = 0) -> tuple[pathlib.Path, dict]:
     """The demo class collected into ``work/course``; returns it and the expected scores in this mode."""
-    import dataclasses
-
-    from grader import democlass, workflow
-    from grader.demo import _points, course_lessons, read_source
+    from grader.demo import class_sources, collect_class, course_lessons, demo_class, expected_scores, write_class
 
     real = course_lessons(None)
-    fx_src = read_source(democlass.FIXTURE / f"{democlass.LESSON}.py")
-    sources = {**{k: v[0] for k, v in real.items()}, democlass.LESSON: fx_src}
-    klass = democlass.students({k: _points(v[0]) for k, v in real.items()})
-    if copies:
-        base = next(s for s in klass if s.name == "solution")
-        klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
-    elif students:
-        klass = [s for s in klass if s.name in students]
+    sources = class_sources(real)
+    klass = demo_class(real, copies=copies, students=students)
     root = work / "course"
     if work.exists():
         shutil.rmtree(work)
-    releases = workflow.build_course(root, sources)
-    releases.update({k: v[1] for k, v in real.items()})
-    for lesson, nb in releases.items():
-        (root / "release" / lesson / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1))
     folder = work / "incoming"
-    democlass.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
-    workflow.collect(root, folder)
-    for st in klass:
-        for lesson in sources:
-            if lesson not in st.expect:
-                shutil.rmtree(root / "submitted" / st.name / lesson, ignore_errors=True)
-    return root, {(st.name, lesson): e[MODE] for st in klass for lesson, e in st.expect.items()}
-
-
-def settings(seed: int):
-    """The demo's settings (grader/demo.py), with a fixed master seed."""
-    from grader import democlass
-    from grader.grade import Settings
-
-    return Settings(seed=seed, problem_timeout=60.0 if not ON_GPU else 15.0, cell_timeout=60.0,
-                    memory_limit=(4 << 30) if ON_GPU else (2 << 30), lesson_paths=[str(democlass.FIXTURE)],
-                    gpu_memory_fraction=0.3 if ON_GPU else None)
+    write_class(root, folder, real, sources, klass)
+    collect_class(root, folder, klass, sources)
+    return root, expected_scores(klass)
 
 
 def copy_course(root: pathlib.Path, name: str) -> pathlib.Path:
@@ -101,28 +76,37 @@ def open_cluster(workers: int, slots: int) -> tuple[object, dict]:
     return c, note
 
 
-def grade_dask(root: pathlib.Path, workers: int, slots: int, seed: int, progress: bool = True) -> dict:
+def grade_on_cluster(root: pathlib.Path, workers: int, slots: int, seed: int, *, progress: bool = True,
+                     during=None) -> tuple[object, dict]:
+    """Grade the course at ``root`` on a fresh cluster (``open_cluster``) with the demo's settings and master
+    ``seed``, holding the context ``during`` while grading; returns the run's Outcome and what every report says."""
     from grader import distributed
+    from grader.demo import demo_settings
 
     cluster, note = open_cluster(workers, slots)
     try:
-        t0 = time.time()
-        out = distributed.autograde(root, cluster.client, settings=settings(seed), progress=progress)
-        wall = time.time() - t0
+        with during or contextlib.nullcontext():
+            t0 = time.time()
+            out = distributed.autograde(root, cluster.client, settings=demo_settings(seed), progress=progress)
+            wall = time.time() - t0
     finally:
         cluster.close()
-    per_worker: dict[str, int] = {}
-    for addr in out.placement.values():
-        per_worker[addr] = per_worker.get(addr, 0) + 1
-    return {**note, "what": cluster.what, "workers": len(out.workers), "slots_per_worker": slots, "wall_s": wall,
-            "scores": {f"{r.student}/{r.lesson}": r.score for r in out.results},
+    return out, {**note, "what": cluster.what, "wall_s": wall,
+                 "scores": {f"{r.student}/{r.lesson}": r.score for r in out.results},
+                 "notebooks_per_worker": dict(collections.Counter(out.placement.values())),
+                 "infrastructure": out.infrastructure}
+
+
+def grade_dask(root: pathlib.Path, workers: int, slots: int, seed: int, progress: bool = True) -> dict:
+    out, run = grade_on_cluster(root, workers, slots, seed, progress=progress)
+    return {**run, "workers": len(out.workers), "slots_per_worker": slots,
             "seconds": {f"{r.student}/{r.lesson}": r.seconds for r in out.results},
-            "nbgrader_failures": out.failures, "infrastructure": out.infrastructure, "retries": out.retries,
-            "notebooks_per_worker": per_worker, "where": out.where}
+            "nbgrader_failures": out.failures, "retries": out.retries, "where": out.where}
 
 
 def main() -> int:
     from grader import workflow
+    from grader.demo import demo_settings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "results" / "gpu" / "dask.json"))
@@ -147,7 +131,7 @@ def main() -> int:
     built = time.time() - t0
     a, b = copy_course(root, "default"), copy_course(root, "dask")
     t0 = time.time()
-    results, failures, _ = workflow.autograde(a, slots=args.slots * args.workers, settings=settings(args.seed))
+    results, failures, _ = workflow.autograde(a, slots=args.slots * args.workers, settings=demo_settings(args.seed))
     default = {"slots": args.slots * args.workers, "wall_s": time.time() - t0,
                "scores": {f"{r.student}/{r.lesson}": r.score for r in results},
                "seconds": {f"{r.student}/{r.lesson}": r.seconds for r in results}, "nbgrader_failures": failures}

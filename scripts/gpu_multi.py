@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -63,24 +62,10 @@ class Utilisation:
 
 
 def one_run(root: pathlib.Path, gpus: int, slots: int, seed: int) -> dict:
-    from grader import distributed
-
-    cluster, note = gpu_dask.open_cluster(gpus, slots)
-    try:
-        with Utilisation() as util:
-            t0 = time.time()
-            out = distributed.autograde(root, cluster.client, settings=gpu_dask.settings(seed))
-            wall = time.time() - t0
-    finally:
-        cluster.close()
-    per_worker: dict[str, int] = {}
-    for addr in out.placement.values():
-        per_worker[addr] = per_worker.get(addr, 0) + 1
-    return {**note, "gpus": gpus, "what": cluster.what, "wall_s": wall,
-            "makespan_s": max(out.finished.values(), default=0.0),
-            "scores": {f"{r.student}/{r.lesson}": r.score for r in out.results},
+    util = Utilisation()
+    out, run = gpu_dask.grade_on_cluster(root, gpus, slots, seed, during=util)
+    return {**run, "gpus": gpus, "makespan_s": max(out.finished.values(), default=0.0),
             "seconds_sum": sum(r.seconds for r in out.results), "gpu_utilisation_pct": util.mean(),
-            "notebooks_per_worker": per_worker, "infrastructure": out.infrastructure,
             "nbgrader_failures": len(out.failures)}
 
 

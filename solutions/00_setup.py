@@ -334,6 +334,6 @@ for name, fn in [("yours", lambda: vector_add(x, y)), ("torch x + y", lambda: x 
 # shell, `make score L=00` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("00_setup", globals())

@@ -431,6 +431,6 @@ with tempfile.TemporaryDirectory() as tmp:
 # shell, `make score L=01` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("01_memory_hierarchy", globals())

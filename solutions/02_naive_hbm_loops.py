@@ -425,6 +425,6 @@ else:
 # shell, `make score L=02` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("02_naive_hbm_loops", globals())

@@ -566,6 +566,6 @@ except ImportError:
 # shell, `make score L=04` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("04_chunked_linear_attention", globals())

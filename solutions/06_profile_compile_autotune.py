@@ -500,6 +500,6 @@ check("06_profile_compile_autotune.autotune_space", SPACE, hidden=True)
 # shell, `make score L=06` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("06_profile_compile_autotune", globals())

@@ -264,6 +264,8 @@ q32, k32, v32, do32 = (x.float() for x in (q64, k64, v64, do64))
 try:
     print("dq kernel vs autograd:", assert_close("dq", grads64[0], launch_dq(k32, v32, do32, scale, block_k=16),
                                                  tolerance(torch.float32)))
+except AssertionError as e:  # it runs, and a gradient is wrong
+    print(f"dq_kernel runs, but is wrong: {e}")
 except Exception as e:  # the exercise is not done yet
     print(f"dq_kernel does not run yet ({type(e).__name__})")
 
@@ -360,6 +362,8 @@ try:
     dk32, dv32 = launch_dkdv(q32, k32, v32, do32, scale)
     print("dk kernel vs autograd:", assert_close("dk", grads64[1], dk32, tolerance(torch.float32)))
     print("dv kernel vs autograd:", assert_close("dv", grads64[2], dv32, tolerance(torch.float32)))
+except AssertionError as e:  # it runs, and a gradient is wrong
+    print(f"dkdv_kernel runs, but is wrong: {e}")
 except Exception as e:  # the exercise is not done yet
     print(f"dkdv_kernel does not run yet ({type(e).__name__})")
 
@@ -382,7 +386,9 @@ check("07_backward.dkdv", dkdv_kernel, hidden=True)
 # - `forward(ctx, q, k, v, scale)`: run `chunked_forward`, save **only** `q, k, v` (`ctx.save_for_backward`) and
 #   `scale` (`ctx.scale = scale`), return `o`. The per-chunk states are not saved: the backward rebuilds them
 #   on-chip, which costs one more read of k and v and saves `T/C · K · V` fp32 numbers per head;
-# - `backward(ctx, do)`: make `do` contiguous, call `launch_dq` and `launch_dkdv`, return `dq, dk, dv, None`.
+# - `backward(ctx, do)`: make `do` contiguous (autograd hands it down as it comes: the backward of `o.sum(-1)`
+#   gives one value per row, expanded with stride 0 along V, and the kernels assume a unit last stride), call
+#   `launch_dq` and `launch_dkdv`, return `dq, dk, dv, None`.
 #
 # `linear_attention(q, k, v, scale)` (given) is what the check calls. It checks the output and the gradients
 # against float64 autograd of the recurrence, that the gradient comes from your Function, and that the Function
@@ -473,8 +479,10 @@ try:
     o32.backward(do32)
     for name, auto, x in zip(("dq", "dk", "dv"), grads64, leaves):
         print(f"{name} through your Function:", assert_close(name, auto, x.grad, tolerance(torch.float32)))
-except Exception as e:  # the exercise is not done yet
-    print(f"the Function does not run yet ({type(e).__name__})")
+except AssertionError as e:  # it runs, and a gradient is wrong
+    print(f"your Function runs, but is wrong: {e}")
+except Exception as e:  # not done yet, or autograd refuses it (a gradient too few, say)
+    print("the Function does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
 
 # %% nbgrader={"grade": true, "grade_id": "ex4-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("07_backward.autograd", linear_attention)
@@ -565,6 +573,6 @@ results = run("linear_attention", problem_set="backward", quick=True, extra=extr
 # GPU. From a shell, `make score L=07` does the same for your saved notebook in `my-work/`.
 
 # %% nbgrader={"grade": false, "grade_id": "score", "locked": true, "schema_version": 3, "solution": false}
-from kernels.score import score_here
+from grader.score import score_here
 
 your_score = score_here("07_backward", globals())

@@ -5,7 +5,7 @@ import torch
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from kernels.compile import SignatureError, bind, describe, run_compiled, specialise
+from kernels.compile import SignatureError, bind, describe, run_compiled, specialise, specialise_arg
 
 
 def _kernel(x_ptr, n, stride, scale, flag, out_ptr, BLOCK: tl.constexpr, EVEN: tl.constexpr = False):
@@ -20,7 +20,7 @@ def test_a_launch_is_specialised_as_the_jit_does():
     x = torch.zeros(64, dtype=torch.bfloat16)
     values = bind(KERNEL, (x, 48, 1, 0.5, True, None), {"BLOCK": 32})
     sig, const, attrs = specialise(KERNEL, values, specialize=True)
-    assert sig == {"x_ptr": "*bf16", "n": "i32", "stride": "constexpr", "scale": "fp32", "flag": "i1",
+    assert sig == {"x_ptr": "*bf16", "n": "i32", "stride": "constexpr", "scale": "fp32", "flag": "u1",
                    "out_ptr": "constexpr", "BLOCK": "constexpr", "EVEN": "constexpr"}
     assert const == {"stride": 1, "out_ptr": None, "BLOCK": 32, "EVEN": False}
     assert attrs == {(0,): DIV16, (1,): DIV16}  # the aligned pointer and n = 48; not scale, flag, stride
@@ -68,3 +68,22 @@ def test_a_compile_process_compiles_for_sm90(tmp_path):
         "print(k.asm['ptx'].count('.entry fill'))\n")
     r = run_compiled("probe_compile", paths=[str(tmp_path)], timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("specialize, align", [(True, True), (True, False), (False, True)])
+def test_one_argument_is_specialised_by_tritons_own_rule(specialize, align):
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    x = torch.zeros(8)
+    for v in (True, False, 0, 1, 16, 17, -2**31, 2**31 - 1, 2**31, -2**31 - 1, -2**63, 2**63 - 16, 2**63, 2**64 - 1,
+              0.5, None, x, x[1:], x.bool(), x.half()):
+        t, key = native_specialize_impl(BaseBackend, v, False, specialize, align)
+        ours, div16, value = specialise_arg(v, specialize=specialize, align=align)
+        assert ours == t, v
+        assert (value == key) if t == "constexpr" else (div16 == (key == "D")), v
+    for v in (2**64, -2**63 - 1):
+        with pytest.raises(OverflowError):
+            native_specialize_impl(BaseBackend, v, False, specialize, align)
+        with pytest.raises(SignatureError, match="64 bits"):
+            specialise_arg(v, specialize=specialize, align=align)

@@ -1,9 +1,13 @@
-"""The package's import graph has no cycle: every ``import`` between its modules, at the top or inside a function,
-points one way. A cycle makes the import order matter and hides which module owns what."""
+"""The import graphs of ``kernels`` and ``grader`` have no cycle: every ``import`` between a package's modules, at
+the top or inside a function, points one way. A cycle makes the import order matter and hides which module owns
+what. And the layers point one way too: ``grader`` (the course's tools) imports ``kernels`` (the library the
+learner imports), never the other way round."""
 
 import ast
 import pathlib
 import sys
+
+import pytest
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -65,9 +69,35 @@ def cycles(package: str) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle_in_the_package():
-    found = cycles("kernels")
+def imports_of(package: str, outside: str) -> list[str]:
+    """Where a module of ``package`` imports ``outside`` or one of its modules (``path:line``)."""
+    found = []
+    for name, path in sorted(_modules(package).items()):
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                targets = [".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))]
+            elif isinstance(node, ast.ImportFrom):
+                targets = [node.module]
+            else:
+                continue
+            if any(t == outside or t.startswith(outside + ".") for t in targets):
+                found.append(f"{path.relative_to(_ROOT)}:{node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["kernels", "grader"])
+def test_no_import_cycle_in_the_package(package):
+    found = cycles(package)
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_library_never_imports_the_grader():
+    found = imports_of("kernels", "grader")
+    assert not found, "kernels/ imports grader at " + ", ".join(found)
 
 
 def test_a_cycle_is_found(tmp_path, monkeypatch):
@@ -78,3 +108,13 @@ def test_a_cycle_is_found(tmp_path, monkeypatch):
     (pkg / "b.py").write_text("def f():\n    from .a import g\n")
     monkeypatch.setattr(sys.modules[__name__], "_ROOT", tmp_path)
     assert cycles("loop") == [["loop.a", "loop.b", "loop.a"]]
+
+
+def test_an_import_across_the_layers_is_found(tmp_path, monkeypatch):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "a.py").write_text("import tool.b\n")
+    (tmp_path / "lib" / "b.py").write_text("def f():\n    from tool import c\n")
+    (tmp_path / "lib" / "c.py").write_text("import toolbox\nfrom . import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "_ROOT", tmp_path)
+    assert imports_of("lib", "tool") == ["lib/a.py:1", "lib/b.py:2"]

@@ -224,7 +224,7 @@ def test_without_cargo_the_graded_cell_is_skipped_and_the_score_says_needs_cargo
         import pathlib, sys
         from kernels.checks import check
         from kernels.export import rust_exercise
-        from kernels.score import Line, Score, _missing_tool
+        from grader.score import Line, Score, _missing_tool
         assert rust_exercise.cargo() is None
         check("05_ptx_export_rust.launch_grid", "pub fn launch_grid() {}")
         tool = _missing_tool("05_ptx_export_rust.launch_grid")
@@ -266,19 +266,20 @@ def test_the_learners_launcher_takes_its_grid_from_launch_grid(tmp_path):
 
 @pytest.mark.gpu
 def test_the_solutions_launcher_runs_the_exported_kernels_like_torch(tmp_path):
-    """On a GPU: the launcher built from the lesson's launch_grid (``python -m kernels.export.rust_exercise`` on a
+    """On a GPU: the launcher built from the lesson's launch_grid (``python -m grader.rust_launcher`` on a
     machine with cargo, carried in rust/target/release/) launches the exported kernels; their outputs match the
     float64 torch references and Triton's own launches."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
+    from grader.rust_launcher import solution_source
     from kernels.export import rust_exercise
     from kernels.export.roundtrip import run
 
     launcher = CRATE / "target" / "release" / rust_exercise.LAUNCHER
     if CARGO:
-        rust_exercise.install_launcher(rust_exercise.solution_source(), launcher)
+        rust_exercise.install_launcher(solution_source(), launcher)
     if not launcher.is_file():
-        pytest.skip("no rust/target/release/yours-launch (build it with python -m kernels.export.rust_exercise)")
+        pytest.skip("no rust/target/release/yours-launch (build it with python -m grader.rust_launcher)")
     result = run(rust=str(launcher), out=tmp_path, quick=True, launches=200, repeat=3)
     rust_rows = [r for r in result["cases"] if r["launcher"] == "rust"]
     assert rust_rows and all(r.get("ok") for r in rust_rows), rust_rows

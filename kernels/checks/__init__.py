@@ -8,7 +8,7 @@ from .spec import Case, CheckFailed, Exercise, Performance, register
 __all__ = ["check", "history", "Case", "CheckFailed", "Exercise", "Performance", "register"]
 
 #: The last outcome of each check run in this process: ``(exercise_id, hidden) -> (objects, failure or "")``.
-#: ``kernels.score`` reuses it when the same objects are scored again.
+#: ``grader.score`` reuses it when the same objects are scored again.
 history: dict[tuple[str, bool], tuple[tuple, str]] = {}
 
 

@@ -8,10 +8,12 @@ imports the student's source: it launches the cubin through the package's own dr
 The steps, split across processes:
 
 - :func:`kernel_params` reads the kernel's parameters from its source text with :mod:`ast` (names, which are
-  ``tl.constexpr``, literal defaults, ``do_not_specialize``); nothing of it is executed;
+  ``tl.constexpr``, literal defaults, ``do_not_specialize`` and ``do_not_specialize_on_alignment``); nothing of it
+  is executed;
 - :class:`CubinKernel` stands in for the kernel in the exercise's own ``run``: ``kernel[grid](*args)`` binds the
-  arguments as Triton's JIT does (:func:`specialize`: dtypes, 16-byte alignment, integers divisible by 16 or equal
-  to 1, constexprs, ``num_warps``), asks for that specialisation's cubin once (``compiler(spec)``) and launches it;
+  arguments as Triton's JIT does (:func:`specialize`: constexprs, ``num_warps``, and each other argument by
+  :func:`kernels.compile.specialise_arg`, the rule the package's compiles use), asks for that specialisation's
+  cubin once (``compiler(spec)``) and launches it;
 - :func:`compile_spec` is the sandbox's half: ``triton.compile`` for the GPU's architecture, returning the cubin
   and :func:`metadata`;
 - :func:`check_reply` is what the grader applies to what the sandbox sends back: sizes capped, every field typed.
@@ -25,15 +27,14 @@ import re
 
 import torch
 
+from ..compile import SignatureError, specialise_arg
+
 __all__ = ["CubinError", "kernel_params", "specialize", "encode_value", "decode_value", "compile_spec", "metadata",
            "check_reply", "manifest", "CubinKernel", "MAX_CUBIN_BYTES"]
 
 #: The largest cubin accepted from the sandbox (a course kernel's is tens of KiB).
 MAX_CUBIN_BYTES = 4 << 20
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
-_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-          torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
-          torch.bool: "i1"}
 _SCALARS = {"i32", "i64", "u32", "u64", "fp32", "fp64", "u1"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")
 _MISSING = object()
@@ -46,19 +47,21 @@ class CubinError(RuntimeError):
 # ---- the kernel's parameters, from its source --------------------------------------------------------------
 
 def kernel_params(text: str, entry: str) -> dict:
-    """``{"params": [{"name", "constexpr", "default"?, "specialize"}], "name": entry}`` for the ``@triton.jit``
-    function ``entry`` of ``text``, read with :mod:`ast` (a default must be a literal; provenance refuses others)."""
+    """``{"params": [{"name", "constexpr", "default"?, "specialize", "align"}], "name": entry}`` for the
+    ``@triton.jit`` function ``entry`` of ``text``, read with :mod:`ast` (a default must be a literal; provenance
+    refuses others)."""
     tree = ast.parse(text)
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry), None)
     if fn is None:
         raise CubinError(f"no function {entry!r} in the kernel's source")
     no_spec: set = set()
+    no_align: set = set()
     for dec in fn.decorator_list:
         if isinstance(dec, ast.Call):
             for kw in dec.keywords:
-                if kw.arg == "do_not_specialize":
+                if kw.arg in ("do_not_specialize", "do_not_specialize_on_alignment"):
                     try:
-                        no_spec.update(ast.literal_eval(kw.value))
+                        (no_spec if kw.arg == "do_not_specialize" else no_align).update(ast.literal_eval(kw.value))
                     except ValueError:
                         pass
     a = fn.args
@@ -71,7 +74,8 @@ def kernel_params(text: str, entry: str) -> dict:
         text_ann = ann.value if isinstance(ann, ast.Constant) and isinstance(ann.value, str) else \
             (ast.unparse(ann) if ann is not None else "")
         p = {"name": arg.arg, "constexpr": "constexpr" in text_ann,
-             "specialize": i not in no_spec and arg.arg not in no_spec}
+             "specialize": i not in no_spec and arg.arg not in no_spec,
+             "align": i not in no_align and arg.arg not in no_align}
         if d is not _MISSING:
             try:
                 p["default"] = ast.literal_eval(d)
@@ -101,25 +105,6 @@ def decode_value(v):
 
         return tl.dtype(str(v["tl_dtype"]))
     return v
-
-
-def _specialize_one(value, specialize: bool) -> tuple[str, str | None, object]:
-    """(type, attribute key, constexpr value): Triton's own rule (``native_specialize_impl``) where it can run."""
-    if isinstance(value, torch.Tensor):
-        t = "*" + _TYPES.get(value.dtype, "fp32")
-        return t, ("D" if specialize and value.data_ptr() % 16 == 0 else ""), None
-    if isinstance(value, bool):
-        return "u1", None, None
-    if isinstance(value, int):
-        if specialize and value == 1:
-            return "constexpr", None, 1
-        t = "i32" if -2**31 <= value < 2**31 else ("u64" if value >= 2**63 else "i64")
-        return t, ("D" if specialize and value % 16 == 0 else ""), None
-    if isinstance(value, float):
-        return "fp32", None, None
-    if value is None:
-        return "constexpr", None, None
-    return "constexpr", None, value
 
 
 def specialize(params: dict, args: tuple, kwargs: dict, arch: int = 90) -> dict:
@@ -154,12 +139,15 @@ def specialize(params: dict, args: tuple, kwargs: dict, arch: int = 90) -> dict:
         if p["constexpr"]:
             sig[p["name"]], const[p["name"]] = "constexpr", encode_value(v)
             continue
-        t, key, c = _specialize_one(v, p["specialize"])
+        try:
+            t, div16, c = specialise_arg(v, specialize=p["specialize"], align=p.get("align", True))
+        except SignatureError as e:
+            raise CubinError(f"{params['name']}: {p['name']}: {e}") from None
         sig[p["name"]] = t
         if t == "constexpr":
             const[p["name"]] = encode_value(c)
             continue
-        if key == "D":
+        if div16:
             attrs[p["name"]] = [["tt.divisibility", 16]]
         runtime.append(p["name"])
     for k, v in options.items():

@@ -36,6 +36,7 @@ __all__ = [
     "pad_inputs",
     "alloc_outputs",
     "run_case",
+    "your_code_raised",
     "precheck",
     "PROBLEMS",
     "TRAFFIC",
@@ -701,8 +702,14 @@ _CUDA_FAULTS = ("illegal memory access", "illegal address", "misaligned address"
                 "unspecified launch failure")
 
 
+def your_code_raised(kind: str, message) -> str:
+    """How a check reports the student's exception, in the notebook and in the grader (which sees only the type's
+    name and the message, sent from the sandbox)."""
+    return f"your code raised {kind}: {str(message).strip()[:2000]}"
+
+
 def _raised(e: BaseException) -> str:
-    text = f"your code raised {type(e).__name__}: {str(e).strip()[:2000]}"
+    text = your_code_raised(type(e).__name__, e)
     if any(f in str(e) for f in _CUDA_FAULTS):
         text += ("; the kernel touched memory outside its tensors on the GPU, and this process's CUDA context is "
                  "now lost: restart the notebook's kernel before the next check. The smaller cases, checked "

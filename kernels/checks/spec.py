@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 __all__ = ["KINDS", "Case", "Performance", "Exercise", "CheckFailed", "NotGradedHere", "register", "get",
-           "lesson_exercises"]
+           "lesson_exercises", "settings_problem"]
 
 #: What a student passes to ``check``, argument by argument:
 #: ``kernel`` a ``@triton.jit`` function defined at the top level of the notebook;
@@ -161,6 +161,21 @@ class Exercise:
 
     def cases(self, hidden: bool) -> list[Case]:
         return list(self.hidden if hidden else self.visible)
+
+
+def settings_problem(name: str, value: Any, keys: tuple[str, ...]) -> str | None:
+    """Why ``value``, the notebook's launch settings ``name``, is not a dict of exactly ``keys`` holding positive
+    integers (None when it is): the first test of a ``value`` exercise's rule."""
+    if not isinstance(value, dict):
+        return f"{name} must be a dict with keys {', '.join(keys)}; got a {type(value).__name__}"
+    missing = [k for k in keys if k not in value]
+    extra = [k for k in value if k not in keys]
+    if missing or extra:
+        return f"{name} needs exactly the keys {', '.join(keys)} (missing {missing}, unknown {extra})"
+    for k in keys:
+        if isinstance(value[k], bool) or not isinstance(value[k], int) or value[k] < 1:
+            return f"{k}={value[k]!r} must be a positive integer"
+    return None
 
 
 _ID = re.compile(r"^\d\d_[a-z0-9_]+\.[A-Za-z0-9_]+$")

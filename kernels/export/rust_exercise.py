@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import kernels
 
 __all__ = ["RustResult", "build_and_test", "build_launcher", "cargo", "draw_cases", "expected", "forbidden", "grade",
-           "install_launcher", "solution_source", "GET_CARGO", "LAUNCHER"]
+           "install_launcher", "GET_CARGO", "LAUNCHER"]
 
 #: The workbook's Rust crate (``workbook-launch``): ``$WORKBOOK_RUST_CRATE``, else the ``rust/`` that sits beside the
 #: folder this package is imported from (a checkout of the workbook).
@@ -93,7 +93,7 @@ fn main() {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("error: {e}");
-                std::process::exit(3);
+                std::process::exit(workbook_launch::cli::exit_code(&e));
             }
         };
         let sizes: Vec<(String, i64)> = value("--size")
@@ -112,12 +112,7 @@ fn main() {
         Ok(text) => println!("{text}"),
         Err(e) => {
             eprintln!("error: {e}");
-            std::process::exit(match e {
-                workbook_launch::Error::Argument(_) | workbook_launch::Error::Io(_) => 2,
-                workbook_launch::Error::Manifest(_) => 3,
-                workbook_launch::Error::Library(_) => 4,
-                workbook_launch::Error::Driver { .. } => 5,
-            });
+            std::process::exit(workbook_launch::cli::exit_code(&e));
         }
     }
 }
@@ -358,16 +353,6 @@ def build_launcher(source: str, out: pathlib.Path | str, *, timeout: float = 600
     return pathlib.Path(tdir) / "release" / LAUNCHER, f"built {LAUNCHER} (cargo build --offline --release)"
 
 
-def solution_source() -> str:
-    """``YOUR_RUST`` of the lesson's solution, as its notebook defines it (markers included)."""
-    from grader.course import solution_notebook
-
-    cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
-    ns: dict = {}
-    exec(compile(cell.source, "<05_ptx_export_rust:ex3-rust>", "exec"), ns)  # noqa: S102 (the lesson's own cell)
-    return ns["YOUR_RUST"]
-
-
 def install_launcher(source: str, dest: pathlib.Path | str = CRATE / "target" / "release" / LAUNCHER) -> str:
     """Build the launcher of ``source`` and copy it to ``dest``, with the SHA-256 of the source beside it
     (``<dest>.sha256``): a GPU machine without cargo runs it for a notebook whose ``YOUR_RUST`` has that hash."""
@@ -385,18 +370,22 @@ def install_launcher(source: str, dest: pathlib.Path | str = CRATE / "target" / 
     return f"{how}: {dest}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, source: str | None = None, prog: str | None = None) -> int:
+    """The command line: build the launcher of ``--source FILE``, or of ``source`` where a caller passes it (the
+    course's ``python -m grader.rust_launcher`` passes the lesson's solution)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m kernels.export.rust_exercise",
+    ap = argparse.ArgumentParser(prog=prog or "python -m kernels.export.rust_exercise",
                                  description="build lesson 05's launcher (the grid from launch_grid)")
-    ap.add_argument("--source", help="a file of Rust source defining launch_grid (default: the lesson's solution)")
+    ap.add_argument("--source", required=source is None,
+                    help="a file of Rust source defining launch_grid" + (" (default: the lesson's solution)"
+                                                                        if source is not None else ""))
     ap.add_argument("--out", default=str(CRATE / "target" / "release" / LAUNCHER),
                     help="where the launcher goes (default: rust/target/release/yours-launch, carried to a GPU "
                          "machine with the crate's own launcher)")
     args = ap.parse_args(argv)
     try:
-        source = pathlib.Path(args.source).read_text() if args.source else solution_source()
+        source = pathlib.Path(args.source).read_text() if args.source else source
         print(install_launcher(source, args.out))
     except RuntimeError as e:
         print(e)

@@ -21,24 +21,36 @@ from . import VERSIONS, chunk_linear_attn
 from .chunked_torch import chunked_forward, torch_chunked_linear_attention
 from .reference import FLOPS_CHUNK, forward_flops, reference_linear_attention
 
-__all__ = ["problems", "versions", "report", "sets", "FLOPS_CHUNK"]
+__all__ = ["problems", "versions", "report", "sets", "packed", "cu_seqlens", "row_params", "FLOPS_CHUNK"]
 
+
+
+def packed(B: int, T: int, lens: list[int] | None) -> tuple[int, int, int]:
+    """(B, T, the number of sequences N) of a row: ``lens`` packs sequences of those lengths into a batch of one."""
+    return (B, T, B) if lens is None else (1, sum(lens), len(lens))
+
+
+def cu_seqlens(lens: list[int] | None) -> torch.Tensor | None:
+    """The packed sequences' start offsets and the total, on the device (None without ``lens``)."""
+    return None if lens is None else torch.tensor([0] + lens, device=DEVICE).cumsum(0)
+
+
+def row_params(B: int, T: int, H: int, K: int, V: int, dtype: torch.dtype, lens: list[int] | None, state: bool,
+               **more) -> dict:
+    """A row's parameters as the JSON results record them (``more``: a problem set's own)."""
+    return dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), **more, varlen=lens is not None,
+                state=state)
 
 
 def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:
     """One size; ``lens`` packs sequences of those lengths into a batch of one."""
     K = V = D
-    if lens is not None:
-        B, T = 1, sum(lens)
-    N = B if lens is None else len(lens)
+    B, T, N = packed(B, T, lens)
 
     def make_inputs(seed: int) -> dict:
         gen = torch.Generator(DEVICE).manual_seed(seed)  # drawn on the device: 256k tokens are 1.6e9 numbers
         q, k, v = (torch.randn(B, T, H, D, generator=gen, device=DEVICE).to(dtype) for _ in range(3))
-        cu = None
-        if lens is not None:
-            cu = torch.tensor([0] + lens, device=DEVICE).cumsum(0)
-        return dict(q=q, k=k, v=v, scale=K ** -0.5, output_final_state=state, cu_seqlens=cu,
+        return dict(q=q, k=k, v=v, scale=K ** -0.5, output_final_state=state, cu_seqlens=cu_seqlens(lens),
                     initial_state=torch.randn(N, H, K, V, generator=gen, device=DEVICE) if state else None)
 
     def reference(q, k, v, scale, initial_state, output_final_state, cu_seqlens):
@@ -49,9 +61,8 @@ def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False)
     size = torch.tensor([], dtype=dtype).element_size()
     nbytes = B * T * H * (2 * K + 2 * V) * size + (2 * N * H * K * V * 4 if state else 0)
     flops = forward_flops(B, T, H, K, V)
-    params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
-                  state=state)
-    return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype)
+    return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype),
+                   row_params(B, T, H, K, V, dtype, lens, state), dtype)
 
 
 def problems(quick: bool) -> list[Problem]:

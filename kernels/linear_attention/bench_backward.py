@@ -22,6 +22,7 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn
+from .bench import cu_seqlens, packed, row_params
 from .chunked_torch import chunked_forward
 from .reference import forward_flops, reference_backward
 
@@ -33,16 +34,14 @@ _MAX_CHECKED = 4 * 65536 * 16
 
 def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:
     K = V = D
-    if lens is not None:
-        B, T = 1, sum(lens)
-    N = B if lens is None else len(lens)
+    B, T, N = packed(B, T, lens)
 
     def make_inputs(seed: int) -> dict:
         gen = torch.Generator(DEVICE).manual_seed(seed)
         q, k, v, do = (torch.randn(B, T, H, D, generator=gen, device=DEVICE).to(dtype) for _ in range(4))
-        cu = None if lens is None else torch.tensor([0] + lens, device=DEVICE).cumsum(0)
         states = [torch.randn(N, H, K, V, generator=gen, device=DEVICE) if state else None for _ in range(2)]
-        return dict(q=q, k=k, v=v, do=do, scale=K ** -0.5, initial_state=states[0], dht=states[1], cu_seqlens=cu)
+        return dict(q=q, k=k, v=v, do=do, scale=K ** -0.5, initial_state=states[0], dht=states[1],
+                    cu_seqlens=cu_seqlens(lens))
 
     def reference(q, k, v, do, scale, initial_state, dht, cu_seqlens):
         return _flat(reference_backward(q, k, v, do, scale, initial_state, dht, cu_seqlens, chunk_size=256))
@@ -50,10 +49,8 @@ def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False)
     size = torch.tensor([], dtype=dtype).element_size()
     nbytes = B * T * H * (6 * K + 5 * V) * size + (4 * N * H * K * V * 4 if state else 0)
     flops = 3 * forward_flops(B, T, H, K, V)
-    params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), varlen=lens is not None,
-                  state=state)
-    return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype), params, dtype,
-                   validate=B * T * H <= _MAX_CHECKED)
+    return Problem(label, make_inputs, reference, nbytes, flops, tolerance(dtype),
+                   row_params(B, T, H, K, V, dtype, lens, state), dtype, validate=B * T * H <= _MAX_CHECKED)
 
 
 def problems(quick: bool) -> list[Problem]:

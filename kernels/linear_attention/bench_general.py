@@ -22,6 +22,7 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn, dispatch
+from .bench import cu_seqlens, packed, row_params
 from .reference import forward_flops, reference_linear_attention
 
 __all__ = ["problems", "targets", "versions", "problem", "MAX_INPUT_BYTES"]
@@ -46,9 +47,7 @@ def problem(norm: bool, dt: str, K: int, V: int, B: int, H: int, T: int, *, prec
             lens: list[int] | None = None, state: bool = False) -> Problem:
     """One row. ``precision``: the fp32 matmul precision the call runs under; ``lens`` packs sequences."""
     dtype = _DTYPES[dt]
-    if lens is not None:
-        B, T = 1, sum(lens)
-    N = B if lens is None else len(lens)
+    B, T, N = packed(B, T, lens)
 
     def make_inputs(seed: int) -> dict:
         gen = torch.Generator(DEVICE).manual_seed(seed)
@@ -57,14 +56,13 @@ def problem(norm: bool, dt: str, K: int, V: int, B: int, H: int, T: int, *, prec
             qk = [torch.nn.functional.elu(x) + 1 for x in qk]
         q, k = (x.to(dtype) for x in qk)
         v = torch.randn(B, T, H, V, generator=gen, device=DEVICE).to(dtype)
-        cu = None if lens is None else torch.tensor([0] + lens, device=DEVICE).cumsum(0)
         initial = None
         if state:
             initial = torch.randn(N, H, K, V, generator=gen, device=DEVICE)
             if norm:
                 initial = (initial, torch.rand(N, 1, H, K, generator=gen, device=DEVICE) * 4)
         return dict(q=q, k=k, v=v, scale=K ** -0.5, initial_state=initial, output_final_state=state,
-                    normalize=norm, cu_seqlens=cu, precision=precision)
+                    normalize=norm, cu_seqlens=cu_seqlens(lens), precision=precision)
 
     def reference(q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens, precision):
         init = initial_state
@@ -80,8 +78,7 @@ def problem(norm: bool, dt: str, K: int, V: int, B: int, H: int, T: int, *, prec
     if state:
         nbytes += 2 * N * H * (K * V + (K if norm else 0)) * 4
     flops = forward_flops(B, T, H, K, V)
-    params = dict(B=B, T=T, H=H, K=K, V=V, dtype=str(dtype).removeprefix("torch."), normalize=norm,
-                  precision=precision, varlen=lens is not None, state=state)
+    params = row_params(B, T, H, K, V, dtype, lens, state, normalize=norm, precision=precision)
     tol = tolerance(dtype, tf32=dtype == torch.float32)  # fla's fp32 is TF32 whatever the setting
     return Problem(_label(norm, dt, K, V, B, H, T, precision, lens, state), make_inputs, reference, nbytes, flops,
                    tol, params, dtype)

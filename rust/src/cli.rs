@@ -154,31 +154,21 @@ pub fn prepare(a: &Args, need_all_inputs: bool) -> Result<HostJob> {
         }
     }
     let a = &a;
-    for (name, _) in &a.inputs {
-        match find(name).map(|p| &p.kind) {
-            Some(Kind::Pointer { role: Role::In | Role::InOut, .. }) => {}
-            Some(Kind::Pointer { role, .. }) => {
-                return Err(Error::Argument(format!("--in {name}: that buffer is {role:?}, not an input")))
-            }
-            _ => {
-                return Err(Error::Argument(format!(
-                    "--in {name}: {} has no pointer parameter {name:?}",
-                    manifest.kernel
-                )))
-            }
-        }
-    }
-    for (name, _) in &a.outputs {
-        match find(name).map(|p| &p.kind) {
-            Some(Kind::Pointer { role: Role::Out | Role::InOut, .. }) => {}
-            Some(Kind::Pointer { role, .. }) => {
-                return Err(Error::Argument(format!("--out {name}: that buffer is {role:?}, not an output")))
-            }
-            _ => {
-                return Err(Error::Argument(format!(
-                    "--out {name}: {} has no pointer parameter {name:?}",
-                    manifest.kernel
-                )))
+    for (flag, files, role_wanted, what) in
+        [("--in", &a.inputs, Role::In, "an input"), ("--out", &a.outputs, Role::Out, "an output")]
+    {
+        for (name, _) in files {
+            match find(name).map(|p| &p.kind) {
+                Some(Kind::Pointer { role, .. }) if *role == role_wanted || *role == Role::InOut => {}
+                Some(Kind::Pointer { role, .. }) => {
+                    return Err(Error::Argument(format!("{flag} {name}: that buffer is {role:?}, not {what}")))
+                }
+                _ => {
+                    return Err(Error::Argument(format!(
+                        "{flag} {name}: {} has no pointer parameter {name:?}",
+                        manifest.kernel
+                    )))
+                }
             }
         }
     }
@@ -374,6 +364,16 @@ fn devices() -> Result<String> {
         "{{\"driver_cuda\": \"{maj}.{min}\", \"device0\": {}, \"compute_capability\": \"{cm}.{cn}\"}}",
         json_str(&ctx.name()?)
     ))
+}
+
+/// The command line's exit status for an error: 2 arguments or files, 3 manifest, 4 driver library, 5 driver call.
+pub fn exit_code(e: &Error) -> i32 {
+    match e {
+        Error::Argument(_) | Error::Io(_) => 2,
+        Error::Manifest(_) => 3,
+        Error::Library(_) => 4,
+        Error::Driver { .. } => 5,
+    }
 }
 
 /// Run the command line; the text to print on success.

@@ -4,12 +4,7 @@ fn main() {
         Ok(text) => println!("{text}"),
         Err(e) => {
             eprintln!("error: {e}");
-            std::process::exit(match e {
-                workbook_launch::Error::Argument(_) | workbook_launch::Error::Io(_) => 2,
-                workbook_launch::Error::Manifest(_) => 3,
-                workbook_launch::Error::Library(_) => 4,
-                workbook_launch::Error::Driver { .. } => 5,
-            });
+            std::process::exit(workbook_launch::cli::exit_code(&e));
         }
     }
 }

@@ -150,78 +150,29 @@ fn cli_checks_files_and_sizes_before_touching_a_gpu() {
     std::fs::write(d.join("short.bin"), vec![0u8; 3996]).unwrap();
     let x = d.join("x.bin");
     let short = d.join("short.bin");
-    let (xs, shorts) = (format!("x_ptr={}", x.display()), format!("y_ptr={}", short.display()));
-    let job = prepare(
-        &parse_args(&args(&[
-            "run",
-            "--manifest",
-            ms,
-            "--size",
-            "n_elements=1000",
-            "--in",
-            &xs,
-            "--in",
-            &format!("y_ptr={}", x.display()),
-            "--out",
-            "out_ptr=o.bin",
-        ]))
-        .unwrap(),
-        true,
-    )
-    .unwrap();
+    let (xs, ys) = (format!("x_ptr={}", x.display()), format!("y_ptr={}", x.display()));
+    let shorts = format!("y_ptr={}", short.display());
+    // `run` of the fixture at n_elements = 1000, then `more`
+    let run = |more: &[&str]| args(&[&["run", "--manifest", ms, "--size", "n_elements=1000"], more].concat());
+    let job = prepare(&parse_args(&run(&["--in", &xs, "--in", &ys, "--out", "out_ptr=o.bin"])).unwrap(), true).unwrap();
     assert_eq!(job.inputs.len(), 3);
-    let job = prepare(
-        &parse_args(&args(&[
-            "run",
-            "--manifest",
-            ms,
-            "--size",
-            "n_elements=1000",
-            "--arg",
-            &xs,
-            "--arg",
-            &format!("y_ptr={}", x.display()),
-        ]))
-        .unwrap(),
-        true,
-    )
-    .unwrap();
+    let job = prepare(&parse_args(&run(&["--arg", &xs, "--arg", &ys])).unwrap(), true).unwrap();
     assert!(job.inputs.iter().all(|(_, d)| d.as_ref().map(|b| b.len()) == Some(4000) || d.is_none()));
-    let e = parse_args(&args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--arg", "alpha=2"]))
-        .and_then(|a| prepare(&a, true))
-        .unwrap_err();
+    let e = parse_args(&run(&["--arg", "alpha=2"])).and_then(|a| prepare(&a, true)).unwrap_err();
     assert!(e.to_string().contains("no parameter \"alpha\""), "{e}");
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
-            args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--in", &xs, "--in", &shorts]),
+            run(&["--in", &xs, "--in", &shorts]),
             "holds 3996 bytes, but n_elements = 1000 elements of 4 bytes is 4000 bytes",
         ),
-        (args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--in", &xs]), "needs --in y_ptr=FILE"),
-        (args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--in", "out_ptr=x.bin"]), "not an input"),
-        (args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--out", "x_ptr=o.bin"]), "not an output"),
+        (run(&["--in", &xs]), "needs --in y_ptr=FILE"),
+        (run(&["--in", "out_ptr=x.bin"]), "not an input"),
+        (run(&["--out", "x_ptr=o.bin"]), "not an output"),
         (args(&["run", "--manifest", ms, "--size", "n=1000"]), "unknown size \"n\""),
         (args(&["run", "--manifest", ms]), "missing sizes n_elements"),
         (args(&["run", "--manifest", ms, "--size", "n_elements=0"]), "requirement \"n_elements >= 1\" fails"),
-        (
-            args(&["run", "--manifest", ms, "--size", "n_elements=1000", "--in", "x_ptr=/nonexistent/x.bin"]),
-            "cannot read",
-        ),
-        (
-            args(&[
-                "run",
-                "--manifest",
-                ms,
-                "--size",
-                "n_elements=1000",
-                "--in",
-                &xs,
-                "--in",
-                &xs.replace("x_ptr", "y_ptr"),
-                "--scalar",
-                "n_elements=3",
-            ]),
-            "computed from the sizes",
-        ),
+        (run(&["--in", "x_ptr=/nonexistent/x.bin"]), "cannot read"),
+        (run(&["--in", &xs, "--in", &ys, "--scalar", "n_elements=3"]), "computed from the sizes"),
         (
             args(&["run", "--manifest", ms, "--expect-triton", "3.9.0", "--size", "n_elements=1"]),
             "exported by Triton 3.6.0",
@@ -296,4 +247,18 @@ fn binary_reports_a_missing_driver_clearly() {
     let out = Command::new(env!("CARGO_BIN_EXE_workbook-launch")).args(["bench"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--manifest M.json is required"));
+}
+
+#[test]
+fn exit_codes_tell_the_kinds_of_error_apart() {
+    let driver = Error::Driver { call: "cuInit".into(), code: 100, name: "".into(), description: "".into() };
+    let errors = [
+        Error::Argument("".into()),
+        Error::Io("".into()),
+        Error::Manifest("".into()),
+        Error::Library("".into()),
+        driver,
+    ];
+    let codes: Vec<i32> = errors.iter().map(workbook_launch::cli::exit_code).collect();
+    assert_eq!(codes, [2, 2, 3, 4, 5]);
 }

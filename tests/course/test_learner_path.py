@@ -170,7 +170,7 @@ def sector_bytes(n, stride, itemsize):
 
 def test_the_score_counts_points_per_exercise_and_reuses_checks_already_run(capsys):
     from kernels.checks import check
-    from kernels.score import score_here
+    from grader.score import score_here
 
     check("01_memory_hierarchy.sector_bytes", _sector_bytes)  # the notebook's own check cell, already run
     calls = []
@@ -192,7 +192,7 @@ def test_the_score_counts_points_per_exercise_and_reuses_checks_already_run(caps
 
 
 def test_the_score_names_what_failed(capsys):
-    from kernels.score import score_here
+    from grader.score import score_here
 
     # the bytes asked for, not the sectors delivered
     wrong = _notebook_function("def sector_bytes(n, stride, itemsize):\n    return n * itemsize\n", "sector_bytes")
@@ -203,9 +203,8 @@ def test_the_score_names_what_failed(capsys):
 
 @pytest.mark.slow
 def test_make_score_runs_the_saved_notebook(tmp_path):
-    from kernels.score import main
-
     from grader.course import student_notebook
+    from grader.score import main
 
     # the learner's saved copy: exercise 1 answered, exercise 2 still the stub
     work = tmp_path / "my-work"
@@ -215,7 +214,7 @@ def test_make_score_runs_the_saved_notebook(tmp_path):
     next(c for c in mine.cells if c.get("id") == "add_kernel").source = "\n".join(
         ln for ln in answer.source.splitlines() if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
     nbformat.write(mine, work / "00_setup.ipynb")
-    out = subprocess.run([sys.executable, "-m", "kernels.score", "00", "--work", str(work)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "grader.score", "00", "--work", str(work)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = {ln.split()[0]: ln for ln in out.stdout.splitlines() if ln.startswith("  ")}

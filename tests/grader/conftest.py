@@ -1,4 +1,3 @@
-import json
 import sys
 
 import pytest
@@ -31,10 +30,3 @@ def grader_run():
     return Grader(Settings(problem_timeout=60, memory_limit=2 << 30, lesson_paths=[str(FIXTURES)]))
 
 
-def with_cells(nb, **cells):
-    out = json.loads(json.dumps(nb))
-    for cell in out["cells"]:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid in cells:
-            cell["source"] = cells[gid]
-    return out

@@ -53,6 +53,43 @@ def test_a_launch_is_specialised_as_the_jit_does():
         specialize(p, (x, x, x, 64), {})
 
 
+RULE = '''import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["m"], do_not_specialize_on_alignment=[1, "k"])
+def rule_kernel(x_ptr, y_ptr, n, m, k, flag, scale, BLOCK: tl.constexpr):
+    pass
+'''
+
+
+def test_the_source_and_the_function_are_specialised_alike():
+    """The parameters read from text and a ``JITFunction`` of the same kernel give the same specialisation: both
+    go through kernels.compile.specialise_arg."""
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    from kernels.compile import bind, specialise
+
+    def rule_kernel(x_ptr, y_ptr, n, m, k, flag, scale, BLOCK: tl.constexpr):
+        pass
+
+    jit = JITFunction(rule_kernel, do_not_specialize=["m"], do_not_specialize_on_alignment=[1, "k"])
+    p = kernel_params(RULE, "rule_kernel")
+    x = torch.zeros(64)
+    launches = [(x, x, 64, 64, 64, True, 0.5), (x[1:], x[1:], 1, 1, 1, False, 2.0), (x, x, 17, 32, 2**40, 0, 1),
+                (x.bool(), x.half(), 2**63, -2**31 - 16, 0, None, 3)]
+    for n, args in enumerate(launches):
+        s = specialize(p, args, {"BLOCK": 32})
+        sig, const, attrs = specialise(jit, bind(jit, args, {"BLOCK": 32}), specialize=True)
+        assert s["signature"] == sig and s["constexprs"] == const, f"launch {n}"
+        assert set(s["attrs"]) == {jit.params[i].name for (i,) in attrs}, f"launch {n}"
+    s = specialize(p, (x, x, 64, 64, 64, True, 0.5), {"BLOCK": 32})
+    assert set(s["attrs"]) == {"x_ptr", "n"} and s["signature"]["flag"] == "u1"
+    with pytest.raises(CubinError, match="64 bits"):
+        specialize(p, (x, x, 2**64, 0, 0, 0, 0.0), {"BLOCK": 32})
+
+
 @pytest.fixture(scope="module")
 def box():
     from grader.sandbox import SandboxConfig

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -45,6 +46,8 @@ def test_no_solution_code(dist):
     for path, text in _texts(dist):
         assert "### BEGIN SOLUTION" not in text and "### BEGIN HIDDEN TESTS" not in text, path
         assert "hidden=True" not in text or path.suffix != ".ipynb", path  # hidden tests: in no notebook
+        # nothing in it imports the grader, which the hand-out leaves out
+        assert not re.search(r"^\s*(from|import) grader\b", text, re.M), path
         mine = _squeeze(text)
         for lesson, block in blocks:
             lines = [ln for ln in block.splitlines() if len(ln) > 30]
@@ -94,6 +97,10 @@ def test_installs_and_runs_lesson_00(dist, tmp_path):
         script.append("\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))))
         if "check(" in src:
             break
+    # and the last cell, which in the repository scores with the hidden checks: here it says how to hand in
+    last = [c for c in release["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "score"]
+    assert len(last) == 1
+    script.append("".join(last[0]["source"]))
     run = tmp_path / "run"
     run.mkdir()
     (run / "lesson.py").write_text("\n\n".join(script) + "\nimport kernels\nprint('KERNELS_FROM', kernels.__file__)\n")
@@ -104,3 +111,4 @@ def test_installs_and_runs_lesson_00(dist, tmp_path):
     where = proc.stdout.split("KERNELS_FROM", 1)[1].strip()
     assert where.startswith(purelib), where  # the hand-out's package, not the repository's
     assert "✓" in proc.stdout and "00_setup.vector_add" in proc.stdout, proc.stdout[-2000:]
+    assert "Hand in 00_setup.ipynb" in proc.stdout, proc.stdout[-2000:]

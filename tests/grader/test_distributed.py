@@ -87,7 +87,8 @@ class _Cluster:
                 return json.loads(self.file.read_text())["address"]
             except (FileNotFoundError, json.JSONDecodeError, KeyError):
                 if self.scheduler.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"the dask scheduler did not start; its log: {self.tmp / 'cluster.log'}")
+                    log = self.tmp / "cluster.log"
+                    raise RuntimeError(f"the dask scheduler did not start; its log: {log}") from None
                 time.sleep(0.1)
 
     def _start(self, cmd):
@@ -202,18 +203,27 @@ def _killer(cluster, client, student: str, times: int, killed: list):
     return t
 
 
+def _grade_killing(cluster, client, course, times: int) -> tuple:
+    """Grade ``course`` on ``client``'s cluster while the worker grading alice is killed ``times`` times; the
+    outcome and the (name, address) of each worker killed."""
+    from grader import distributed
+
+    killed: list = []
+    t = _killer(cluster, client, "alice", times, killed)
+    out = distributed.autograde(course, client, settings=_settings(), progress=False)
+    t.join(30)
+    return out, killed
+
+
 @pytest.mark.slow  # a real cluster grading real notebooks: 15-25 s each on 2 cores
 def test_worker_killed_mid_task_is_retried(default_run, cluster, course):
     """SIGKILL the worker grading a submission: the scheduler reruns it on another worker, nothing is lost."""
-    from grader import distributed, workflow
+    from grader import workflow
 
     _, scores, book = default_run
     client = cluster.client(2)
-    killed: list = []
     try:
-        t = _killer(cluster, client, "alice", 1, killed)
-        out = distributed.autograde(course, client, settings=_settings(), progress=False)
-        t.join(30)
+        out, killed = _grade_killing(cluster, client, course, 1)
     finally:
         client.close()
     assert killed, "no worker was seen grading"
@@ -230,11 +240,8 @@ def test_worker_lost_twice_is_an_infrastructure_failure(default_run, cluster, co
 
     _, scores, book = default_run
     client = cluster.client(2)
-    killed: list = []
     try:
-        t = _killer(cluster, client, "alice", 2, killed)
-        out = distributed.autograde(course, client, settings=_settings(), progress=False)
-        t.join(30)
+        out, killed = _grade_killing(cluster, client, course, 2)
         assert len(killed) == 2 and killed[0][1] != killed[1][1]
         assert [(s, lsn) for s, lsn, _ in out.infrastructure] == [("alice", LESSON)]
         assert "lost" in out.infrastructure[0][2]

@@ -4,7 +4,9 @@ an illegal address), each costing only its own problem while the GPU stays healt
 import runpy
 
 import pytest
-from conftest import FIXTURES, with_cells
+from conftest import FIXTURES
+
+from grader.notebook import with_cells
 
 pytestmark = pytest.mark.gpu
 

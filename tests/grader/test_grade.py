@@ -1,6 +1,6 @@
 """Grading a notebook end to end in the sandbox: scores per problem, independent of order and seed."""
 
-from conftest import with_cells
+from grader.notebook import with_cells
 
 
 def _scores(result):

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from grader.notebook import _free_names, cells_needed
+from grader.notebook import _free_names, cells_needed, with_cells
 
 FREE = [
     ("def f(n): return n", set()),
@@ -51,3 +51,12 @@ def test_slice_skips_cells_that_bind_a_parameters_name():
     # a global the function really reads keeps its cell
     cells[3] = "def sector_bytes(m, stride):\n    return helper(n * stride) * 32"
     assert cells_needed(cells, {"sector_bytes"}) == [0, 1, 2, 3]
+
+
+def test_with_cells_replaces_graded_cells_by_id_in_a_copy():
+    nb = {"cells": [{"cell_type": "code", "source": "a = 1", "metadata": {"nbgrader": {"grade_id": "ex1"}}},
+                    {"cell_type": "code", "source": "b = 2", "metadata": {}},
+                    {"cell_type": "markdown", "source": "text", "metadata": {"nbgrader": {"grade_id": "md"}}}]}
+    got = with_cells(nb, ex1="a = 3", missing="x")
+    assert [c["source"] for c in got["cells"]] == ["a = 3", "b = 2", "text"]
+    assert nb["cells"][0]["source"] == "a = 1"

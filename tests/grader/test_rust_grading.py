@@ -5,8 +5,8 @@ machine the cell is "not graded", with the reason."""
 import json
 
 import pytest
-from conftest import with_cells
 
+from grader.notebook import with_cells
 from kernels.export.rust_exercise import cargo
 
 LESSON = "05_ptx_export_rust"

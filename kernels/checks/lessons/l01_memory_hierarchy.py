@@ -30,15 +30,14 @@ def _copy_outputs(case, inputs):
 _COPY_SIGNATURE = ("copy_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr), launched on grid (P,) "
                    "with P <= cdiv(n_elements, BLOCK_SIZE): a grid-stride loop")
 
+# what the copy's two exercises share: its signature, inputs, launch and oracle
+_COPY_KERNEL = dict(args=("kernel",), signature=_COPY_SIGNATURE, make_inputs=_copy_inputs, outputs=_copy_outputs,
+                    run=_copy_run, reference=lambda inputs, case: {"out": inputs["x"]})
+
 COPY = Exercise(
     id="01_memory_hierarchy.copy",
-    args=("kernel",),
-    signature=_COPY_SIGNATURE,
     description="out[i] = x[i] for i < n_elements, whatever the number of programs P",
-    make_inputs=_copy_inputs,
-    outputs=_copy_outputs,
-    run=_copy_run,
-    reference=lambda inputs, case: {"out": inputs["x"]},
+    **_COPY_KERNEL,
     visible=[Case("n=10000 BLOCK_SIZE=512 P=3 fp32", dict(n=10000, BLOCK_SIZE=512, P=3)),
              Case("n=1000 BLOCK_SIZE=1024 P=1 fp32", dict(n=1000, BLOCK_SIZE=1024, P=1)),
              Case("n=2047 BLOCK_SIZE=512 P=2 fp32", dict(n=2047, BLOCK_SIZE=512, P=2),
@@ -66,13 +65,8 @@ _SPEED_N = 2**27 + 17
 
 COPY_SPEED = Exercise(
     id="01_memory_hierarchy.copy_speed",
-    args=("kernel",),
-    signature=_COPY_SIGNATURE,
     description="the grid-stride copy at >= 75% of the speed of torch's copy on 2**27 fp32 elements (GPU only)",
-    make_inputs=_copy_inputs,
-    outputs=_copy_outputs,
-    run=_copy_run,
-    reference=lambda inputs, case: {"out": inputs["x"]},
+    **_COPY_KERNEL,
     visible=[Case("n=4099 BLOCK_SIZE=256 P=4 fp32", dict(n=4099, BLOCK_SIZE=256, P=4)),
              Case("n=2047 BLOCK_SIZE=512 P=2 fp32", dict(n=2047, BLOCK_SIZE=512, P=2),
                   purpose="leaves the last block one element short (n % BLOCK_SIZE = BLOCK_SIZE - 1): a full-block "

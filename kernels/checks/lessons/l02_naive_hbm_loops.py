@@ -115,18 +115,17 @@ NAIVE = Exercise(
     points=(3, 2),
 )
 
+# what the fused kernel's two exercises share: its signature, inputs, launch and oracle
+_FUSED_KERNEL = dict(magnitude=True, args=("kernel",),
+                     signature=_SIGNATURE.format(name="fused_kernel") + ", launched on grid (cdiv(V, BV), B*H) with "
+                                                                        "BK = next_power_of_2(K)",
+                     make_inputs=_inputs, outputs=_outputs, run=_fused_run, reference=_reference)
+
 FUSED = Exercise(
     id="02_naive_hbm_loops.fused",
-    magnitude=True,
-    args=("kernel",),
-    signature=_SIGNATURE.format(name="fused_kernel") + ", launched on grid (cdiv(V, BV), B*H) with BK = "
-                                                       "next_power_of_2(K)",
     description="the same recurrence with the state in registers, V split in blocks of BV over programs, the "
                 "final state written to s once",
-    make_inputs=_inputs,
-    outputs=_outputs,
-    run=_fused_run,
-    reference=_reference,
+    **_FUSED_KERNEL,
     visible=[_shape(" BV=16", 1, 13, 2, 16, 40, BV=16), _shape(" BV=32", 2, 11, 1, 24, 32, BV=32),
              Case("B=1 T=9 H=2 K=24 V=48 float32 q,k packed BV=32",
                   dict(B=1, T=9, H=2, K=24, V=48, packed=True, pad=8, BV=32),
@@ -157,15 +156,9 @@ _GPU = sizes("recurrent") if ON_GPU else dict(B=4, H=16, T=2048, K=64, V=64)
 
 FUSED_SPEED = Exercise(
     id="02_naive_hbm_loops.fused_speed",
-    magnitude=True,
-    args=("kernel",),
-    signature=FUSED.signature,
     description="the fused kernel at least 2x as fast as the package's naive kernel at B=4 H=16 T=2048 K=V=64 bf16 "
                 "(GPU only)",
-    make_inputs=_inputs,
-    outputs=_outputs,
-    run=_fused_run,
-    reference=_reference,
+    **_FUSED_KERNEL,
     visible=[_shape(" BV=16", 1, 13, 2, 16, 24, BV=16)],
     performance=Performance(
         case=_shape(" BV=32", _GPU["B"], _GPU["T"], _GPU["H"], _GPU["K"], _GPU["V"], torch.bfloat16, BV=32),

@@ -13,7 +13,7 @@ import triton
 from ...device import pick
 from ...testing import guard_changed, guard_filled, randn
 from ..provenance import Recorder
-from ..spec import Case, CheckFailed, Exercise, Performance, register
+from ..spec import Case, CheckFailed, Exercise, Performance, register, settings_problem
 
 __all__ = ["TILED_MATMUL", "TILE_TRAFFIC", "TILE_CHOICE", "grouped_tile", "traffic", "tile_problems"]
 
@@ -214,16 +214,9 @@ _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 
 def _tiles_rule(values, hidden):
     t = values[0]
-    if not isinstance(t, dict):
-        return f"TILES must be a dict with keys {', '.join(_KEYS)}; got a {type(t).__name__}"
-    missing = [k for k in _KEYS if k not in t]
-    extra = [k for k in t if k not in _KEYS]
-    if missing or extra:
-        return f"TILES needs exactly the keys {', '.join(_KEYS)} (missing {missing}, unknown {extra})"
-    for k in _KEYS:
-        v = t[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            return f"{k}={v!r} must be a positive integer"
+    why = settings_problem("TILES", t, _KEYS)
+    if why:
+        return why
     for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"):
         if t[k] & (t[k] - 1):
             return f"{k}={t[k]} must be a power of two"

@@ -14,7 +14,7 @@ from torch.overrides import TorchFunctionMode
 from ...device import pick
 from ...recurrent.reference import reference_recurrent_loop
 from ...testing import randn
-from ..spec import Case, CheckFailed, Exercise, Performance, register
+from ..spec import Case, CheckFailed, Exercise, Performance, register, settings_problem
 
 __all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "CHUNKED_SPEED", "recurrent", "intra_chunk"]
 
@@ -268,15 +268,9 @@ _CHUNK_KEYS = ("BT", "BV", "num_warps", "num_stages")
 
 def _chunk_rule(values, hidden):
     c = values[0]
-    if not isinstance(c, dict):
-        return f"CHUNK must be a dict with keys {', '.join(_CHUNK_KEYS)}; got a {type(c).__name__}"
-    missing = [k for k in _CHUNK_KEYS if k not in c]
-    extra = [k for k in c if k not in _CHUNK_KEYS]
-    if missing or extra:
-        return f"CHUNK needs exactly the keys {', '.join(_CHUNK_KEYS)} (missing {missing}, unknown {extra})"
-    for k in _CHUNK_KEYS:
-        if isinstance(c[k], bool) or not isinstance(c[k], int) or c[k] < 1:
-            return f"{k}={c[k]!r} must be a positive integer"
+    why = settings_problem("CHUNK", c, _CHUNK_KEYS)
+    if why:
+        return why
     for k in ("BT", "BV"):
         if c[k] not in (16, 32, 64, 128):
             return f"{k}={c[k]} must be 16, 32, 64 or 128 (a power of two, and tl.dot needs at least 16)"

@@ -10,8 +10,8 @@ import torch
 import triton
 
 from ...device import ON_GPU
-from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
+from .l03_tiled_sram import _matmul_inputs
 
 __all__ = ["PREDICT_SHARED", "SLOW_INSTRUCTION", "FIXED", "FIXED_SPEED", "AUTOTUNE_SPACE", "LESSON_CONFIG",
            "SMEM_LIMIT", "compile_matmul", "shared_pool", "space_problems", "instruction_problems"]
@@ -190,16 +190,6 @@ _SIGNATURE = ("fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stri
 _TWINS = ("kernels.profile.planted._planted_matmul_kernel", "kernels.profile.planted._fixed_matmul_kernel")
 
 
-def _matmul_inputs(case, gen):
-    M, N, K = case["M"], case["N"], case["K"]
-    a = randn(M, K, gen=gen, dtype=case.dtype, device="cpu")
-    if case.get("b_t"):
-        b = randn(N, K, gen=gen, dtype=case.dtype, device="cpu").t()  # a column-major view
-    else:
-        b = randn(K, N, gen=gen, dtype=case.dtype, device="cpu")
-    return {"a": a, "b": b}
-
-
 def _config(case) -> dict:
     return {k: case.get(k, LESSON_CONFIG[k]) for k in _KEYS}
 
@@ -268,33 +258,24 @@ _FIXED_CASES = dict(
                                                             num_warps=4, num_stages=1), torch.bfloat16)],
 )
 
+# what the fixed kernel's two exercises share: its signature, inputs, launch and oracle
+_FIXED_KERNEL = dict(args=("kernel",), signature=_SIGNATURE, make_inputs=_matmul_inputs, outputs=_matmul_outputs,
+                     run=_matmul_run, reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
+                     magnitude=True, twins=_TWINS)
+
 FIXED = Exercise(
     id=f"{LESSON}.fixed",
-    args=("kernel",),
-    signature=_SIGNATURE,
     description="the planted matmul, fixed: correct results on partial tiles, strided b, fp16 and bf16, and loads "
                 "wider than one element when compiled for sm_90",
-    make_inputs=_matmul_inputs,
-    outputs=_matmul_outputs,
-    run=_matmul_run,
-    reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
-    magnitude=True,
-    twins=_TWINS,
+    **_FIXED_KERNEL,
     points=(2, 1),
     **_FIXED_CASES,
 )
 
 FIXED_SPEED = Exercise(
     id=f"{LESSON}.fixed_speed",
-    args=("kernel",),
-    signature=_SIGNATURE,
     description="the fixed matmul at least 3x faster than the planted one at 4096^3 fp16 (GPU only)",
-    make_inputs=_matmul_inputs,
-    outputs=_matmul_outputs,
-    run=_matmul_run,
-    reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
-    magnitude=True,
-    twins=_TWINS,
+    **_FIXED_KERNEL,
     visible=_FIXED_CASES["visible"][:1],
     performance=Performance(
         case=Case(f"M=N=K={_SIZE} fp16, {LESSON_CONFIG}", dict(M=_SIZE, N=_SIZE, K=_SIZE, **LESSON_CONFIG),

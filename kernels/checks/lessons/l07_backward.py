@@ -42,13 +42,16 @@ def _inputs(case, gen):
         layouts = case.get("layouts", ("contiguous",) * 4)
         out = {n: _tensor(lay, B, T, H, d, dt, gen) for n, d, lay in zip(("q", "k", "v", "do"), (K, K, V, V),
                                                                           layouts)}
-    out["scale"] = K ** -0.5
+    if case.get("do_rows"):  # one value per row, which the autograd exercise expands to [B, T, H, V]
+        out["do"] = randn(B, T, H, 1, gen=gen, dtype=dt, device="cpu", scale=0.5)
+    out["scale"] = case.get("scale", K ** -0.5)
     return out
 
 
 def _reference(names):
     def ref(inputs, case):
-        g = gradients(inputs["q"], inputs["k"], inputs["v"], inputs["do"], inputs["scale"])
+        do = inputs["do"].expand(*inputs["v"].shape)
+        g = gradients(inputs["q"], inputs["k"], inputs["v"], do, inputs["scale"])
         return {n: g[n] for n in names}
 
     return ref
@@ -109,8 +112,9 @@ BACKWARD_TORCH = Exercise(
     ],
     hidden=[
         Case("B=1 T=1 H=1 K=4 V=4 chunk 16 float64", dict(B=1, T=1, H=1, K=4, V=4, chunk=16), torch.float64),
-        Case("B=2 T=128 H=2 K=12 V=20 chunk 32 (exact multiple) float64",
-             dict(B=2, T=128, H=2, K=12, V=20, chunk=32), torch.float64),
+        Case("B=2 T=128 H=2 K=12 V=20 chunk 32 (exact multiple) scale 0.3 float64",
+             dict(B=2, T=128, H=2, K=12, V=20, chunk=32, scale=0.3), torch.float64,
+             purpose="is a whole number of chunks and scales by 0.3, not K^-1/2: use the scale you are given"),
         Case("B=2 T=101 H=3 K=16 V=16 chunk 64, q/k/v/do views of one buffer, float32",
              dict(B=2, T=101, H=3, K=16, V=16, chunk=64, strided=True)),
     ],
@@ -200,8 +204,9 @@ def _cases(hidden: bool, dq: bool):
              dict(B=2, T=70, H=3, K=33, V=40, BT=32, strided=True, **({"BK": 16} if dq else {})), precision="ieee",
              purpose="has " + ("three K blocks, the last with one column, and " if dq else "") + "K, V past a "
                      "power of two"),
-        Case("B=1 T=64 H=2 K=16 V=16 BT=32 fp16, a whole number of chunks", dict(B=1, T=64, H=2, K=16, V=16, BT=32),
-             torch.float16, purpose="is a whole number of chunks"),
+        Case("B=1 T=64 H=2 K=16 V=16 BT=32 fp16, a whole number of chunks, scale 0.3",
+             dict(B=1, T=64, H=2, K=16, V=16, BT=32, scale=0.3), torch.float16,
+             purpose="is a whole number of chunks and scales by 0.3, not K^-1/2"),
         Case("B=2 T=33 H=2 K=24 V=40 BT=16 fp32, q and v strided views, k [B, H, T, K] storage",
              dict(B=2, T=33, H=2, K=24, V=40, BT=16, layouts=("wide", "heads", "wide", "contiguous")),
              precision="ieee", purpose="ends in a chunk of one token"),
@@ -280,8 +285,13 @@ AUTOGRAD = Exercise(
     run=_autograd_run,
     reference=_reference(("o", "dq", "dk", "dv")),
     visible=[Case("B=2 T=45 H=2 K=16 V=32 fp32", dict(B=2, T=45, H=2, K=16, V=32), precision="ieee")],
-    hidden=[Case("B=1 T=70 H=3 K=24 V=16 fp32, q/k/v views of one buffer",
-                 dict(B=1, T=70, H=3, K=24, V=16, strided=True), precision="ieee"),
+    hidden=[Case("B=1 T=70 H=3 K=24 V=16 fp32, q/k/v views of one buffer, scale 0.3",
+                 dict(B=1, T=70, H=3, K=24, V=16, strided=True, scale=0.3), precision="ieee",
+                 purpose="scales by 0.3, not K^-1/2: pass the backward the scale the forward was given"),
+            Case("B=1 T=40 H=2 K=16 V=24 fp32, do as the backward of o.sum(-1) hands it down",
+                 dict(B=1, T=40, H=2, K=16, V=24, do_rows=True), precision="ieee",
+                 purpose="hands your backward a do of stride 0 along V (one value per row, expanded): make it "
+                         "contiguous before launching kernels that assume a unit last stride"),
             Case("B=1 T=130 H=2 K=32 V=32 fp16", dict(B=1, T=130, H=2, K=32, V=32), torch.float16)],
     points=(3, 2),
     forbid=("fla",),

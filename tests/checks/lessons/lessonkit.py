@@ -28,6 +28,14 @@ def edit(source: str, old: str, new: str) -> str:
     return source.replace(old, new, 1)
 
 
+def zoo_source(exercise_id: str, name: str) -> str:
+    """The source of the zoo's answer ``name`` to ``exercise_id`` (kernels/checks/zoo), the one copy of it."""
+    from kernels.checks.zoo import entries
+
+    lesson = exercise_id.split(".")[0]
+    return next(e.source for e in entries(lesson) if (e.exercise, e.name) == (exercise_id, name))
+
+
 def kernel(source: str, name: str, prelude: str = "import triton\nimport triton.language as tl\n"):
     """The ``@triton.jit`` kernel ``name`` rebuilt from cell source, as the grader rebuilds it."""
     ks = provenance.from_cells([prelude, source], name)

@@ -4,7 +4,7 @@ package or fla fail with a message that says why."""
 import pytest
 import torch
 from lessonkit import assert_fails as fails
-from lessonkit import edit, function, grade, kernel, solution_cells
+from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 
 from kernels.checks.lessons.l04_chunked_linear_attention import intra_chunk, recurrent
 from kernels.checks.provenance import Rejected, check_function_static
@@ -13,23 +13,6 @@ CELLS = solution_cells("04_chunked_linear_attention")
 TORCH = CELLS["ex1-torch"]
 INTRA = CELLS["ex2-intra"]
 FUSED = CELLS["ex3-fused"]
-
-TOKEN_LOOP = '''
-def chunked_attention_torch(q, k, v, scale, chunk_size=64):
-    B, T, H, K = q.shape
-    state = q.new_zeros(B, H, K, v.shape[-1])
-    o = torch.empty_like(v)
-    for t in range(T):
-        state = state + k[:, t, :, :, None] * v[:, t, :, None, :]
-        o[:, t] = scale * (q[:, t, :, None, :] @ state).squeeze(-2)
-    return o
-'''
-
-QUADRATIC = '''
-def chunked_attention_torch(q, k, v, scale, chunk_size=64):
-    scores = torch.einsum("bthk,bshk->bhts", q, k).tril()
-    return scale * torch.einsum("bhts,bshv->bthv", scores, v)
-'''
 
 PACKAGE = '''
 from kernels.linear_attention import chunk_linear_attn
@@ -69,12 +52,13 @@ def test_torch_solution_passes(hidden):
 
 
 def test_torch_twins_fail():
-    def check(src):
-        return grade("04_chunked_linear_attention.chunked_torch", function(src, "chunked_attention_torch",
-                                                                           {"torch": torch}))
+    exercise = "04_chunked_linear_attention.chunked_torch"
 
-    fails(check(TOKEN_LOOP), "torch operations", "tokens")
-    fails(check(QUADRATIC), "quadratic")
+    def check(src):
+        return grade(exercise, function(src, "chunked_attention_torch", {"torch": torch}))
+
+    fails(check(zoo_source(exercise, "token-loop")), "torch operations", "tokens")
+    fails(check(zoo_source(exercise, "quadratic")), "quadratic")
     fails(check(edit(TORCH, ".tril()", "")), "relative error")  # not causal inside the chunk
     fails(check(edit(TORCH, "state = state + kc.transpose(-1, -2) @ vc", "pass")), "relative error")
 

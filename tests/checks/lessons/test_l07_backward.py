@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 from lessonkit import assert_fails as fails
-from lessonkit import edit, function, grade, kernel, solution_cells
+from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 
 from kernels.checks.lessons.l07_backward import gradients
 from kernels.checks.provenance import Rejected, check_function_static
@@ -16,17 +16,7 @@ CELLS = solution_cells("07_backward")
 TORCH = CELLS["ex1-torch"]
 DQ = CELLS["ex2-dq"]
 DKDV = CELLS["ex3-dkdv"]
-
-AUTOGRAD = '''
-def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    with torch.enable_grad():
-        S = torch.cumsum(leaves[1][..., :, None] * leaves[2][..., None, :], dim=1)
-        o = scale * torch.einsum("bthk,bthkv->bthv", leaves[0], S)
-        o.backward(do)
-    return tuple(x.grad for x in leaves)
-'''
-
+AUTOGRAD = zoo_source("07_backward.backward_torch", "autograd")
 
 def test_reference_is_autograd_of_the_recurrence():
     q, k = torch.randn(2, 1, 29, 2, 6, dtype=torch.float64)
@@ -121,6 +111,19 @@ def test_autograd_twins_fail():
     keeps = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
                           "ctx.save_for_backward(q, k, v, o)"), "linear_attention", ns)
     fails(grade("07_backward.autograd", keeps), "saved a tensor")
+
+
+def test_hidden_cases_catch_a_guessed_scale_and_a_do_taken_as_it_comes():
+    """The hidden cases scale by 0.3 rather than K^-1/2, and hand the Function's backward a do with stride 0 along V
+    (as the backward of ``o.sum(-1)`` does), which kernels assuming a unit last stride misread."""
+    guessed = edit(TORCH, "    V = v.shape[-1]\n", "    V = v.shape[-1]\n    scale = K ** -0.5\n")
+    fn = function(guessed, "chunked_backward_torch", {"torch": torch})
+    assert grade("07_backward.backward_torch", fn).passed
+    fails(grade("07_backward.backward_torch", fn, hidden=True), "relative error", "scales by 0.3")
+    ns = _lesson_namespace()
+    as_it_comes = function(edit(CELLS["ex4-function"], "        do = do.contiguous()\n", ""), "linear_attention", ns)
+    assert grade("07_backward.autograd", as_it_comes).passed
+    fails(grade("07_backward.autograd", as_it_comes, hidden=True), "stride 0 along V")
 
 
 def test_speed_check_grades_correctness_in_the_interpreter():

@@ -2,7 +2,7 @@
 
 Two ways in. The last cell of each lesson calls :func:`score_here` on the notebook's own variables: it runs each
 graded cell's check, hidden ones included, and reuses the outcome of any check the cells above already ran on the
-same objects, so after a top-to-bottom run it takes no time. From a shell, ``python -m kernels.score [LESSON ...]``
+same objects, so after a top-to-bottom run it takes no time. From a shell, ``python -m grader.score [LESSON ...]``
 (``make score``) executes your saved notebooks (``my-work/``, else ``course/``) with the graded cells as the grader
 restores them, in a fresh kernel, and prints the same table. Speed checks and GPU-only cases count only on a GPU;
 without one their points are listed apart, as points that need a GPU. A class hands work in through nbgrader
@@ -59,7 +59,7 @@ class Score:
 
     @property
     def on_gpu(self) -> bool:
-        from .device import ON_GPU
+        from kernels.device import ON_GPU
 
         return ON_GPU
 
@@ -99,7 +99,7 @@ class Score:
 def _graded(lesson: str):
     """(cell id, exercise id, points, hidden, source) for each graded cell of the lesson, hidden tests included
     (read from the lesson's source by the course build: scoring needs the repository, not only this package)."""
-    from grader.course import solution_notebook
+    from .course import solution_notebook
 
     out = []
     for cell in solution_notebook(lesson).cells:
@@ -116,7 +116,7 @@ def _graded(lesson: str):
 def _needs_gpu(exercise: str) -> bool:
     """An exercise whose check has a speed requirement: only a GPU can grade it, and without one the grader's
     default speed policy scores its cells 0 (``grader/policy.py``); so does this score."""
-    from .checks.spec import get
+    from kernels.checks.spec import get
 
     try:
         return get(exercise).performance is not None
@@ -126,8 +126,8 @@ def _needs_gpu(exercise: str) -> bool:
 
 def _missing_tool(exercise: str) -> str:
     """The toolchain an exercise's check builds with (``"cargo"``), where it is missing on this machine."""
-    from .checks.engine import toolchain_missing
-    from .checks.spec import get
+    from kernels.checks.engine import toolchain_missing
+    from kernels.checks.spec import get
 
     try:
         return get(exercise).toolchain if toolchain_missing(get(exercise)) else ""
@@ -142,7 +142,7 @@ def _first_line(text: str) -> str:
 
 def _cached_check(namespace_check):
     """``check`` that reuses the outcome of the same check already run in this process on the same objects."""
-    from . import checks
+    from kernels import checks
 
     def check(exercise_id, *objects, hidden=False):
         seen = checks.history.get((exercise_id, hidden))
@@ -158,9 +158,9 @@ def _cached_check(namespace_check):
 def score_here(lesson: str, namespace: dict, *, show: bool = True) -> Score:
     """Run every graded cell's check of ``lesson`` on the objects in ``namespace`` (a notebook's ``globals()``),
     reusing outcomes the notebook already has; print the table and return the :class:`Score`."""
-    from .checks import check as real_check
-    from .checks.engine import GRADING_ENV
-    from .device import MODE
+    from kernels.checks import check as real_check
+    from kernels.checks.engine import GRADING_ENV
+    from kernels.device import MODE
 
     score = Score(lesson, MODE)
     if os.environ.get(GRADING_ENV):
@@ -191,10 +191,10 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
     only) in a fresh kernel, and score each graded cell by whether it raised."""
     import nbformat
 
-    from grader.course import solution_notebook
-    from grader.course.run import execute, graded_only, restore_locked
+    from kernels.device import MODE
 
-    from .device import MODE
+    from .course import solution_notebook
+    from .course.run import execute, graded_only, restore_locked
 
     nb = graded_only(restore_locked(nbformat.read(path, as_version=4), solution_notebook(lesson)))
     run = execute(nb, lesson=lesson, copy="yours")
@@ -209,7 +209,7 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
 
 
 def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
-    from grader.layout import COURSE
+    from .layout import COURSE
 
     for folder in (work, COURSE):
         path = folder / f"{lesson}.ipynb"
@@ -219,11 +219,11 @@ def _notebook_for(lesson: str, work: pathlib.Path) -> pathlib.Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grader.layout import WORK
+    from kernels.catalog import lesson_ids
 
-    from .catalog import lesson_ids
+    from .layout import WORK
 
-    ap = argparse.ArgumentParser(prog="python -m kernels.score", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m grader.score", description=__doc__.splitlines()[0])
     ap.add_argument("lessons", nargs="*", help="lesson ids or numbers (default: all)")
     ap.add_argument("--work", default=str(WORK), help="your notebooks' folder (default: my-work, else course/)")
     args = ap.parse_args(argv)

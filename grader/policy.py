@@ -66,8 +66,8 @@ def excluded_points(result) -> float:
 
 
 def speed_points(source: dict) -> float:
-    """Points of the instructor notebook's graded cells that check a speed requirement (a GPU is needed for
-    them): what the ``zero`` policy takes off a correct submission graded without a GPU."""
+    """Points of the instructor notebook's graded cells that check a speed requirement or time on the GPU (a GPU
+    is needed for them): what the ``zero`` policy takes off a correct submission graded without a GPU."""
     from kernels.checks.spec import get
 
     from .notebook import split
@@ -75,7 +75,7 @@ def speed_points(source: dict) -> float:
     total = 0.0
     for cell in split(source)[1]:
         try:
-            if any(get(c.exercise).performance is not None for c in cell.checks):
+            if any(get(c.exercise).needs_gpu(c.hidden) for c in cell.checks):
                 total += cell.points
         except (KeyError, ImportError):
             continue

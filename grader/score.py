@@ -113,13 +113,13 @@ def _graded(lesson: str):
     return out
 
 
-def _needs_gpu(exercise: str) -> bool:
-    """An exercise whose check has a speed requirement: only a GPU can grade it, and without one the grader's
-    default speed policy scores its cells 0 (``grader/policy.py``); so does this score."""
+def _needs_gpu(exercise: str, hidden: bool) -> bool:
+    """A check with a speed requirement or a hidden rule timed on the GPU: only a GPU can grade it, and without
+    one the grader's default speed policy scores its cell 0 (``grader/policy.py``); so does this score."""
     from kernels.checks.spec import get
 
     try:
-        return get(exercise).performance is not None
+        return get(exercise).needs_gpu(hidden)
     except Exception:  # noqa: BLE001 (an exercise the registry does not know: graded like any other)
         return False
 
@@ -179,8 +179,8 @@ def score_here(lesson: str, namespace: dict, *, show: bool = True) -> Score:
             passed, why = False, f"not defined yet: {e}"
         except Exception as e:  # noqa: BLE001 (a failed check, or the student's code raising)
             passed, why = False, _first_line(str(e)) or type(e).__name__
-        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), passed, why,
-                                _missing_tool(exercise)))
+        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise, hidden),
+                                passed, why, _missing_tool(exercise)))
     if show:
         print(score.table())
     return score
@@ -203,7 +203,7 @@ def score_notebook(lesson: str, path: pathlib.Path) -> Score:
         why = run.errors.get(cell, "")
         if cell not in {c.get("id") for c in run.nb.cells}:
             why = "this graded cell is missing from your notebook"
-        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise), not why,
+        score.lines.append(Line(cell, exercise.split(".", 1)[-1], points, hidden, _needs_gpu(exercise, hidden), not why,
                                 _first_line(why.split(": ", 1)[-1]) if why else "", _missing_tool(exercise)))
     return score
 

@@ -822,8 +822,10 @@ class Plan:
 
     def not_graded(self) -> list[str]:
         out = [f"case {s!r} needs a GPU" for s in self.skipped]
-        if self.ex.performance is not None and not ON_GPU:
-            out.append("performance: not graded under the interpreter (it is graded on a GPU)")
+        if self.ex.needs_gpu(self.hidden) and not ON_GPU:
+            out.append("performance: not graded under the interpreter (it is graded on a GPU)" if
+                       self.ex.performance is not None else
+                       "performance: the hidden check times on a GPU; not graded under the interpreter")
         return out
 
     def outcome(self) -> Outcome:
@@ -833,7 +835,9 @@ class Plan:
         if self.unrated:
             return Outcome(ex.id, True, [f"{ex.id}: not graded here: {self.unrated}"], not_graded=[self.unrated])
         if self.values_only:
-            return Outcome(ex.id, True, [f"✓ {ex.id}: value accepted"])
+            later = self.not_graded()
+            return Outcome(ex.id, True, [f"✓ {ex.id}: value accepted" + ("; not graded here: " + "; ".join(later)
+                                                                          if later else "")], not_graded=later)
         out = Outcome(ex.id, True, cases=self.passed, not_graded=self.not_graded(), perf=self.perf)
         out.lines.append(summary_line(ex, out))
         return out

@@ -103,6 +103,8 @@ class Exercise:
     - ``visible`` / ``hidden``: the cases of ``check(...)`` and ``check(..., hidden=True)``; give sizes that are not
       multiples of the block, and several dtypes. Seeds are drawn fresh on every run.
     - ``performance``: optional :class:`Performance`; ``points``: (visible, hidden) points, matching the cells.
+    - ``timed_hidden``: the hidden check's rule times something on the GPU (a value exercise has no kernel to time
+      through ``performance``): without a GPU that check is graded like a speed requirement, as needing one.
     - ``forbid``: dotted prefixes a ``function`` answer may not call (``"kernels."`` is always forbidden).
     - ``twins``: package kernels (``"kernels.<module>.<name>"``) an answer may equal, for exercises whose natural
       answer is a short kernel with one natural form (vector add): writing it the obvious way is not copying.
@@ -140,6 +142,7 @@ class Exercise:
     traffic: Callable[[Any, Case], str | None] | None = None
     description: str = ""
     toolchain: str = ""
+    timed_hidden: bool = False
 
     def __post_init__(self):
         if not _ID.match(self.id):
@@ -161,6 +164,11 @@ class Exercise:
 
     def cases(self, hidden: bool) -> list[Case]:
         return list(self.hidden if hidden else self.visible)
+
+    def needs_gpu(self, hidden: bool) -> bool:
+        """Whether the check (``hidden`` or visible) has a part only a GPU can grade: a speed requirement, or a
+        hidden rule that times on the GPU (``timed_hidden``)."""
+        return self.performance is not None or (hidden and self.timed_hidden)
 
 
 def settings_problem(name: str, value: Any, keys: tuple[str, ...]) -> str | None:

@@ -84,3 +84,27 @@ def test_nbgrader_records_the_graders_score(policy):
     read = {c.metadata["nbgrader"]["grade_id"]: determine_grade(c)[0] for c in nb.cells if c.cell_type == "code"}
     assert read == {c.grade_id: c.score for c in r.cells}, read
     assert read["half"] == 1.5 and read["bad"] == 0
+
+
+def test_a_hidden_rule_timed_on_the_gpu_needs_a_gpu():
+    """Lesson 06's autotuning space: its hidden check re-times the autotuner's winner on a GPU, inside the rule (a
+    value has no kernel to time): without a GPU that cell is a speed cell, scored by the policy, never awarded."""
+    from grader.demo import course_lessons
+    from grader.policy import speed_points
+    from kernels.checks import engine
+    from kernels.checks.lessons.l06_profile_compile_autotune import LESSON_CONFIG
+    from kernels.checks.spec import get
+    from kernels.device import ON_GPU
+
+    if ON_GPU:
+        pytest.skip("on a GPU the hidden check times the winner")
+    lesson = "06_profile_compile_autotune"
+    src, _ = course_lessons([lesson])[lesson]
+    assert speed_points(src) == 4  # ex3-speed (a speed requirement) and ex4-hidden (the re-timed winner)
+    ex = get(f"{lesson}.autotune_space")
+    assert ex.needs_gpu(hidden=True) and not ex.needs_gpu(hidden=False)
+    space = [dict(LESSON_CONFIG, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
+    visible, hidden = (engine.grade_local(ex, (space,), h) for h in (False, True))
+    assert visible.passed and not visible.not_graded
+    assert hidden.passed and hidden.not_graded[0].startswith("performance"), hidden.not_graded
+    assert "not graded here" in hidden.lines[0]

@@ -386,6 +386,7 @@ AUTOTUNE_SPACE = Exercise(
     rule=lambda values, hidden: space_problems(values[0], measure=hidden),
     hidden=[Case("on a GPU: autotuned, the winner timed again on fresh inputs against the lesson's configuration")],
     points=(1, 2),
+    timed_hidden=True,
 )
 
 register(PREDICT_SHARED, SLOW_INSTRUCTION, FIXED, FIXED_SPEED, AUTOTUNE_SPACE)

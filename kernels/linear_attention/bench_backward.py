@@ -22,7 +22,7 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn
-from .bench import cu_seqlens, packed, row_params
+from .bench_rows import cu_seqlens, packed, row_params
 from .chunked_torch import chunked_forward
 from .reference import forward_flops, reference_backward
 

@@ -22,7 +22,7 @@ from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn, dispatch
-from .bench import cu_seqlens, packed, row_params
+from .bench_rows import cu_seqlens, packed, row_params
 from .reference import forward_flops, reference_linear_attention
 
 __all__ = ["problems", "targets", "versions", "problem", "MAX_INPUT_BYTES"]

@@ -142,7 +142,14 @@ class Grader:
             how = w.isolation
             if kind == "kernel" and mode == "gpu":
                 w.send({"op": "warm"})
-                files = w.recv(300, what="warming Triton's cache", cap=128 << 20).get("files") or {}
+                try:
+                    files = w.recv(300, what="warming Triton's cache", cap=128 << 20).get("files") or {}
+                except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause
+                    w._drain.join(timeout=2)
+                    lines = [ln for ln in w.output().splitlines() if ln.strip()]
+                    raise SetupError(f"a sandboxed GPU worker (uid {w.uid}, {how}) cannot compile and launch a "
+                                     f"Triton kernel: {e}. It printed:\n" + "\n".join(lines[-25:])
+                                     + "\nnothing was graded") from None
                 for rel, data in files.items():
                     dest = (self.sandbox.seed / rel).resolve()
                     if self.sandbox.seed.resolve() in dest.parents:

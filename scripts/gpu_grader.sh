@@ -39,6 +39,8 @@ if command -v bwrap >/dev/null; then  # bwrap links libselinux, libcap and libpc
 fi
 python3 -c "import cuda.bindings.driver" 2>/dev/null \
   || echo "cuda-bindings is missing: the grader's cubin launcher cannot load kernels (GRADER_CUBIN=0 grades as before)"
+# the sandbox must compile and launch one kernel before anything is graded (it prints why not)
+timeout 300 python3 scripts/gpu_sandbox_check.py || { echo "the grader's sandbox cannot run a kernel here"; exit 3; }
 t0=$(date +%s)
 if [ "${TESTS_LIMIT:-240}" != 0 ]; then  # TESTS_LIMIT=0: the demo only
   echo "=== grader GPU tests"

@@ -22,7 +22,7 @@ from .bench_rows import cu_seqlens, packed, row_params
 from .chunked_torch import chunked_forward, torch_chunked_linear_attention
 from .reference import FLOPS_CHUNK, forward_flops, reference_linear_attention
 
-__all__ = ["problems", "versions", "report", "sets", "packed", "cu_seqlens", "row_params", "FLOPS_CHUNK"]
+__all__ = ["problems", "versions", "report", "sets", "FLOPS_CHUNK"]
 
 
 def _problem(label, B, T, H, D, dtype=torch.bfloat16, *, lens=None, state=False) -> Problem:

@@ -41,7 +41,7 @@ def _demo(args) -> int:
     if ON_GPU and not reports:
         reports = [_ROOT / "results" / "gpu"] + ([pathlib.Path(os.environ["OUT"])] if os.environ.get("OUT") else [])
     return run_demo(work, slots=args.slots or (3 if ON_GPU else 2), lessons=args.lessons, students=args.students,
-                    direct=args.direct, reports=reports, copies=args.class_of)
+                    direct=args.direct, reports=reports, copies=args.class_of, selection=args.selection)
 
 
 def _redteam(args) -> int:
@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--slots", type=int, default=None, help="submissions graded at once (2; 3 on a GPU)")
     d.add_argument("--lessons", nargs="*", help="course lessons to include (default: all)")
     d.add_argument("--students", nargs="*", help="only these demo students")
+    d.add_argument("--selection", default="all", choices=("all", "ci"),
+                   help="a named part of the class (grader/democlass.py: select; make test grades ci)")
     d.add_argument("--direct", action="store_true", help="grade without nbgrader (no gradebook, feedback, CSV)")
     d.add_argument("--class-of", type=int, default=0, metavar="N",
                    help="instead: N students who all submit every lesson's solution (to time a class)")

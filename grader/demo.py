@@ -88,17 +88,19 @@ def class_sources(real: dict[str, tuple[dict, dict]]) -> dict[str, dict]:
 
 
 def demo_class(real: dict[str, tuple[dict, dict]], *, copies: int = 0, students: list[str] | None = None,
-               term: bool = False) -> list:
+               term: bool = False, selection: str = "all") -> list:
     """The demo class (grader/democlass.py) for the course lessons ``real`` (``course_lessons``), each expected
     score without the points this machine cannot grade (speed without a GPU, a missing toolchain). ``term``: with
     the term scenarios' students; ``copies``: instead, that many copies of the full solution; ``students``: only
-    these."""
+    these; ``selection``: a named part of the class (``democlass.SELECTIONS``: ``all``, or ``ci``, the part
+    ``make test`` grades)."""
     from . import policy
 
     points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
     klass = democlass.students(points, {k: policy.speed_points(v[0]) for k, v in real.items()})
     if term and not copies:
         klass += democlass.term_students(points)
+    klass = democlass.select(klass, selection)
     if copies:
         base = next(s for s in klass if s.name == "solution")
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
@@ -148,7 +150,9 @@ def collect_class(root: pathlib.Path, folder: pathlib.Path, klass: list, sources
 
 def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = None, students: list[str] | None = None,
              settings: Settings | None = None, direct: bool = False, reports: list[pathlib.Path] = (),
-             copies: int = 0) -> int:
+             copies: int = 0, selection: str = "all") -> int:
+    """Grade the demo class into ``out`` (see the module's doc); ``selection``: a named part of the class
+    (``democlass.select``; ``make test`` grades ``ci``); the other arguments as ``python -m grader demo``'s."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     real = course_lessons(lessons)
@@ -156,7 +160,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     from . import policy
 
     with_nbgrader = not direct and _has_nbgrader()
-    klass = demo_class(real, copies=copies, students=students, term=with_nbgrader)
+    klass = demo_class(real, copies=copies, students=students, term=with_nbgrader, selection=selection)
     settings = settings or demo_settings()
     failures: list = []
     term: dict = {}
@@ -215,7 +219,8 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             phases[k] = phases.get(k, 0.0) + v
     summary = {"mode": MODE, "nbgrader": with_nbgrader, "where": describe(),
                "isolation": sorted({r.isolation for r in results if r.isolation}),
-               "students": len(klass), "submissions": len(subs), "slots": slots, "build_s": built,
+               "selection": selection, "students": len(klass), "submissions": len(subs), "slots": slots,
+               "build_s": built,
                "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in full},
                "solution_total_s": full_s, "solution_phases_s": phases, "mismatches": bad,
                "leftover_processes": left,

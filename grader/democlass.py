@@ -22,7 +22,7 @@ from .layout import ROOT as _ROOT
 from .notebook import with_cells
 from .percent import read_percent, release
 
-__all__ = ["FIXTURE", "DemoStudent", "students", "fixture_notebooks", "write_class"]
+__all__ = ["FIXTURE", "DemoStudent", "students", "fixture_notebooks", "write_class", "SELECTIONS", "select"]
 
 FIXTURE = _ROOT / "grader" / "fixture_lesson"
 LESSON = "90_grader_fixture"
@@ -297,6 +297,41 @@ def _new_format(source: dict, rel: dict) -> dict:
     for cell in nb["cells"]:
         cell["future_field"] = {"from": "a newer Jupyter"}
     return nb
+
+
+#: students whose fault the interpreter turns into another student's (``select``'s ``ci`` grades the other one)
+_INTERPRETER_TWINS = {"gpu_hang": "python_loop"}
+
+#: Named parts of the class (``select``); ``all``, the default of ``python -m grader demo``, is the whole class.
+SELECTIONS = ("all", "ci")
+
+
+def select(klass: list[DemoStudent], selection: str = "all") -> list[DemoStudent]:
+    """The students of ``selection``. ``ci`` (``make test``, on 2 CPU cores): every fixture student, ``solution``,
+    ``release`` and the term's students, and of the zoo students only the first (in ``_ZOO``'s order) of each course
+    lesson: every zoo answer is graded by tests/checks/test_zoo.py, and one per lesson shows the grader taking a
+    real lesson's points off. Under the interpreter it leaves out the GPU-only students too, which score what
+    ``solution`` does there (a full fixture notebook) and show nothing the fixture's own students do not, and
+    ``gpu_hang``, whose kernel is an infinite Python loop there: ``python_loop``'s fault, stopped by the same
+    problem timeout, which it waits out three times (its kernel serves three checks), the class's largest cost."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown demo selection {selection!r}: one of {', '.join(SELECTIONS)}")
+    if selection == "all":
+        return list(klass)
+    from kernels.device import ON_GPU
+
+    zoo = {name: lesson for name, lesson, *_ in _ZOO}
+    seen: set[str] = set()
+    out = []
+    for st in klass:
+        if st.name in zoo:
+            if zoo[st.name] in seen:
+                continue
+            seen.add(zoo[st.name])
+        elif not ON_GPU and (st.gpu_only or st.name in _INTERPRETER_TWINS):
+            continue
+        out.append(st)
+    return out
 
 
 def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], klass: list[DemoStudent]) -> None:

@@ -1,4 +1,5 @@
-"""``make grade-demo`` inside ``make test``: the whole demo class gets its expected scores (see grader/democlass.py)."""
+"""``make grade-demo`` inside ``make test``: the demo class's ``ci`` part (every kind of fault, every grader path;
+``select`` in grader/democlass.py) gets its expected scores."""
 
 import json
 
@@ -9,7 +10,7 @@ import pytest
 def test_demo_class(tmp_path, capsys):
     from grader.demo import run_demo
 
-    code = run_demo(tmp_path / "demo", slots=2)
+    code = run_demo(tmp_path / "demo", slots=2, selection="ci")
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "demo" / "grade-demo.json").read_text())
     assert code == 0, out[-6000:]

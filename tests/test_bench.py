@@ -67,7 +67,7 @@ def test_cli_picks_rows_and_times_the_public_entry(tmp_path):
         assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
 
 
-def test_problem_sets_filters_and_budget(tmp_path):
+def test_problem_sets_filters_and_budget(tmp_path, monkeypatch):
     """``--set general`` runs the generality rows (normalised, fp32 with a precision, packed with states), each
     checked against float64; ``--where`` keeps rows by parameter and names an unknown one; a budget of 0 s stops
     before the first row and marks the run incomplete."""
@@ -75,6 +75,9 @@ def test_problem_sets_filters_and_budget(tmp_path):
 
     from kernels import bench
 
+    # What is asserted here is the filtering and the float64 check; a timing is 4 more interpreted calls of every
+    # version (a warm-up and 3 timed) and most of the test's time. One timed call keeps the timing path run.
+    monkeypatch.setattr(bench, "time_ms", lambda fn, **kw: _once_ms(fn))
     assert bench.main(["linear_attention", "--set", "general", "--where", "normalize=True",
                        "--out", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "linear_attention-general-interpreter.json").read_text())
@@ -90,6 +93,14 @@ def test_problem_sets_filters_and_budget(tmp_path):
         bench.run("linear_attention", problem_set="nope", out=tmp_path)
     result = bench.run("linear_attention", problem_set="targets", budget=0, out=tmp_path)
     assert result["rows"] == [] and not result["complete"] and "budget" in result["stopped"]
+
+
+def _once_ms(fn) -> float:
+    import time
+
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def test_backward_set(tmp_path):

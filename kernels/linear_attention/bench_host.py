@@ -62,8 +62,10 @@ class _NoLaunch:
 
 
 @contextlib.contextmanager
-def gpu_path(dev: torch.device = torch.device("meta")):
-    """Within the block, the package's kernels launch nothing and inputs on ``dev`` take the GPU's path."""
+def gpu_path(dev: torch.device):
+    """Within the block, the package's kernels launch nothing and inputs on ``dev`` take the GPU's path (the plans
+    that the forward and the backward keep per call key are dropped on the way in and out: those made here are
+    not a GPU's)."""
     patches = [(m, "INTERPRET", False) for m in (_device, _dispatch, _fused, _bwd, _lookback)]
     patches += [(_validate, "DEVICE", dev), (_dispatch, "_sm_count", functools.cache(lambda index: SMS))]
     patches += [(m, name, _NoLaunch()) for m, name in _KERNELS]
@@ -82,11 +84,18 @@ def gpu_path(dev: torch.device = torch.device("meta")):
     old = [(m, name, getattr(m, name)) for m, name, _ in patches]
     for m, name, value in patches:
         setattr(m, name, value)
+    _forget_plans()
     try:
         yield [getattr(m, name) for m, name in _KERNELS]
     finally:
         for m, name, value in old:
             setattr(m, name, value)
+        _forget_plans()
+
+
+def _forget_plans() -> None:
+    for m in (_fused, _bwd):
+        getattr(m, "_PLANS", {}).clear()
 
 
 def _median_us(fn, calls: int, warmup: int) -> float:
@@ -160,7 +169,7 @@ def measure(calls: int = 2000, warmup: int = 300) -> dict:
                   _Timed(_autograd, "chunked_backward") as bwd):
                 whole, back = [], []
                 clock = time.perf_counter_ns
-                for i in range(warmup + calls):
+                for _ in range(warmup + calls):
                     for x in leaves:
                         x.grad = None
                     t0 = clock()

@@ -6,14 +6,16 @@ meta tensors of the bench shape (sizes and strides, no memory), every Triton lau
 replaced by a no-op, and the device tests are answered as a GPU would answer them (``INTERPRET`` off, the
 validators' device set to the inputs' one, the dispatch's launch planned for an H200's 132 SMs), so the calls take
 the path a CUDA input takes. What is timed is everything but Triton's own launcher (about 20 µs a launch on the
-H200's host, three a step) and the CUDA allocator (the meta device allocates nothing).
+H200's host, three a step) and the CUDA allocator (a meta tensor is made by torch's dispatcher, with no memory).
 
-Rows: the forward without gradients (the inference path), the forward of a step (q, k, v require grad), and the
-whole step (forward, then ``o.backward(do)``); median µs over ``--calls`` calls after warm-up, then the step split
-into the entry point (``chunk_linear_attn``'s own work), the forward wrapper (``fused_forward``), autograd (the
-Function's forward and backward around the wrappers, and the engine) and the backward wrapper
-(``chunked_backward``), each a median of timers around those calls. Prints a table and writes
-``linear_attention-host.json`` to ``--out`` (``results/cpu/``).
+Rows: the forward without gradients (the inference path), the forward of a step (q, k, v require grad), the
+whole step (forward, then ``o.backward(do)``) and, for scale, the same step of an ``autograd.Function`` that only
+allocates its output and the three gradients (torch's part, which no wrapper can remove); median µs over
+``--calls`` calls after warm-up. Then the step split into the entry point (``chunk_linear_attn``'s own work), the
+forward wrapper (``fused_forward``), autograd (the Function's forward and backward around the wrappers, and the
+engine) and the backward wrapper (``chunked_backward``), each a median of timers around those calls. Prints a
+table (``--before``: an earlier JSON beside it) and writes ``linear_attention-host.json`` to ``--out``
+(``results/cpu/``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,23 @@ def _forget_plans() -> None:
         getattr(m, "_PLANS", {}).clear()
 
 
+class _Floor(torch.autograd.Function):
+    """The least a differentiable op of this signature costs: torch's autograd around allocating o, then dq, dk,
+    dv (what any implementation's step allocates), and nothing else."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, initial_state, output_final_state, cu_seqlens):
+        ctx.save_for_backward(q, k, v, initial_state)
+        return torch.empty(v.shape, dtype=q.dtype, device=q.device), None
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, _ = ctx.saved_tensors
+        empty = torch.empty
+        return (empty(q.shape, dtype=q.dtype, device=q.device), empty(k.shape, dtype=q.dtype, device=q.device),
+                empty(v.shape, dtype=q.dtype, device=q.device), None, None, None, None)
+
+
 def _median_us(fn, calls: int, warmup: int) -> float:
     for _ in range(warmup):
         fn()
@@ -154,12 +173,19 @@ def measure(calls: int = 2000, warmup: int = 300) -> dict:
         o, _ = chunk_linear_attn(*leaves, scale, None, False, normalize=False)
         o.backward(do)
 
+    def floor():
+        for x in leaves:
+            x.grad = None
+        o, _ = _Floor.apply(*leaves, scale, None, False, None)
+        o.backward(do)
+
     r: dict = {}
     gc.collect()
     gc.disable()
     try:
         with gpu_path(dev) as kernels:
-            for name, fn in (("forward_nograd_us", inference), ("forward_us", forward), ("step_us", step)):
+            for name, fn in (("forward_nograd_us", inference), ("forward_us", forward), ("step_us", step),
+                             ("floor_step_us", floor)):
                 r[name] = _median_us(fn, calls, warmup)
             before = [kn.launches for kn in kernels]
             step()
@@ -192,13 +218,16 @@ def measure(calls: int = 2000, warmup: int = 300) -> dict:
 def format_table(r: dict, before: dict | None = None) -> str:
     rows = [("forward, no grad (inference)", r["forward_nograd_us"], before and before["forward_nograd_us"]),
             ("forward of a step", r["forward_us"], before and before["forward_us"]),
-            ("forward + backward step", r["step_us"], before and before["step_us"])]
+            ("forward + backward step", r["step_us"], before and before["step_us"]),
+            ("the floor: an autograd.Function that only allocates", r["floor_step_us"],
+             before and before.get("floor_step_us"))]
     rows += [(f"  step: {name.replace('_', ' ')}", us, before and before["split_us"].get(name))
              for name, us in r["split_us"].items()]
     head = "| host µs (median) | " + ("before | now |" if before else "now |")
     lines = [head, "| --- | --- |" + (" --- |" if before else "")]
     for label, us, was in rows:
-        lines.append(f"| {label} | " + (f"{was:.1f} | " if before else "") + f"{us:.1f} |")
+        old = "" if not before else "- | " if was is None else f"{was:.1f} | "
+        lines.append(f"| {label} | {old}{us:.1f} |")
     return "\n".join(lines)
 
 

@@ -202,6 +202,7 @@ class _Plan(NamedTuple):
     dq_constants: dict
     dkdv_grid: tuple
     dkdv_constants: dict
+    strides: tuple  # q's, k's, v's, do's and the gradients' (batch, token, head), each three
 
 
 #: key -> _Plan of the unpacked calls seen with the default launch settings (cleared past _MAX_PLANS).
@@ -273,8 +274,10 @@ def _plan(q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, num_stag
     dkdv_constants = dict(K=p.K, V=p.V, BT=BT, BK=BK, BV=BV, BKA=BKA, BVA=BVA, NK=nk, SHARED=p.K == p.V and BK == BV,
                           USE_DHT=dht is not None, STORE_DH0=bool(need_dh0), IS_VARLEN=varlen, UPCAST=upcast,
                           PRECISION=precision, num_warps=warps, num_stages=stages_dkdv, **extra)
+    fresh = torch.empty(q.shape, device="meta").stride()[:3], torch.empty(v.shape, device="meta").stride()[:3]
+    strides = (_strides(q), _strides(k), _strides(v), _strides(do), fresh[0], fresh[1])
     return _Plan((p.N, p.T, p.H, p.K, p.V), (nk, p.N * p.H), dq_constants, (nk + cdiv(p.V, BV), p.N * p.H),
-                 dkdv_constants)
+                 dkdv_constants, strides)
 
 
 def _run(plan: _Plan, q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, passes):
@@ -289,11 +292,11 @@ def _run(plan: _Plan, q, k, v, do, scale, initial_state, dht, cu_seqlens, need_d
             dh0.copy_(dht if dht is not None else torch.zeros_like(dh0))
         return dq, dk, dv, dh0
     scale = float(scale)
+    st_q, st_k, st_v, st_do, st_dqk, st_dv = plan.strides  # dq and dk are made as q is shaped, dv as v
     if "dq" in passes:
         _chunked_dq_kernel[plan.dq_grid](
             k, v, do, dq, initial_state, cu_seqlens,
-            T, H, scale,
-            *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
+            T, H, scale, *st_k, *st_v, *st_do, *st_dqk,
             **plan.dq_constants,
         )
     if "dkdv" not in passes:
@@ -301,8 +304,7 @@ def _run(plan: _Plan, q, k, v, do, scale, initial_state, dht, cu_seqlens, need_d
     dht = dht.contiguous() if dht is not None else None
     _chunked_dkdv_kernel[plan.dkdv_grid](
         q, k, v, do, dk, dv, dht, dh0, cu_seqlens,
-        T, H, scale,
-        *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
+        T, H, scale, *st_q, *st_k, *st_v, *st_do, *st_dqk, *st_dv,
         **plan.dkdv_constants,
     )
     return dq, dk, dv, dh0

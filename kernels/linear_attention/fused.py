@@ -346,6 +346,7 @@ class _Plan(NamedTuple):
     slot: int
     chains: int  # chains of a chained launch (their ring and flags), else 0
     constants: dict  # the kernel's meta-parameters, TMA left to the call
+    strides: tuple  # q's, k's, v's and o's (batch, token, head)
 
 
 #: key -> _Plan of the unpacked calls seen (a training loop repeats a few shapes; cleared when it grows past
@@ -412,8 +413,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         _ensure_allocator()
     _fused_linear_attention_kernel[grid](
         q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg,
-        float(scale), T, B, H,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        float(scale), T, B, H, *plan.strides,
         TMA=tma, **plan.constants,
     )
     return Forward(o, ht, zt, den, launch)
@@ -458,8 +458,14 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         LINE=128 // q.element_size(), QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma,
         KT_LOAD=launch.kt, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *_empty_strides(B, T, H, V))
     return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
-                 N * H * NV if chained else 0, constants)
+                 N * H * NV if chained else 0, constants, strides)
+
+
+def _empty_strides(*shape: int) -> tuple[int, ...]:
+    """The first three strides of ``torch.empty(*shape)`` (the key fixes q's, k's and v's; o is made fresh)."""
+    return torch.empty(shape, device="meta").stride()[:3]
 
 
 def fused_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,

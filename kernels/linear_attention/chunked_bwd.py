@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
 from .checks import check_inputs, check_scale
-from .dispatch import cdiv, float32_precision, next_power_of_2
+from .dispatch import cdiv, contiguous_strides, float32_precision, next_power_of_2
 
 __all__ = ["chunked_backward"]
 
@@ -274,8 +274,8 @@ def _plan(q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, num_stag
     dkdv_constants = dict(K=p.K, V=p.V, BT=BT, BK=BK, BV=BV, BKA=BKA, BVA=BVA, NK=nk, SHARED=p.K == p.V and BK == BV,
                           USE_DHT=dht is not None, STORE_DH0=bool(need_dh0), IS_VARLEN=varlen, UPCAST=upcast,
                           PRECISION=precision, num_warps=warps, num_stages=stages_dkdv, **extra)
-    fresh = torch.empty(q.shape, device="meta").stride()[:3], torch.empty(v.shape, device="meta").stride()[:3]
-    strides = (_strides(q), _strides(k), _strides(v), _strides(do), fresh[0], fresh[1])
+    strides = (_strides(q), _strides(k), _strides(v), _strides(do), contiguous_strides(*q.shape)[:3],
+               contiguous_strides(*v.shape)[:3])
     return _Plan((p.N, p.T, p.H, p.K, p.V), (nk, p.N * p.H), dq_constants, (nk + cdiv(p.V, BV), p.N * p.H),
                  dkdv_constants, strides)
 

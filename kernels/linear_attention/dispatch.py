@@ -21,8 +21,8 @@ from ..validate import check_power_of_two
 from .lookback import LOOKBACK_COST, one_pass_fills
 
 __all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
-           "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "ONE_PASS", "CHAINED",
-           "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
+           "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "contiguous_strides",
+           "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
@@ -175,6 +175,15 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= ``n`` (0 for 0), as ``triton.next_power_of_2``, in host integers."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def contiguous_strides(*shape: int) -> tuple[int, ...]:
+    """The strides of ``torch.empty(*shape)`` (a size 0 counts as 1, as torch counts it), without making it."""
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _tried(key: tuple[int, str], launch: Launch) -> Launch:

@@ -19,7 +19,16 @@ import triton.language as tl
 from ..device import INTERPRET, upcast_for_dot
 from ..validate import FLOAT_DTYPES, check_tensor
 from .checks import check_inputs, check_scale, host_offsets, offsets_read_once
-from .dispatch import NORM_MMA_FORMS, PRECISIONS, Launch, cdiv, launch_for, next_power_of_2, settings
+from .dispatch import (
+    NORM_MMA_FORMS,
+    PRECISIONS,
+    Launch,
+    cdiv,
+    contiguous_strides,
+    launch_for,
+    next_power_of_2,
+    settings,
+)
 from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
@@ -458,14 +467,10 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         LINE=128 // q.element_size(), QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma,
         KT_LOAD=launch.kt, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *_empty_strides(B, T, H, V))
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *contiguous_strides(B, T, H, V)[:3])
     return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
                  N * H * NV if chained else 0, constants, strides)
 
-
-def _empty_strides(*shape: int) -> tuple[int, ...]:
-    """The first three strides of ``torch.empty(*shape)`` (the key fixes q's, k's and v's; o is made fresh)."""
-    return torch.empty(shape, device="meta").stride()[:3]
 
 
 def fused_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,

@@ -1,15 +1,16 @@
 """Calling a differentiable answer and running its backward, in whatever process holds the answer.
 
 The notebook's ``check`` does this in its own process; the grader does it in the notebook's sandbox, where
-``kernels.checks`` is a stub, so this module lives outside it and imports nothing but torch. Only the output, the
-inputs' gradients and a few facts about the autograd graph come back: the check judges them elsewhere.
+``kernels.checks`` is a stub, so this module lives outside it and imports nothing but torch (and Triton, to count
+the backward's launches). Only the output, the inputs' gradients and a few facts about the autograd graph and the
+backward come back: the check judges them elsewhere.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["leaves", "call_and_backward"]
+__all__ = ["leaves", "call_and_backward", "Launches"]
 
 
 def leaves(args, requires) -> list:
@@ -17,13 +18,48 @@ def leaves(args, requires) -> list:
     return [a.detach().requires_grad_() if i in requires else a for i, a in enumerate(args)]
 
 
+class Launches:
+    """Counts Triton launches while active: every ``kernel[grid](...)``, compiled or interpreted, autotuned or not,
+    goes through ``KernelInterface.__getitem__``, patched here and restored on exit. ``count`` stays None where
+    Triton cannot be imported (nothing was counted)."""
+
+    def __enter__(self):
+        self.count = None
+        try:
+            from triton.runtime.jit import KernelInterface
+        except Exception:  # noqa: BLE001 (no Triton here: the count says so)
+            return self
+        self._cls, self._getitem = KernelInterface, KernelInterface.__dict__["__getitem__"]
+        getitem = self._getitem
+
+        def counted_getitem(kernel, grid):
+            launch = getitem(kernel, grid)
+
+            def counted(*args, **kwargs):
+                self.count += 1
+                return launch(*args, **kwargs)
+
+            return counted
+
+        self.count = 0
+        KernelInterface.__getitem__ = counted_getitem
+        return self
+
+    def __exit__(self, *exc):
+        if self.count is not None:
+            self._cls.__getitem__ = self._getitem
+        return False
+
+
 def call_and_backward(fn, args, kwargs, requires, grad_output):
     """Call ``fn(*args, **kwargs)`` (``args`` made by :func:`leaves`), say what its output's gradient node is and
     which of the inputs it saved, then run its backward with ``grad_output``: a dict of ``output``, ``grads`` (of
     the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom`` (a ``torch.autograd.Function``'s
-    node) and ``saved`` (each saved tensor's input index or None, and shape); or whatever ``fn`` returned, when it
-    is not a tensor (the check names what came back instead). ``grad_output`` is expanded to the output's shape:
-    one of size 1 along a dimension reaches the backward with stride 0 there, as ``o.sum(-1)``'s backward hands it."""
+    node), ``saved`` (each saved tensor's input index or None, and shape) and ``launches_backward`` (the Triton
+    launches its backward made; None when it did not run or nothing could count them); or whatever ``fn``
+    returned, when it is not a tensor (the check names what came back instead). ``grad_output`` is expanded to the
+    output's shape: one of size 1 along a dimension reaches the backward with stride 0 there, as ``o.sum(-1)``'s
+    backward hands it."""
     with torch.enable_grad():
         out = fn(*args, **kwargs)
         if not isinstance(out, torch.Tensor):
@@ -35,7 +71,11 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
             if t is not None:
                 same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
                 saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
+        launches = None
         if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
-            out.backward(grad_output.expand_as(out))
+            with Launches() as counter:
+                out.backward(grad_output.expand_as(out))
+            launches = counter.count
     return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
-            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved}
+            "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved,
+            "launches_backward": launches}

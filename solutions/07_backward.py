@@ -391,10 +391,12 @@ check("07_backward.dkdv", dkdv_kernel, hidden=True)
 #   `launch_dq` and `launch_dkdv`, return `dq, dk, dv, None`.
 #
 # `linear_attention(q, k, v, scale)` (given) is what the check calls. It checks the output and the gradients
-# against float64 autograd of the recurrence, that the gradient comes from your Function, and that the Function
-# saved nothing but the inputs. On a GPU, the last check times your two kernels at the table's size (B = 4,
-# H = 16, T = 4096, D = 128, bf16) against the package's two passes, which split `dH` over several programs per
-# head: yours must reach 0.3x their speed. The benchmark below puts both beside fla's forward + backward.
+# against float64 autograd of the recurrence, that the gradient comes from your Function, that the Function
+# saved nothing but the inputs, and that its backward launched your two kernels (exercise 1's torch backward
+# gives the same gradients, but it is not what this exercise builds). On a GPU, the last check times your two
+# kernels at the table's size (B = 4, H = 16, T = 4096, D = 128, bf16) against the package's two passes, which
+# split `dH` over several programs per head: yours must reach 0.3x their speed. The benchmark below puts both
+# beside fla's forward + backward.
 
 # %% nbgrader={"grade": false, "grade_id": "forward", "locked": true, "schema_version": 3, "solution": false}
 @triton.jit

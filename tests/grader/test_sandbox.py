@@ -126,6 +126,13 @@ def test_a_large_message_is_refused_unread(cfg):
 
 GRAD_ANSWER = """
 import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
 class Double(torch.autograd.Function):
     @staticmethod
@@ -135,7 +142,10 @@ class Double(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return 2 * g
+        g = g.contiguous()
+        dx = torch.empty_like(g)
+        double_kernel[(1,)](g, dx, g.numel(), BLOCK=8)
+        return dx
 
 def double(x):
     return Double.apply(x)
@@ -144,7 +154,8 @@ def double(x):
 
 def test_a_differentiable_answer_runs_its_backward_in_the_sandbox(cfg):
     """A call with ``grad`` runs the answer and its backward in the notebook's sandbox (``kernels.gradcall``,
-    importable there beside the ``kernels.checks`` stub): the output, the gradient and the saved inputs come back."""
+    importable there beside the ``kernels.checks`` stub): the output, the gradient, the saved inputs and the
+    backward's Triton launches come back."""
     w = _notebook(cfg, GRAD_ANSWER, uid=97)
     x = torch.randn(5, dtype=torch.float64)
     g = torch.randn(5, dtype=torch.float64)
@@ -155,6 +166,7 @@ def test_a_differentiable_answer_runs_its_backward_in_the_sandbox(cfg):
     assert m["event"] == "returned", m
     r = m["value"]
     assert r["__grad_call__"] and r["custom"] and r["saved"] == [{"input": 0, "shape": [5]}], r
+    assert r["launches_backward"] == 1, r
     assert torch.equal(r["output"], 2 * x) and torch.equal(r["grads"][0], 2 * g)
 
 

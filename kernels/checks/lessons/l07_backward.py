@@ -4,7 +4,8 @@ walking chunks backwards, and the ``torch.autograd.Function`` tying a forward to
 Layout as in lesson 04: q, k [B, T, H, K], v, do [B, T, H, V]; causal, unnormalised, no states. References are
 float64 autograd of the token-by-token recurrence. The torch exercise runs under a torch-function counter that
 refuses autograd (the exercise is to write the gradients) and a token-by-token or quadratic answer; the autograd
-exercise must route its gradient through a custom ``torch.autograd.Function`` that saves only its inputs.
+exercise must route its gradient through a custom ``torch.autograd.Function`` that saves only its inputs and whose
+backward launches Triton kernels (at least two: dq, then dk and dv), not torch code.
 """
 
 import math
@@ -270,6 +271,12 @@ def _autograd_run(args, inputs, outputs, case):
             raise CheckFailed(f"your Function saved a tensor of shape {tuple(t['shape'])} that is not one of q, k, "
                               "v: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
                               "states chunk by chunk")
+    launches = r.get("launches_backward")
+    if launches is not None and launches < 2:  # None: nothing could count them
+        what = ("no Triton kernel: it computes the gradients some other way" if launches == 0 else
+                "a single Triton kernel: it computes some of the gradients some other way")
+        raise CheckFailed(f"your backward launched {what} (in torch, say, with chunked_backward_torch). Call your dq "
+                          "kernel and your dk/dv kernel (launch_dq and launch_dkdv)")
     dq, dk, dv = r["grads"]
     return {"o": r["output"], "dq": dq, "dk": dk, "dv": dv}
 

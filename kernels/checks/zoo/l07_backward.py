@@ -415,7 +415,7 @@ def linear_attention(q, k, v, scale):
 
 def _notebook() -> tuple:
     """The names the autograd answers use from the rest of the notebook: the three kernels (rebuilt as the grader
-    rebuilds kernels), the given launchers and the forward."""
+    rebuilds kernels), the given launchers, the forward and exercise 1's torch backward."""
     import torch
     import triton
     import triton.language as tl
@@ -428,11 +428,19 @@ def _notebook() -> tuple:
     for source, name in ((DQ, "dq_kernel"), (DKDV, "dkdv_kernel"), (FORWARD, "forward_kernel")):
         ns[name] = provenance.load(provenance.from_cells([prelude, source], name), interpret=INTERPRET)
     exec(compile(LAUNCHERS, "<zoo 07_backward launchers>", "exec"), ns)
+    exec(compile(TORCH, "<zoo 07_backward exercise 1>", "exec"), ns)
     return tuple((n, ns[n]) for n in ("dq_kernel", "dkdv_kernel", "forward_kernel", "strides", "pow2", "launch_dq",
-                                      "launch_dkdv", "precision_for", "chunked_forward", "ON_GPU", "pick"))
+                                      "launch_dkdv", "precision_for", "chunked_forward", "chunked_backward_torch",
+                                      "ON_GPU", "pick"))
 
 
 _NOTEBOOK = _notebook()
+
+_LAUNCH_DQ = '''        dq = launch_dq(k, v, do, ctx.scale, chunk=chunk, block_k=min(pow2(q.shape[-1]), 64),
+                       precision=precision_for(q), num_warps=warps)
+'''
+_LAUNCH_DKDV = ("        dk, dv = launch_dkdv(q, k, v, do, ctx.scale, chunk=chunk, precision=precision_for(q), "
+                "num_warps=warps)\n")
 
 
 def _fn(name, *pairs, source=None, **kw):
@@ -458,6 +466,14 @@ AUTOGRAD = [
     _fn("scale-from-K", "dq = launch_dq(k, v, do, ctx.scale,", "dq = launch_dq(k, v, do, q.shape[-1] ** -0.5,",
         "dk, dv = launch_dkdv(q, k, v, do, ctx.scale,", "dk, dv = launch_dkdv(q, k, v, do, q.shape[-1] ** -0.5,",
         fault="relative error", visible=False, why="takes the usual K^-1/2 in the backward for the scale it was given"),
+    _fn("backward-in-torch", _LAUNCH_DQ + _LAUNCH_DKDV,
+        "        dq, dk, dv = chunked_backward_torch(q, k, v, do, ctx.scale, chunk_size=chunk)\n",
+        fault="launched no Triton kernel",
+        why="calls exercise 1's torch backward: the right gradients, but none of the kernels the exercise is about"),
+    _fn("dk-dv-in-torch", _LAUNCH_DKDV,
+        "        _, dk, dv = chunked_backward_torch(q, k, v, do, ctx.scale, chunk_size=chunk)\n",
+        fault="launched a single Triton kernel",
+        why="launches the dq kernel, then takes dk and dv from exercise 1's torch backward"),
     _fn("solution", wrong=False, why="the lesson's Function"),
     _fn("inputs-on-ctx", "ctx.save_for_backward(q, k, v)", "ctx.inputs = (q, k, v)",
         "q, k, v = ctx.saved_tensors", "q, k, v = ctx.inputs", wrong=False,

@@ -1,5 +1,6 @@
 """Lesson 07's checks: the solutions pass; broken twins (the mask, the order of use and update of dS, the scale),
-a token loop, autograd, and a Function that saves more than its inputs fail with a message that says why."""
+a token loop, autograd, a Function that saves more than its inputs and one whose backward runs torch instead of the
+kernels fail with a message that says why."""
 
 import os
 
@@ -111,6 +112,50 @@ def test_autograd_twins_fail():
     keeps = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
                           "ctx.save_for_backward(q, k, v, o)"), "linear_attention", ns)
     fails(grade("07_backward.autograd", keeps), "saved a tensor")
+
+
+_LAUNCH_DQ = """        dq = launch_dq(k, v, do, ctx.scale, chunk=chunk, block_k=min(pow2(q.shape[-1]), 64),
+                       precision=precision_for(q), num_warps=warps)
+"""
+_LAUNCH_DKDV = ("        dk, dv = launch_dkdv(q, k, v, do, ctx.scale, chunk=chunk, precision=precision_for(q), "
+                "num_warps=warps)\n")
+
+
+def test_autograd_backward_must_launch_both_kernels():
+    """A backward that calls exercise 1's torch backward has the right gradients; only the Triton launches counted
+    during the backward (``kernels.gradcall.Launches``) tell it from one that runs the dq and dk/dv kernels."""
+    ns = _lesson_namespace()
+    ns["chunked_backward_torch"] = function(TORCH, "chunked_backward_torch", {"torch": torch})
+    in_torch = edit(CELLS["ex4-function"], _LAUNCH_DQ + _LAUNCH_DKDV,
+                    "        dq, dk, dv = chunked_backward_torch(q, k, v, do, ctx.scale, chunk_size=chunk)\n")
+    fails(grade("07_backward.autograd", function(in_torch, "linear_attention", ns)), "launched no Triton kernel",
+          "Call your dq kernel and your dk/dv kernel")
+    dq_only = edit(CELLS["ex4-function"], _LAUNCH_DKDV,
+                   "        _, dk, dv = chunked_backward_torch(q, k, v, do, ctx.scale, chunk_size=chunk)\n")
+    fails(grade("07_backward.autograd", function(dq_only, "linear_attention", ns), hidden=True),
+          "launched a single Triton kernel")
+
+
+def test_launches_are_counted_during_the_block_only():
+    """Every ``kernel[grid](...)`` inside the block counts, one launch each however the grid is given; the patched
+    ``KernelInterface.__getitem__`` is put back on the way out, an exception included."""
+    from triton.runtime.jit import KernelInterface
+
+    from kernels.gradcall import Launches
+
+    original = KernelInterface.__dict__["__getitem__"]
+    dq_kernel = _lesson_namespace()["dq_kernel"]
+    k, v, do = (torch.randn(1, 5, 1, 16) for _ in range(3))
+    dq = torch.empty_like(k)
+    args = (k, v, do, dq, 5, 1, 16, 16, 0.5, *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3])
+    with Launches() as counter:
+        dq_kernel[(1, 1)](*args, BT=16, BK=16, BV=16, PRECISION="ieee")
+        dq_kernel[lambda meta: (1, 1)](*args, BT=16, BK=16, BV=16, PRECISION="ieee")
+    dq_kernel[(1, 1)](*args, BT=16, BK=16, BV=16, PRECISION="ieee")
+    assert counter.count == 2 and KernelInterface.__dict__["__getitem__"] is original
+    with pytest.raises(RuntimeError, match="a backward that raises"), Launches():
+        raise RuntimeError("a backward that raises")
+    assert KernelInterface.__dict__["__getitem__"] is original
 
 
 def test_hidden_cases_catch_a_guessed_scale_and_a_do_taken_as_it_comes():

@@ -160,6 +160,23 @@ def bwrap_path() -> str:
     return path
 
 
+def libcuda_dir() -> str | None:
+    """The folder of the CUDA driver library (``libcuda.so.1``), as Triton looks for it: ``TRITON_LIBCUDA_PATH``,
+    else the linker cache (``/sbin/ldconfig -p``), else ``LD_LIBRARY_PATH``. Found here, by the grader: inside the
+    sandbox ``ldconfig -p`` fails for the worker's uid where the cache is readable by root alone (an image built
+    with umask 077), and Triton cannot build its launcher without the folder."""
+    found = os.environ.get("TRITON_LIBCUDA_PATH")
+    if found:
+        return found
+    try:
+        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    dirs = [os.path.dirname(line.split()[-1]) for line in out.splitlines() if "libcuda.so.1" in line]
+    dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return next((d for d in dirs if os.path.exists(os.path.join(d, "libcuda.so.1"))), None)
+
+
 def _environment() -> list[str]:
     """The read-only folders a worker needs besides the system: the Python installation, the environment and
     anything else on ``sys.path`` outside the checkout (never the checkout itself: ``kernels/`` is bound alone)."""
@@ -242,8 +259,11 @@ class SandboxConfig:
     tmp_size: int = 256 << 20
     shm_size: int = 256 << 20
     gpu_memory_fraction: float | None = None
+    libcuda: str | None = None  # GPU mode: the CUDA driver library's folder, given to Triton inside (libcuda_dir)
 
     def __post_init__(self):
+        if self.mode == "gpu" and self.libcuda is None:
+            self.libcuda = libcuda_dir()
         self.owned = self.root is None
         self.root = pathlib.Path(tempfile.mkdtemp(prefix="grader-sandbox-") if self.root is None else self.root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -362,6 +382,11 @@ class _Template:
             a += ["--ro-bind", "/sys", "/sys"]
             for e in ("nvidia", "OpenCL", "vulkan"):
                 a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
+            lib = cfg.libcuda
+            if lib:
+                if not _inside(pathlib.Path(lib), pathlib.Path("/usr")):
+                    a += ["--ro-bind-try", lib, lib]
+                a += ["--setenv", "TRITON_LIBCUDA_PATH", lib]
         a += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
               "--setenv", "TRITON_CACHE_DIR", "/tmp/.triton", "--setenv", "OMP_NUM_THREADS", "1",
               "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg", "--setenv", "KERNELS_GRADING", "1",

@@ -70,13 +70,16 @@ run_stage() {  # stage name, time limit in seconds
                         --only chunk_linear_attn "norm on tensor cores" "try norm-wide" "try fp32-kt" "fla chunk" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
                         || echo "bench-la-general failed ($?)" ;;
     # the backward pass: its GPU tests and lesson 07's (gradients against float64 and fla's, the lesson's speed
-    # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py)
+    # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py), and
+    # the host's time to issue one such step at 4k with the launches stubbed (bench_host.py, about 20 s past the limit)
     backward) timeout $(( limit * 2 / 5 )) python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=10 \
                 tests/kernels/test_linear_attention_backward.py tests/checks/lessons/test_l07_backward.py \
                 > results/gpu/pytest-backward.log 2>&1
               echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla|backward_speed" results/gpu/pytest-backward.log | tail -30
               timeout $(( limit * 3 / 5 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
-                --budget $(( limit * 3 / 5 - 70 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)" ;;
+                --budget $(( limit * 3 / 5 - 70 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)"
+              timeout 60 python3 -m kernels.linear_attention.bench_host --calls 1000 --out results/gpu/linear_attention-backward \
+                || echo "host bench failed ($?)" ;;
     # fla's own tests of chunk_linear_attn (tests/ops/test_linear_attn.py, carried in the git-ignored .fla-tests/)
     # with ours swapped in (scripts/gpu_fla_tests.py; FLA_TESTS_ALL=1 also runs the file's tests of fla's kernels)
     fla-tests) timeout "$limit" python3 scripts/gpu_fla_tests.py ${FLA_TESTS_ALL:+--all} > results/gpu/fla-tests.log 2>&1

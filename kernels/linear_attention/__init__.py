@@ -48,6 +48,13 @@ def _unit_last(x):
     return x
 
 
+def _any_requires_grad(*xs) -> bool:
+    for x in xs:
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            return True
+    return False
+
+
 @torch.compiler.disable
 def chunk_linear_attn(
     q: torch.Tensor,
@@ -73,11 +80,13 @@ def chunk_linear_attn(
     kv_init, z_init = split_initial_state(initial_state, normalize)
     if scale is None and isinstance(k, torch.Tensor):
         scale = k.shape[-1] ** -0.5
-    q, k, v = (_unit_last(x) for x in (q, k, v))
-    kv_init, z_init = (x.contiguous() if isinstance(x, torch.Tensor) else x for x in (kv_init, z_init))
+    q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
+    if isinstance(kv_init, torch.Tensor):
+        kv_init = kv_init.contiguous()
+    if isinstance(z_init, torch.Tensor):
+        z_init = z_init.contiguous()
     with offsets_read_once(cu_seqlens):  # one wait for the device, not one per use of the offsets
-        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                           for x in (q, k, v, kv_init, z_init)):
+        if torch.is_grad_enabled() and _any_requires_grad(q, k, v, kv_init, z_init):
             return linear_attention_with_grad(q, k, v, scale, kv_init, z_init, output_final_state, bool(normalize),
                                               cu_seqlens)
         version = VERSIONS[pick_version(q, k, v, initial_state=kv_init, cu_seqlens=cu_seqlens)]

@@ -11,7 +11,8 @@ import torch
 
 from ..validate import FLOAT_DTYPES, check_same, check_tensor
 
-__all__ = ["MAX_HEAD_K", "Shape", "check_inputs", "check_cu_seqlens", "host_offsets", "offsets_read_once"]
+__all__ = ["MAX_HEAD_K", "Shape", "check_inputs", "check_scale", "check_cu_seqlens", "host_offsets",
+           "offsets_read_once"]
 
 #: The key head size a version keeps whole on-chip: the state tile is [K, BV] fp32.
 MAX_HEAD_K = 256
@@ -47,14 +48,22 @@ def _read(cu_seqlens: torch.Tensor) -> list[int]:
     return cu_seqlens.tolist()  # waits for the device when the tensor lives there
 
 
-@contextlib.contextmanager
+_NOTHING = contextlib.nullcontext()
+
+
 def offsets_read_once(cu_seqlens):
     """Within this block, :func:`host_offsets` of this very tensor reuses one read. Only for the span of one
     call: the tensor cannot change under it, as it could between calls (a kernel writing new offsets)."""
+    if cu_seqlens is None:
+        return _NOTHING  # no offsets: no generator to run (a step enters this four times)
     known = _KNOWN_OFFSETS.get()
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or (known and known[0] is cu_seqlens):
-        yield  # not offsets (the checks say what is wrong), or read already by an enclosing block
-        return
+        return _NOTHING  # not offsets (the checks say what is wrong), or read already by an enclosing block
+    return _read_once(cu_seqlens)
+
+
+@contextlib.contextmanager
+def _read_once(cu_seqlens):
     token = _KNOWN_OFFSETS.set((cu_seqlens, _read(cu_seqlens)))
     try:
         yield
@@ -81,6 +90,12 @@ def check_cu_seqlens(cu_seqlens, T: int, B: int) -> int:
     return len(offsets) - 1
 
 
+def check_scale(scale) -> None:
+    """``scale`` is a finite number (not a bool)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite number, got {scale!r}")
+
+
 def check_inputs(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
                  max_k: int = MAX_HEAD_K) -> Shape:
     """Validate one call of ``<version>_linear_attention``; return its sizes."""
@@ -97,8 +112,7 @@ def check_inputs(q, k, v, scale, initial_state=None, output_final_state=False, c
         raise ValueError(f"H, K and V must be at least 1, got H={H}, K={K}, V={V}")
     if K > max_k:
         raise ValueError(f"head size K={K} exceeds the limit {max_k} (the whole [K, BV] state stays on-chip)")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite number, got {scale!r}")
+    check_scale(scale)
     if not isinstance(output_final_state, bool):
         raise TypeError(f"output_final_state must be a bool, got {type(output_final_state).__name__}")
     N = B if cu_seqlens is None else check_cu_seqlens(cu_seqlens, T, B)

@@ -11,13 +11,15 @@ is added. The three are one scan, ``out = A·G + (A·Bᵀ ⊙ mask)·C`` with ``
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
-from .checks import check_inputs
-from .dispatch import float32_precision
+from .checks import check_inputs, check_scale
+from .dispatch import cdiv, contiguous_strides, float32_precision, next_power_of_2
 
 __all__ = ["chunked_backward"]
 
@@ -177,8 +179,8 @@ def _chunked_dkdv_kernel(
 
 def _blocks(K: int, V: int, dtype: torch.dtype) -> tuple[int, int, int, int, int, int]:
     """``(BT, BK, BV, BKA, BVA, warps)``: chunk, the split blocks of K and V, the whole heads (powers of two)."""
-    BKA = max(16, triton.next_power_of_2(K))
-    BVA = max(16, triton.next_power_of_2(V))
+    BKA = max(16, next_power_of_2(K))
+    BVA = max(16, next_power_of_2(V))
     if INTERPRET:
         return 16, 16, 16, BKA, BVA, 4
     wide = max(BKA, BVA) > 128 or dtype == torch.float32
@@ -189,7 +191,27 @@ def _blocks(K: int, V: int, dtype: torch.dtype) -> tuple[int, int, int, int, int
 
 
 def _strides(x: torch.Tensor) -> tuple[int, int, int]:
-    return x.stride(0), x.stride(1), x.stride(2)
+    return x.stride()[:3]
+
+
+class _Plan(NamedTuple):
+    """What the checks and the block choice decide for one call, all but its tensors (kept per key)."""
+
+    sizes: tuple  # N, T, H, K, V
+    dq_grid: tuple
+    dq_constants: dict
+    dkdv_grid: tuple
+    dkdv_constants: dict
+    strides: tuple  # q's, k's, v's, do's and the gradients' (batch, token, head), each three
+
+
+#: key -> _Plan of the unpacked calls seen with the default launch settings (cleared past _MAX_PLANS).
+_PLANS: dict = {}
+_MAX_PLANS = 256
+
+
+def _meta(t) -> tuple | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
 def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlens=None, *,
@@ -200,21 +222,39 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
     ``need_dh0``). do: [B, T, H, V]; dht: the final state's gradient [N, H, K, V] or None (zero).
     ``num_stages``, ``num_warps``, ``maxnreg`` (registers a thread may use), ``block`` (the K and V columns a
     program owns, a power of two; whole heads at their size or more) and ``passes`` (which of the two run; the
-    other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``)."""
+    other's outputs stay unwritten) are for measurements (``scripts/gpu_backward_probe.py``).
+
+    A call like one seen before (tensors of the same shapes, strides, dtypes and devices, no offsets, the default
+    launch settings) passes the same checks and takes the same blocks: those are kept per key and reused."""
+    key = None
+    if (cu_seqlens is None and num_stages is None and num_warps is None and maxnreg is None and block is None
+            and passes == ("dq", "dkdv") and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+            and isinstance(v, torch.Tensor) and isinstance(do, torch.Tensor)
+            and (initial_state is None or isinstance(initial_state, torch.Tensor))
+            and (dht is None or isinstance(dht, torch.Tensor))):
+        key = (_meta(q), _meta(k), _meta(v), _meta(do), _meta(initial_state), _meta(dht), bool(need_dh0), INTERPRET,
+               torch.get_float32_matmul_precision())
+        plan = _PLANS.get(key)
+        if plan is not None:
+            check_scale(scale)  # its value is not in the key
+            return _run(plan, q, k, v, do, scale, initial_state, dht, None, need_dh0, passes)
+    plan = _plan(q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, num_stages, num_warps, maxnreg, block)
+    if key is not None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return _run(plan, q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, passes)
+
+
+def _plan(q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, num_stages, num_warps, maxnreg,
+          block) -> _Plan:
+    """Check one call and pick its blocks and launch settings."""
     p = check_inputs(q, k, v, scale, initial_state, False, cu_seqlens)
     if do.shape != v.shape or do.dtype != q.dtype:
         raise ValueError(f"do must match v's shape {tuple(v.shape)} and q's dtype {q.dtype}, got "
                          f"{tuple(do.shape)} {do.dtype}")
     if dht is not None and tuple(dht.shape) != (p.N, p.H, p.K, p.V):
         raise ValueError(f"dht must have the final state's shape {(p.N, p.H, p.K, p.V)}, got {tuple(dht.shape)}")
-    dq = torch.empty(*q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(*k.shape, dtype=q.dtype, device=q.device)
-    dv = torch.empty(*v.shape, dtype=q.dtype, device=q.device)
-    dh0 = torch.empty(p.N, p.H, p.K, p.V, dtype=torch.float32, device=q.device) if need_dh0 else None
-    if p.T == 0:
-        if need_dh0:
-            dh0.copy_(dht if dht is not None else torch.zeros_like(dh0))
-        return dq, dk, dv, dh0
     BT, BK, BV, BKA, BVA, warps = _blocks(p.K, p.V, q.dtype)
     if block is not None:
         BK, BV = min(BKA, block), min(BVA, block)
@@ -228,24 +268,43 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
     upcast = upcast_for_dot(q.dtype)
     varlen = cu_seqlens is not None
     extra = {} if maxnreg is None else {"maxnreg": maxnreg}
+    nk = cdiv(p.K, BK)
+    dq_constants = dict(K=p.K, V=p.V, BT=BT, BK=BK, BVA=BVA, USE_H0=initial_state is not None, IS_VARLEN=varlen,
+                        UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dq, **extra)
+    dkdv_constants = dict(K=p.K, V=p.V, BT=BT, BK=BK, BV=BV, BKA=BKA, BVA=BVA, NK=nk, SHARED=p.K == p.V and BK == BV,
+                          USE_DHT=dht is not None, STORE_DH0=bool(need_dh0), IS_VARLEN=varlen, UPCAST=upcast,
+                          PRECISION=precision, num_warps=warps, num_stages=stages_dkdv, **extra)
+    strides = (_strides(q), _strides(k), _strides(v), _strides(do), contiguous_strides(*q.shape)[:3],
+               contiguous_strides(*v.shape)[:3])
+    return _Plan((p.N, p.T, p.H, p.K, p.V), (nk, p.N * p.H), dq_constants, (nk + cdiv(p.V, BV), p.N * p.H),
+                 dkdv_constants, strides)
+
+
+def _run(plan: _Plan, q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, passes):
+    N, T, H, K, V = plan.sizes
+    device = q.device
+    dq = torch.empty(q.shape, dtype=q.dtype, device=device)
+    dk = torch.empty(k.shape, dtype=q.dtype, device=device)
+    dv = torch.empty(v.shape, dtype=q.dtype, device=device)
+    dh0 = torch.empty(N, H, K, V, dtype=torch.float32, device=device) if need_dh0 else None
+    if T == 0:
+        if need_dh0:
+            dh0.copy_(dht if dht is not None else torch.zeros_like(dh0))
+        return dq, dk, dv, dh0
+    scale = float(scale)
+    st_q, st_k, st_v, st_do, st_dqk, st_dv = plan.strides  # dq and dk are made as q is shaped, dv as v
     if "dq" in passes:
-        _chunked_dq_kernel[(triton.cdiv(p.K, BK), p.N * p.H)](
+        _chunked_dq_kernel[plan.dq_grid](
             k, v, do, dq, initial_state, cu_seqlens,
-            p.T, p.H, float(scale),
-            *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
-            K=p.K, V=p.V, BT=BT, BK=BK, BVA=BVA, USE_H0=initial_state is not None, IS_VARLEN=varlen,
-            UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dq, **extra,
+            T, H, scale, *st_k, *st_v, *st_do, *st_dqk,
+            **plan.dq_constants,
         )
     if "dkdv" not in passes:
         return dq, dk, dv, dh0
-    nk = triton.cdiv(p.K, BK)
     dht = dht.contiguous() if dht is not None else None
-    _chunked_dkdv_kernel[(nk + triton.cdiv(p.V, BV), p.N * p.H)](
+    _chunked_dkdv_kernel[plan.dkdv_grid](
         q, k, v, do, dk, dv, dht, dh0, cu_seqlens,
-        p.T, p.H, float(scale),
-        *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
-        K=p.K, V=p.V, BT=BT, BK=BK, BV=BV, BKA=BKA, BVA=BVA, NK=nk, SHARED=p.K == p.V and BK == BV,
-        USE_DHT=dht is not None, STORE_DH0=need_dh0,
-        IS_VARLEN=varlen, UPCAST=upcast, PRECISION=precision, num_warps=warps, num_stages=stages_dkdv, **extra,
+        T, H, scale, *st_q, *st_k, *st_v, *st_do, *st_dqk, *st_dv,
+        **plan.dkdv_constants,
     )
     return dq, dk, dv, dh0

@@ -15,14 +15,14 @@ import functools
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from ..device import INTERPRET
 from ..validate import check_power_of_two
 from .lookback import LOOKBACK_COST, one_pass_fills
 
 __all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
-           "normaliser_on_tensor_cores", "trying", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
+           "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "contiguous_strides",
+           "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
@@ -161,6 +161,31 @@ def trying(name: str):
         TRYING = old
 
 
+def settings() -> tuple:
+    """What a launch depends on beyond the call's tensors: the module's switches (interpreter, normaliser form,
+    candidate tried) and the fp32 precision torch asks for. Part of the key under which a call's plan is kept."""
+    return INTERPRET, NORM_MMA, NORM_MMA_PARTS, TRYING, torch.get_float32_matmul_precision()
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` of host integers (``triton.cdiv`` is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= ``n`` (0 for 0), as ``triton.next_power_of_2``, in host integers."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def contiguous_strides(*shape: int) -> tuple[int, ...]:
+    """The strides of ``torch.empty(*shape)`` (a size 0 counts as 1, as torch counts it), without making it."""
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def _tried(key: tuple[int, str], launch: Launch) -> Launch:
     change = CANDIDATES[TRYING].get(key) if TRYING else None
     return dataclasses.replace(launch, **change) if change else launch
@@ -189,16 +214,16 @@ def plan(K: int, V: int, dtype: torch.dtype, N: int, H: int, lengths: list[int],
 
 
 def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
-    BK = max(64, triton.next_power_of_2(K))
+    BK = max(64, next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
     one = _tried((BK, kind), ONE_PASS[(BK, kind)])
     longest = max(lengths, default=0)
-    chains = N * H * triton.cdiv(V, min(one.BV, triton.next_power_of_2(V)))
+    chains = N * H * cdiv(V, min(one.BV, next_power_of_2(V)))
     if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
         return dataclasses.replace(one, precision=precision)
     chained = _tried((BK, kind), CHAINED[(BK, kind)])
-    nv = triton.cdiv(V, min(chained.BV, triton.next_power_of_2(V)))
+    nv = cdiv(V, min(chained.BV, next_power_of_2(V)))
     tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
     # about two programs per SM: segments of tokens · chains / (2 · sms), a power of two between the bounds
     want = tokens * H * nv // (2 * sms)
@@ -214,7 +239,7 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
     if INTERPRET or not q.is_cuda:
         launch = dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=_norm_mma())
         kind = launch.precision if q.dtype == torch.float32 else "16"
-        change = CANDIDATES[TRYING].get((max(64, triton.next_power_of_2(K)), kind), {}) if TRYING else {}
+        change = CANDIDATES[TRYING].get((max(64, next_power_of_2(K)), kind), {}) if TRYING else {}
         return dataclasses.replace(launch, **{f: x for f, x in change.items() if f != "BV"})  # small tiles kept
     N = B if lengths is None else len(lengths)
     return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))

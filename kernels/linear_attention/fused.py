@@ -18,8 +18,17 @@ import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
 from ..validate import FLOAT_DTYPES, check_tensor
-from .checks import check_inputs, host_offsets, offsets_read_once
-from .dispatch import NORM_MMA_FORMS, PRECISIONS, Launch, launch_for
+from .checks import check_inputs, check_scale, host_offsets, offsets_read_once
+from .dispatch import (
+    NORM_MMA_FORMS,
+    PRECISIONS,
+    Launch,
+    cdiv,
+    contiguous_strides,
+    launch_for,
+    next_power_of_2,
+    settings,
+)
 from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
@@ -332,8 +341,96 @@ def fused_forward(q, k, v, scale, initial_state=None, z_state=None, output_final
                         launch)
 
 
+class _Plan(NamedTuple):
+    """What the checks and the dispatch decide for one call, all but its tensors: the same for every call of a
+    key (:func:`_key`), so kept and reused."""
+
+    sizes: tuple  # B, T, H, K, V, N
+    launch: Launch
+    odtype: torch.dtype
+    zdtype: torch.dtype
+    lengths: list | None  # the packed sequences' lengths
+    zero_h0: bool  # start from a zeroed final-state buffer (no initial state, a final one, whole sequences)
+    grid: tuple | None  # None: a packed call, whose grid follows from its segment table
+    slot: int
+    chains: int  # chains of a chained launch (their ring and flags), else 0
+    constants: dict  # the kernel's meta-parameters, TMA left to the call
+    strides: tuple  # q's, k's, v's and o's (batch, token, head)
+
+
+#: key -> _Plan of the unpacked calls seen (a training loop repeats a few shapes; cleared when it grows past
+#: _MAX_PLANS).
+_PLANS: dict = {}
+_MAX_PLANS = 256
+
+
+def _meta(t) -> tuple | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _key(q, k, v, initial_state, z_state, output_final_state, normalize, save_norm):
+    """What every check and the plan depend on, for the calls whose plan is kept: tensors (shape, strides, dtype,
+    device: a call that matches a checked one passes the same checks), bools that are bools, no offsets, no
+    launch given; None for the others, which are checked and planned every time."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and (initial_state is None or isinstance(initial_state, torch.Tensor))
+            and (z_state is None or isinstance(z_state, torch.Tensor))
+            and output_final_state.__class__ is bool and normalize.__class__ is bool):
+        return None
+    return (_meta(q), _meta(k), _meta(v), _meta(initial_state), _meta(z_state), output_final_state, normalize,
+            bool(save_norm), settings())
+
+
 def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
              launch) -> Forward:
+    key = _key(q, k, v, initial_state, z_state, output_final_state, normalize, save_norm) \
+        if cu_seqlens is None and launch is None else None
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
+                     launch)
+        if key is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    else:
+        check_scale(scale)  # its value is not in the key
+    B, T, H, K, V, N = plan.sizes
+    launch = plan.launch
+    device = q.device
+    o = torch.empty(B, T, H, V, dtype=plan.odtype, device=device)
+    ht = torch.empty(N, H, K, V, dtype=torch.float32, device=device) if output_final_state else None
+    zt = torch.empty(N, 1, H, K, dtype=plan.zdtype, device=device) if normalize else None
+    den = torch.empty(B, T, H, dtype=torch.float32, device=device) if normalize and save_norm else None
+    h0 = ht.zero_() if plan.zero_h0 else initial_state
+    if B * H == 0:
+        return Forward(o, ht.zero_() if ht is not None else None, zt.zero_() if zt is not None else None, den,
+                       launch)
+    if plan.grid is None:
+        seg, rows = _segments(plan.lengths, launch.L, device)
+        grid = (rows * H * cdiv(V, plan.constants["BV"]),)
+    else:
+        seg, grid = None, plan.grid
+    if plan.chains:
+        sync = torch.zeros(1 + plan.chains * SLOTS, dtype=torch.int32, device=device)
+        ring = torch.empty(plan.chains * SLOTS * plan.slot, dtype=torch.float32, device=device)
+        flags, ticket = sync[1:], sync
+    else:
+        ring = flags = ticket = None
+    tma = launch.tma and _tma_ready(q, k, v, o)
+    if tma and not INTERPRET:
+        _ensure_allocator()
+    _fused_linear_attention_kernel[grid](
+        q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg,
+        float(scale), T, B, H, *plan.strides,
+        TMA=tma, **plan.constants,
+    )
+    return Forward(o, ht, zt, den, launch)
+
+
+def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
+          launch) -> _Plan:
+    """Check one call and decide its launch."""
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     B, T, H, K, V, N = p.B, p.T, p.H, p.K, p.V, p.N
     if not isinstance(normalize, bool):
@@ -349,56 +446,31 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     if launch is None:
         launch = launch_for(q, v, lengths)
     launch.check()
-    BK = max(16, triton.next_power_of_2(K))
-    BV = max(16, min(launch.BV, triton.next_power_of_2(V)))
-    NV = triton.cdiv(V, BV)
+    BK = max(16, next_power_of_2(K))
+    BV = max(16, min(launch.BV, next_power_of_2(V)))
+    NV = cdiv(V, BV)
 
     zdtype = k.dtype if z_state is None else torch.promote_types(k.dtype, z_state.dtype)
     odtype = torch.promote_types(q.dtype, zdtype) if normalize else q.dtype
-    o = torch.empty(B, T, H, V, dtype=odtype, device=q.device)
-    ht = torch.empty(N, H, K, V, dtype=torch.float32, device=q.device) if output_final_state else None
-    zt = torch.empty(N, 1, H, K, dtype=zdtype, device=q.device) if normalize else None
-    den = torch.empty(B, T, H, dtype=torch.float32, device=q.device) if normalize and save_norm else None
-    h0 = initial_state
-    if ht is not None and h0 is None and launch.L is None:
-        # Start from a loaded zero state, not a constant one: with a constant start and the final state kept for
-        # the store, ptxas serialises the loop's wgmma (warning C7515; PERF.md, run 16).
-        h0 = ht.zero_()
-    if B * H == 0:
-        return Forward(o, ht.zero_() if ht is not None else None, zt.zero_() if zt is not None else None, den,
-                       launch)
-
+    # Start from a loaded zero state, not a constant one: with a constant start and the final state kept for the
+    # store, ptxas serialises the loop's wgmma (warning C7515; PERF.md, run 16).
+    zero_h0 = output_final_state and initial_state is None and launch.L is None
     chained = launch.L is not None
-    if lengths is not None:
-        seg, rows = _segments(lengths, launch.L, q.device)
-    else:
-        seg, rows = None, (max(1, triton.cdiv(T, launch.L)) if chained else 1) * B
+    grid = None if lengths is not None else (((max(1, cdiv(T, launch.L)) if chained else 1) * B) * H * NV,)
     slot = BK * BV + (BK if normalize else 0)
-    if chained:
-        chains = N * H * NV
-        sync = torch.zeros(1 + chains * SLOTS, dtype=torch.int32, device=q.device)
-        ring = torch.empty(chains * SLOTS * slot, dtype=torch.float32, device=q.device)
-        flags, ticket = sync[1:], sync
-    else:
-        ring = flags = ticket = None
-    tma = launch.tma and _tma_ready(q, k, v, o)
     qz_mma, ksum_mma = NORM_MMA_FORMS[launch.norm_mma]
-    if tma and not INTERPRET:
-        _ensure_allocator()
-    _fused_linear_attention_kernel[(rows * H * NV,)](
-        q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg,
-        float(scale), T, B, H,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+    constants = dict(
         K=K, V=V, BK=BK, BV=BV, BT=launch.BT, L=launch.L or 0, CHAINED=chained, SLOT=slot,
-        HAS_H0=h0 is not None, STORE_HT=ht is not None, NORMALIZE=normalize, HAS_Z0=z_state is not None,
-        STORE_DEN=den is not None, IS_VARLEN=cu_seqlens is not None, UPCAST=upcast_for_dot(q.dtype),
-        PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch, LINE=128 // q.element_size(),
-        TMA=tma, QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma, KT_LOAD=launch.kt,
-        num_warps=launch.num_warps,
-        num_stages=launch.num_stages,
+        HAS_H0=initial_state is not None or zero_h0, STORE_HT=bool(output_final_state), NORMALIZE=normalize,
+        HAS_Z0=z_state is not None, STORE_DEN=normalize and bool(save_norm), IS_VARLEN=cu_seqlens is not None,
+        UPCAST=upcast_for_dot(q.dtype), PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch,
+        LINE=128 // q.element_size(), QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma,
+        KT_LOAD=launch.kt, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
-    return Forward(o, ht, zt, den, launch)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *contiguous_strides(B, T, H, V)[:3])
+    return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
+                 N * H * NV if chained else 0, constants, strides)
+
 
 
 def fused_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,

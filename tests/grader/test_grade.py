@@ -3,17 +3,28 @@
 from grader.notebook import with_cells
 
 
+def _released(source, grade_id):
+    """The release's version of one solution cell."""
+    from grader.percent import release
+
+    cell = next(c for c in release(source)["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
 def _scores(result):
     return {c.grade_id: c.score for c in result.cells}
 
 
 def test_faults_are_per_problem_and_regrading_is_stable(grader_run, fixture_source, fixture_release):
-    broken = with_cells(fixture_source, **{"ex3-fn": "import os\nos._exit(1)\ndef cumsum(x):\n    return x"})
+    # row_sum left as released (4 points short): each notebook is graded twice, and its two kernel problems
+    # would only add time
+    done = with_cells(fixture_source, **{"ex2-kernel": _released(fixture_source, "ex2-kernel")})
+    broken = with_cells(done, **{"ex3-fn": "import os\nos._exit(1)\ndef cumsum(x):\n    return x"})
     first = [grader_run.grade("s1", "90_grader_fixture", nb, fixture_source, fixture_release, slot=0)
-             for nb in (fixture_source, broken)]
+             for nb in (done, broken)]
     second = [grader_run.grade("s1", "90_grader_fixture", nb, fixture_source, fixture_release, slot=1)
-              for nb in (broken, fixture_source)][::-1]
-    assert [r.score for r in first] == [13.0, 11.0]
+              for nb in (broken, done)][::-1]
+    assert [r.score for r in first] == [9.0, 7.0]
     assert [_scores(r) for r in first] == [_scores(r) for r in second]
     assert first[1].cells[4].score == 0 and "code cell" in first[1].cells[5].message
 
@@ -52,7 +63,9 @@ def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     workflow.build_course(root, {"90_grader_fixture": fixture_source})
     incoming = tmp_path / "in" / "bob"
     incoming.mkdir(parents=True)
-    (incoming / "90_grader_fixture.ipynb").write_text(json.dumps(fixture_source))
+    # row_sum left as released: a score short of full, and two kernel problems fewer to grade
+    handed_in = with_cells(fixture_source, **{"ex2-kernel": _released(fixture_source, "ex2-kernel")})
+    (incoming / "90_grader_fixture.ipynb").write_text(json.dumps(handed_in))
     workflow.collect(root, tmp_path / "in")
     env = dict(os.environ, GRADER_LESSON_PATHS=str(FIXTURES), PYTHONPATH=str(FIXTURES.parents[1]))
     nbgrader = [sys.executable, "-c", "import sys; from nbgrader.apps import NbGraderApp; "
@@ -63,7 +76,7 @@ def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     from kernels.device import ON_GPU
 
     # without a GPU the speed cell (3 points) scores 0 under the default speed policy (grader/policy.py)
-    assert workflow.gradebook_scores(root)[("bob", "90_grader_fixture")] == (13 if ON_GPU else 10)
+    assert workflow.gradebook_scores(root)[("bob", "90_grader_fixture")] == (9 if ON_GPU else 6)
     graded = json.loads((root / "autograded" / "bob" / "90_grader_fixture" / "90_grader_fixture.ipynb").read_text())
     assert graded["cells"][0]["metadata"].get("grader_note")
 

@@ -350,3 +350,27 @@ def test_the_grader_s_pythonpath_reaches_the_sandbox(request, monkeypatch):
     w.close()
     assert found == 7, found
     assert path.split(os.pathsep) == [str(ROOT), str(site)], path
+
+
+def test_gpu_workers_are_told_where_the_cuda_driver_is(tmp_path, monkeypatch):
+    """Triton finds libcuda with ``/sbin/ldconfig -p``, which fails for the worker's uid where the linker cache is
+    root's alone (seen on the H200 image): the grader finds the folder and hands it in."""
+    from grader import sandbox
+
+    lib = tmp_path / "driver"
+    lib.mkdir()
+    (lib / "libcuda.so.1").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/nonexistent:{lib}")
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
+    monkeypatch.setattr(sandbox.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": ""})())
+    assert sandbox.libcuda_dir() == str(lib)
+    cfg = sandbox.SandboxConfig(mode="gpu", root=tmp_path / "root")
+    try:
+        t = sandbox._Template.__new__(sandbox._Template)
+        t.cfg, t.profile, t.mode = cfg, "kernel", "gpu"
+        args = t._bwrap_args()
+        i = args.index("TRITON_LIBCUDA_PATH")
+        assert args[i - 1] == "--setenv" and args[i + 1] == str(lib)
+        assert any(args[j:j + 3] == ["--ro-bind-try", str(lib), str(lib)] for j in range(len(args)))
+    finally:
+        cfg.close()

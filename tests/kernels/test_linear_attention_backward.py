@@ -13,6 +13,7 @@ from test_linear_attention import poison  # noqa: F401  (the fixture: NaN-filled
 from kernels.device import DEVICE, ON_GPU
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.chunked_bwd import chunked_backward
+from kernels.linear_attention.fused import fused_forward
 from kernels.linear_attention.reference import (
     recurrent_linear_attention,
     reference_backward,
@@ -125,6 +126,43 @@ def test_bad_inputs():
     check_bad_input(chunked_backward, *args, c["do"].half(), 0.25, match="do must match")
     check_bad_input(chunked_backward, *args, c["do"], 0.25, dht=torch.zeros(2, 2, 16, 16, device=DEVICE),
                     match="dht must have")
+
+
+def test_known_calls_checked_as_new_ones():
+    """The forward and the backward keep the checks and plan of a call they have seen (same shapes, strides,
+    dtypes, devices): a second call of a known key gives the same results and still refuses what a first call
+    would refuse (the scale's value and the flags' types are not in the key; a state in another layout is another
+    key)."""
+    c = _case(1, 20, 2, 16, 16, torch.float32, None, True, seed=60)
+    q, k, v, do, h0, dht = (c[n] for n in ("q", "k", "v", "do", "initial_state", "dht"))
+    first, again = (fused_forward(q, k, v, 0.25, h0, output_final_state=True) for _ in range(2))
+    assert torch.equal(first.o, again.o) and torch.equal(first.final_state, again.final_state)
+    first, again = (chunked_backward(q, k, v, do, 0.25, h0, dht, need_dh0=True) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    for bad in (float("nan"), float("inf"), True, "0.25"):
+        check_bad_input(fused_forward, q, k, v, bad, h0, output_final_state=True, match="scale must be")
+        check_bad_input(chunked_backward, q, k, v, do, bad, h0, dht, need_dh0=True, match="scale must be")
+    check_bad_input(fused_forward, q, k, v, 0.25, h0, output_final_state=1, match="output_final_state must be")
+    check_bad_input(fused_forward, q, k, v, 0.25, h0, output_final_state=True, normalize=1, match="normalize must")
+    check_bad_input(fused_forward, q, k, v, 0.25, h0.transpose(-1, -2), output_final_state=True,
+                    match="contiguous")
+    check_bad_input(chunked_backward, q, k, v, do, 0.25, h0.transpose(-1, -2), dht, match="contiguous")
+    check_bad_input(chunked_backward, q, k, v, do, 0.25, h0, dht[:, :1], match="dht must have")
+
+
+def test_host_bench_takes_the_gpu_path():
+    """The host-time benchmark's step issues the GPU's three launches with the GPU's plan (not the interpreter's
+    small tiles), and leaves no plan of its meta tensors behind."""
+    from kernels.linear_attention import bench_host, chunked_bwd, dispatch, fused
+
+    r = bench_host.measure(calls=3, warmup=1)
+    assert r["launches_per_step"] == 3 and r["step_us"] > 0 and set(r["split_us"]) >= {"forward_wrapper"}
+    dev = torch.device("meta")
+    x = torch.empty(4, 4096, 16, 128, dtype=torch.bfloat16, device=dev)
+    with bench_host.gpu_path(dev):
+        f = fused.fused_forward(x, x, x, 0.1)
+        assert f.launch == dispatch.plan(128, 128, torch.bfloat16, 4, 16, [4096], bench_host.SMS)
+    assert not any(key[0][3] == dev for plans in (fused._PLANS, chunked_bwd._PLANS) for key in plans)
 
 
 @pytest.mark.parametrize("name", ["fp32 T37 K32 V48 state", "fp16 B2 T100"])

@@ -96,6 +96,19 @@ class GpuLock:
             self.cond.notify_all()
 
 
+def _output_bytes(ex, run) -> int:
+    """The bytes of a run's output buffers (guards included), as the check lays them out: a result message carries
+    them back, so it may be that much larger than the usual allowance (a GPU case's output is tens of MiB)."""
+    total = 0
+    for shape, dtype, guard in engine.expected_outputs(ex, run.case, run.inputs).values():
+        n = 2 * guard
+        m = 1
+        for s in shape:
+            m *= s
+        total += (n + m) * torch.empty((), dtype=dtype).element_size()
+    return total
+
+
 class Grader:
     """One grading run: a sandbox root, settings and ``slots`` parallel worker uids."""
 
@@ -496,10 +509,11 @@ class _Session:
         label, k = None, 0
         deadline = time.time() + self.s.problem_timeout
         exclusive = False
+        cap = self.g.sandbox.message_cap + max(_output_bytes(ex, r) for r in runs)
         while True:
             try:
                 m = w.recv(self.budget(max(1.0, deadline - time.time())),
-                           what=f"on case {label!r}" if label else "")
+                           what=f"on case {label!r}" if label else "", cap=cap)
             except WorkerDied as e:
                 if exclusive:
                     self.g.gpu.downgrade()

@@ -374,3 +374,22 @@ def test_gpu_workers_are_told_where_the_cuda_driver_is(tmp_path, monkeypatch):
         assert any(args[j:j + 3] == ["--ro-bind-try", str(lib), str(lib)] for j in range(len(args)))
     finally:
         cfg.close()
+
+
+def test_a_result_may_carry_its_outputs_past_the_message_allowance():
+    """A GPU case's outputs are tens of MiB (vector_add's 64.5 MiB on the H200), over the 8 MiB allowance for
+    other messages: the kernel loop's cap adds the bytes of the run's output buffers, guards included."""
+    import math
+    import types
+
+    from grader.grade import _output_bytes
+    from kernels.checks import engine
+    from kernels.checks.spec import get
+
+    ex = get("00_setup.vector_add")
+    case = ex.hidden[-1]
+    inputs = ex.make_inputs(case, torch.Generator().manual_seed(0))
+    want = engine.expected_outputs(ex, case, inputs)
+    assert want
+    n = _output_bytes(ex, types.SimpleNamespace(case=case, inputs=inputs))
+    assert n == sum((math.prod(s) + 2 * g) * torch.empty((), dtype=d).element_size() for s, d, g in want.values())

@@ -211,9 +211,10 @@ def attacks() -> list[Attack]:
                       why_gpu="skips work while timed|out of bounds while timed"))
     out.append(Attack("skip_if_filled", "the fused kernel skips its work when its output already holds numbers "
                       "(outputs left filled between timed launches would time nothing): every timed launch starts "
-                      "from poisoned outputs, so it does the work and keeps its points",
+                      "from poisoned outputs, so it does the work and no time is forged; on a GPU its check of the "
+                      "output costs it the speed requirement (1.6x the naive kernel on the H200, 2x asked)",
                       {"02_naive_hbm_loops": {"fused_kernel": timing["skip_if_filled"]}},
-                      {"02_naive_hbm_loops": _both(7.0)}))
+                      {"02_naive_hbm_loops": _both(7.0, 5.0)}, why_gpu="too slow"))
     naive = _UNIVERSAL_NAIVE
     out.append(Attack("universal", "every kernel and function of both lessons reaches around the grader (the "
                       "handle branch for kernels, the reference by import, frames and gc for functions, the checks "

@@ -11,6 +11,9 @@ import textwrap
 import pytest
 import torch
 
+# one pytest-xdist worker runs this module: its module-scoped fixtures (the release build of the CLI) are built once
+pytestmark = pytest.mark.xdist_group("test_rust")
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRATE = ROOT / "rust"
 BIN = CRATE / "target" / "release" / "workbook-launch"

@@ -12,6 +12,9 @@ import pytest
 from grader.collect import _BLOCK, _squeeze
 from kernels.catalog import lesson_ids
 
+# one pytest-xdist worker runs this module: its module-scoped fixtures (the hand-out) are built once
+pytestmark = pytest.mark.xdist_group("test_dist")
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -20,6 +20,10 @@ import time
 
 import pytest
 
+# one pytest-xdist worker runs this module, so that its module-scoped fixtures (the course folder, the default
+# executor's grading, the cluster) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_distributed")
+
 pytest.importorskip("distributed", reason="dask.distributed is not installed (pip install -e '.[cluster]')")
 
 LESSON = "00_setup"

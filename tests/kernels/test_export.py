@@ -16,6 +16,10 @@ from kernels.export.manifest import ManifestError, image_path, load, resolve
 from kernels.export.ptx import PtxVersionError, check_loadable, max_isa_for_cuda, parse_isa, ptx_entry, ptx_isa
 from kernels.testing import check_bad_input
 
+# one pytest-xdist worker runs this module, so that its module-scoped fixture (the export through the command
+# line) is built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_export")
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KERNELS = ("vector_add", "matmul", "linear_attention")
 

@@ -8,6 +8,9 @@ from kernels.device import DEVICE, ON_GPU
 from kernels.profile import compiler, measure, planted
 from kernels.testing import assert_close, check_bad_input, randn, tolerance
 
+# one pytest-xdist worker runs this module: its module-scoped fixtures (the sm_90 compiles) are built once
+pytestmark = pytest.mark.xdist_group("test_profile")
+
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64)
 
 

@@ -8,6 +8,9 @@ from kernels.profile import compiler, planted
 
 from .test_views import changes, pixels
 
+# one pytest-xdist worker runs this module: its module-scoped fixtures (the two compiles) are built once
+pytestmark = pytest.mark.xdist_group("test_profile_views")
+
 
 @pytest.fixture(scope="module")
 def pair():

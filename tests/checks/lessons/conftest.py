@@ -1,6 +1,8 @@
 """``broken_outcomes``: the broken answers of every collected lesson test module (its ``BROKEN`` script), run once
 as one script in a subprocess, because the check engine grades objects defined at the top level of ``__main__``
-(a notebook); one JSON line per check: passed or not, and the message."""
+(a notebook); one JSON line per check: passed or not, and the message. The tests that use it run on one
+pytest-xdist worker: the script compiles its kernels for sm_90 as a check does, about a minute on 2 cores, paid
+once per run, not once per worker."""
 
 import json
 import os
@@ -26,6 +28,12 @@ def report(name, *args):
     except Exception as e:
         print(json.dumps({"name": name, "passed": False, "message": f"{type(e).__name__}: {e}"}))
 """
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "broken_outcomes" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("broken_outcomes"))
 
 
 @pytest.fixture(scope="session")

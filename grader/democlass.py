@@ -163,8 +163,9 @@ def students(real_lessons: dict[str, float], speed: dict[str, float] | None = No
                         + _STORE})}, {fx: _both(6.0)}),
         DemoStudent("exception", "the torch function raises", {fx: sol(**_cumsum("    raise ValueError('my bug')"))},
                     {fx: _sped(11.0)}),
-        DemoStudent("python_loop", "infinite Python loop in the function",
-                    {fx: sol(**_cumsum("    while True:\n        pass"))}, {fx: _sped(11.0)}),
+        DemoStudent("python_loop", "infinite Python loop in the function on the visible case (4x7); the worker "
+                    "killed, the hidden cases pass in a fresh one",
+                    {fx: sol(**_cumsum("    while x.shape[-1] == 7:\n        pass"))}, {fx: _sped(12.0)}),
         DemoStudent("gpu_hang", "kernel that never ends (on a GPU: SIGINT cannot stop it)",
                     {fx: sol(**_scale("    x = tl.load(x_ptr + offs, mask=mask)\n"
                                       "    while tl.load(x_ptr, volatile=True) == tl.load(x_ptr, volatile=True):\n"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..layout import COURSE, ROOT
 from .build import graded_cells, solution_notebook, student_notebook
 
-__all__ = ["Executed", "execute", "restore_locked", "lesson_notebook", "run_lesson", "graded_only",
+__all__ = ["Executed", "execute", "restore_locked", "lesson_notebook", "run_lesson", "graded_only", "judged_only",
            "run_graded_together", "run_widgets_alone", "problems"]
 
 
@@ -92,6 +92,15 @@ def graded_only(nb):
     last = max((i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade")), default=-1)
     nb.cells = [c for c in nb.cells[: last + 1] if c.cell_type == "code"
                 and "widget" not in c.metadata.get("tags", []) and not c.get("id", "").startswith("bench")]
+    return nb
+
+
+def judged_only(nb):
+    """The student copy up to its last cell that :func:`problems` judges (a graded cell, a widget, the setup cell):
+    what follows (benchmarks, the score table) can change none of its verdicts."""
+    judged = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (
+        c.metadata.get("nbgrader", {}).get("grade") or "widget" in c.metadata.get("tags", []))]
+    nb.cells = nb.cells[: max(judged, default=_first_code(nb)) + 1]
     return nb
 
 

@@ -1,20 +1,21 @@
 """Every lesson runs top to bottom; its graded cells pass on the solution and fail on the untouched student copy.
 
 Each notebook runs once per copy (cached for the session) in a fresh kernel: in the interpreter here, on the
-GPU where there is one.
+GPU where there is one. The student copy runs up to its last graded or widget cell, the last one judged.
 """
 
 import pytest
 
 from grader.course import lesson_ids
-from grader.course.run import problems, run_lesson, run_widgets_alone
+from grader.course.run import execute, judged_only, lesson_notebook, problems, run_lesson, run_widgets_alone
 
 _runs: dict = {}
 
 
 def executed(name, copy):
     if (name, copy) not in _runs:
-        _runs[name, copy] = run_lesson(name, copy)
+        _runs[name, copy] = run_lesson(name, copy) if copy == "solution" else \
+            execute(judged_only(lesson_notebook(name, copy)), lesson=name, copy=copy)
     return _runs[name, copy]
 
 

@@ -180,6 +180,16 @@ def run_compiled(module: str, args: list[str] | tuple[str, ...] = (), *, input: 
                           capture_output=capture, text=True, env=env, timeout=timeout)
 
 
+def start_compiled(module: str, args: list[str] | tuple[str, ...] = ()) -> subprocess.Popen:
+    """:func:`run_compiled`'s process, left running: text lines in and out through pipes, stderr discarded, in a
+    session of its own (so that it and its children can be stopped together)."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [_HOME, env.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, "-c", _TRAMPOLINE, module, *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)
+
+
 def enter_compile_mode() -> None:
     """The first thing a compile process does (:func:`run_compiled` does it for its module): kernels decorated
     after this are compiled-mode ``JITFunction`` objects, and so are Triton's own helpers. Without a GPU

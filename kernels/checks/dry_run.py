@@ -10,15 +10,21 @@ interpreter off; the grader forks it from a compile-mode server instead.
 
 Request (stdin, JSON): ``{"exercise", "hidden", "kernels": [{"entry", "text"} | null, ...], "values": [...],
 "paths": [...]}``; reply (stdout, last line): ``{"ok": true, "compiled": N}`` or ``{"ok": false, "message"}``.
+``--serve``: one request a line and one reply a line, each compiled in a child forked from this process (torch and
+Triton imported once; an interpreter start costs seconds), until stdin closes or stays idle.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 
-__all__ = ["dry_run", "serve", "main"]
+__all__ = ["dry_run", "serve", "serve_forever", "main"]
+
+#: ``--serve`` ends after this many seconds without a request (a notebook's checks come minutes apart at most).
+IDLE_S = 300.0
 
 
 def dry_run(exercise_id: str, hidden: bool, kernels: list, values: list, folder: str) -> int:
@@ -64,10 +70,44 @@ def serve(request: dict) -> dict:
     return {"ok": True, "compiled": n}
 
 
+def serve_forever(idle: float = IDLE_S) -> None:
+    """Answer requests, one a line on stdin, each in a forked child; a reply line on stdout per request:
+    :func:`serve`'s, or ``{"ok": false, "crashed": <exit status>}`` when the child died without one."""
+    import select
+
+    from . import engine  # noqa: F401  (what every request needs, imported before the first fork)
+
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever a compile prints goes to stderr, never into a reply
+    while select.select([sys.stdin], [], [], idle)[0]:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                reply = serve(json.loads(line))
+            except BaseException as e:  # noqa: BLE001 (a reply, whatever happened)
+                reply = {"ok": False, "message": f"compiling for sm_90 failed: {type(e).__name__}: {e}"}
+            os.write(w, json.dumps(reply).encode())
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        replies.write((data.decode() if data else json.dumps({"ok": False, "crashed": status})) + "\n")
+        replies.flush()
+
+
 def main() -> int:
     from ..compile import enter_compile_mode
 
     enter_compile_mode()
+    if sys.argv[1:] == ["--serve"]:
+        serve_forever()
+        return 0
     request = json.loads(sys.stdin.read())
     reply = serve(request)
     sys.stdout.write("\n" + json.dumps(reply) + "\n")

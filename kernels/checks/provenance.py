@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import kernels
 
-from ..compile import SignatureError, bind, compile_for, run_compiled, specialise
+from ..compile import SignatureError, bind, compile_for, run_compiled, specialise, start_compiled
 from .spec import CheckFailed
 
 __all__ = [
@@ -810,17 +810,70 @@ def verify_compiles(exercise_id: str, hidden: bool, kernels: list, values: list,
     key = json.dumps(request, sort_keys=True, default=str)
     if key in _VERIFIED:
         return
-    try:
-        proc = run_compiled("kernels.checks.dry_run", input=key, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise CheckFailed(f"compiling the kernel for sm_90 took longer than {timeout:.0f} s") from None
-    reply = _last_json(proc.stdout)
-    if reply is None:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise CheckFailed(f"the ahead-of-time compile crashed (exit {proc.returncode}): {tail}")
+    reply = _served(key, timeout)
+    if reply is None:  # no server: a compile process of its own
+        try:
+            proc = run_compiled("kernels.checks.dry_run", input=key, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CheckFailed(f"compiling the kernel for sm_90 took longer than {timeout:.0f} s") from None
+        reply = _last_json(proc.stdout)
+        if reply is None:
+            tail = (proc.stderr or proc.stdout).strip()[-2000:]
+            raise CheckFailed(f"the ahead-of-time compile crashed (exit {proc.returncode}): {tail}")
+    if "crashed" in reply:
+        raise CheckFailed(f"the ahead-of-time compile crashed (wait status {reply['crashed']})")
     if not reply.get("ok"):
         raise CheckFailed(reply.get("message", "the kernel does not compile for sm_90"))
     _VERIFIED[key] = None
+
+
+_SERVER: list = []  # the running ``python -m kernels.checks.dry_run --serve`` of this process, if any
+
+
+def _served(request: str, timeout: float) -> dict | None:
+    """The reply of this process's compile server (started on first use; one fork a request instead of an
+    interpreter start); ``None`` where it cannot answer (it is started again next time)."""
+    import selectors
+    import time
+
+    proc = _SERVER[0] if _SERVER else None
+    if proc is None or proc.poll() is not None:
+        try:
+            proc = start_compiled("kernels.checks.dry_run", ["--serve"])
+        except OSError:
+            return None
+        _SERVER[:] = [proc]
+    try:
+        proc.stdin.write(request.replace("\n", " ") + "\n")
+        proc.stdin.flush()
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + timeout
+            while not sel.select(max(0.0, deadline - time.monotonic())):
+                if time.monotonic() >= deadline:
+                    _stop_server()
+                    raise CheckFailed(f"compiling the kernel for sm_90 took longer than {timeout:.0f} s")
+        line = proc.stdout.readline()
+    except (OSError, ValueError):
+        line = ""
+    try:
+        return json.loads(line)
+    except ValueError:
+        _stop_server()
+        return None
+
+
+def _stop_server() -> None:
+    import os
+    import signal
+
+    for proc in _SERVER:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+    _SERVER.clear()
 
 
 def _last_json(text: str) -> dict | None:

@@ -91,6 +91,31 @@ def test_ahead_of_time_compile_refuses_what_the_interpreter_runs(tmp_path):
         provenance.verify_compiles(ex, False, [{"entry": ks_bad.entry, "text": ks_bad.text}], [None])
 
 
+def test_one_compile_process_answers_the_checks_and_a_lost_one_is_replaced():
+    """A notebook's checks ask one compile process, which forks a child a request (an interpreter start with torch
+    and Triton costs seconds a check); a child that dies is a crash, not a pass; a server gone is started again."""
+    from kernels.checks.spec import CheckFailed
+
+    good = ("@triton.jit\ndef scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):\n"
+            "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+            "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)\n")
+    ks = from_cells([SETUP, good], "scale_kernel")
+    src = [{"entry": ks.entry, "text": ks.text}]
+    provenance._stop_server()
+    provenance._VERIFIED.clear()
+    provenance.verify_compiles("90_grader_fixture.scale", False, src, [None])
+    first = provenance._SERVER[0].pid
+    provenance.verify_compiles("90_grader_fixture.scale", True, src, [None])
+    assert provenance._SERVER[0].pid == first
+    dies = ks.text + "\nimport os\nos._exit(7)\n"  # loading the kernel's module ends the child
+    with pytest.raises(CheckFailed, match="crashed"):
+        provenance.verify_compiles("90_grader_fixture.scale", False, [{"entry": ks.entry, "text": dies}], [None])
+    provenance._stop_server()
+    provenance._VERIFIED.clear()
+    provenance.verify_compiles("90_grader_fixture.scale", False, src, [None])
+    assert provenance._SERVER[0].pid != first
+
+
 def test_function_answers_may_not_reach_the_package():
     from kernels.checks.provenance import check_function_static
 

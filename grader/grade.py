@@ -158,10 +158,8 @@ class Grader:
                 try:
                     files = w.recv(300, what="warming Triton's cache", cap=128 << 20).get("files") or {}
                 except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause
-                    w._drain.join(timeout=2)
-                    lines = [ln for ln in w.output().splitlines() if ln.strip()]
                     raise SetupError(f"a sandboxed GPU worker (uid {w.uid}, {how}) cannot compile and launch a "
-                                     f"Triton kernel: {e}. It printed:\n" + "\n".join(lines[-25:])
+                                     f"Triton kernel: {e}. It printed:\n" + "\n".join(w.output_tail(25))
                                      + "\nnothing was graded") from None
                 for rel, data in files.items():
                     dest = (self.sandbox.seed / rel).resolve()

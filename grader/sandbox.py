@@ -684,9 +684,8 @@ class Worker:
             return f"the process died of {_SIGNALS.get(sig, sig.name)}{where}"
         tail = ""
         if not hasattr(self, "hello"):
-            self._drain.join(timeout=2)
-            lines = [ln for ln in self.output().splitlines() if ln.strip()]
-            tail = f": {' | '.join(lines[-3:])}" if lines else ""
+            lines = self.output_tail(3)
+            tail = f": {' | '.join(lines)}" if lines else ""
         return f"the process exited with code {code}{where} (os._exit, sys.exit or a fatal error){tail}"
 
     def _read_output(self, fd: int) -> None:
@@ -709,6 +708,11 @@ class Worker:
         if self._out_total > len(self._out):
             text += f"\n[... {self._out_total - len(self._out)} more bytes of output not kept]"
         return text
+
+    def output_tail(self, n: int) -> list[str]:
+        """The last ``n`` non-blank lines of ``output()``, once the worker's output has drained (2 s at most)."""
+        self._drain.join(timeout=2)
+        return [ln for ln in self.output().splitlines() if ln.strip()][-n:]
 
     def alive(self) -> bool:
         return not self._dead and self._status(0) is None

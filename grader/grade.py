@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import pathlib
 import shutil
@@ -99,14 +100,8 @@ class GpuLock:
 def _output_bytes(ex, run) -> int:
     """The bytes of a run's output buffers (guards included), as the check lays them out: a result message carries
     them back, so it may be that much larger than the usual allowance (a GPU case's output is tens of MiB)."""
-    total = 0
-    for shape, dtype, guard in engine.expected_outputs(ex, run.case, run.inputs).values():
-        n = 2 * guard
-        m = 1
-        for s in shape:
-            m *= s
-        total += (n + m) * torch.empty((), dtype=dtype).element_size()
-    return total
+    return sum((math.prod(shape) + 2 * guard) * dtype.itemsize
+               for shape, dtype, guard in engine.expected_outputs(ex, run.case, run.inputs).values())
 
 
 class Grader:

@@ -366,9 +366,7 @@ def test_gpu_workers_are_told_where_the_cuda_driver_is(tmp_path, monkeypatch):
     assert sandbox.libcuda_dir() == str(lib)
     cfg = sandbox.SandboxConfig(mode="gpu", root=tmp_path / "root")
     try:
-        t = sandbox._Template.__new__(sandbox._Template)
-        t.cfg, t.profile, t.mode = cfg, "kernel", "gpu"
-        args = t._bwrap_args()
+        args = sandbox.bwrap_args(cfg, "kernel", "gpu")
         i = args.index("TRITON_LIBCUDA_PATH")
         assert args[i - 1] == "--setenv" and args[i + 1] == str(lib)
         assert any(args[j:j + 3] == ["--ro-bind-try", str(lib), str(lib)] for j in range(len(args)))

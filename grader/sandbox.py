@@ -351,24 +351,32 @@ def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
     a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
     if profile != "notebook":
         a += ["--bind", str(cfg.caches), "/grader/cache"]
+    lib = cfg.libcuda if mode == "gpu" else None
     if mode == "gpu":
         for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             a += ["--dev-bind", dev, dev]
         a += ["--ro-bind", "/sys", "/sys"]
         for e in ("nvidia", "OpenCL", "vulkan"):
             a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
-        lib = cfg.libcuda
         if lib:
             if not _inside(pathlib.Path(lib), pathlib.Path("/usr")):
                 a += ["--ro-bind-try", lib, lib]
             a += ["--setenv", "TRITON_LIBCUDA_PATH", lib]
+    # the worker's uid has no passwd entry: USER and LOGNAME answer getpass.getuser() (torch asks it on the first
+    # call of a function under torch.compiler.disable; without them it raises KeyError)
+    a += ["--setenv", "USER", "student", "--setenv", "LOGNAME", "student"]
     a += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
           "--setenv", "TRITON_CACHE_DIR", "/tmp/.triton", "--setenv", "OMP_NUM_THREADS", "1",
           "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg", "--setenv", "KERNELS_GRADING", "1",
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1"]
-    for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
-        if k in os.environ:
-            a += ["--setenv", k, os.environ[k]]
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        a += ["--setenv", "CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"]]
+    # the driver's folder first: torch opens libnvidia-ml.so.1 by name when an allocation fails (to report the
+    # memory in use), and like Triton's ldconfig call that lookup fails where the linker cache is root-only
+    libs = [lib] if lib else []
+    libs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d and d not in libs]
+    if libs:
+        a += ["--setenv", "LD_LIBRARY_PATH", ":".join(libs)]
     a += ["--setenv", "PYTHONPATH", sandbox_pythonpath(cfg)]
     if profile == "compile":
         a += _rust_toolchain()

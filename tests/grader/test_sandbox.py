@@ -370,6 +370,11 @@ def test_gpu_workers_are_told_where_the_cuda_driver_is(tmp_path, monkeypatch):
         i = args.index("TRITON_LIBCUDA_PATH")
         assert args[i - 1] == "--setenv" and args[i + 1] == str(lib)
         assert any(args[j:j + 3] == ["--ro-bind-try", str(lib), str(lib)] for j in range(len(args)))
+        env = {args[j + 1]: args[j + 2] for j in range(len(args) - 2) if args[j] == "--setenv"}
+        # torch opens libnvidia-ml.so.1 by name on a failed allocation: the driver's folder leads the search path
+        assert env["LD_LIBRARY_PATH"] == f"{lib}:/nonexistent"
+        # the uid has no passwd entry: getpass.getuser() (torch asks it) reads these instead of raising KeyError
+        assert env["USER"] == env["LOGNAME"] == "student"
     finally:
         cfg.close()
 

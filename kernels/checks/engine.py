@@ -505,10 +505,11 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
     alone with CUDA events (on a CPU device, with the wall clock); ``warmup`` and ``rep`` are milliseconds of
     launches, as in ``triton.testing.do_bench``, and the median is reported. The host's own time to make a launch
     (Python, binding the arguments: a millisecond on the grader's cubin path) is kept out of the events: before
-    the start event the GPU is given a spin of at least twice the slowest launch's host time seen so far, so the
-    kernel is already queued when the start event is reached. Afterwards the guard bands are read,
-    the ``inputs`` (whole buffers, padding included) are compared with copies taken before, and one more launch is
-    made on freshly allocated NaN-filled outputs (with guard bands), for the caller to compare with its reference.
+    the start event the GPU is given a spin of twice the median host time of the last 16 launches (at most
+    20 ms; a first launch that compiles or loads a module is slow once), so the kernel is already queued when the
+    start event is reached. Afterwards the guard bands are read, the ``inputs`` (whole buffers, padding included)
+    are compared with copies taken before, and one more launch is made on freshly allocated NaN-filled outputs
+    (with guard bands), for the caller to compare with its reference.
 
     ``verify`` (a relative tolerance): every warm-up and timed launch's outputs are compared, after its end event,
     with those of the first full launch, so a kernel that does its work only on some launches (the first, the
@@ -518,6 +519,7 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
     Returns ``{"ms", "times", "launches", "stray": {name: (before, after)}, "inputs_changed": [index, ...],
     "after": {name: Poisoned}, "result": what the last launch returned, "skipped": (launches, elements)}``.
     """
+    import statistics
     import time
 
     first = next(iter(outputs.values())).out
@@ -533,7 +535,7 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
         flush.zero_()
 
     snapshot, check, skipped = _launch_checker(outputs, verify) if verify is not None else (None, None, None)
-    host = {"max_s": 0.0}  # the slowest launch's host time so far (the first launches teach it)
+    host: list[float] = []  # each timed launch's host time, in seconds
     # the SM clock, for the spin's cycles (kHz in the properties; 2 GHz where torch does not say)
     clock_hz = getattr(torch.cuda.get_device_properties(device), "clock_rate", 0) * 1e3 or 2e9 if cuda else 0
 
@@ -553,11 +555,12 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for s, e in zip(starts, ends):
             fresh()
-            torch.cuda._sleep(int(2 * host["max_s"] * clock_hz))
+            if host:
+                torch.cuda._sleep(int(min(2 * statistics.median(host[-16:]), 0.02) * clock_hz))
             s.record()
             t0 = time.perf_counter()
             launch(outs)
-            host["max_s"] = max(host["max_s"], time.perf_counter() - t0)
+            host.append(time.perf_counter() - t0)
             e.record()
             if checked:
                 check()

@@ -226,8 +226,19 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
                "leftover_processes": left,
                "gpu_only_students": [s.name for s in klass if s.gpu_only],
                "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}
+
+    def write() -> None:
+        report(results, out / "grade-demo.json", summary)
+        for d in reports:
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
+
     if with_nbgrader:
         from . import workflow
+
+        # the scores first: a run cut short in nbgrader's steps (minutes for a class) still leaves its report
+        summary["nbgrader"] = "not finished"
+        write()
 
         fb = workflow.feedback(root)
         csv = workflow.export(root, out / "grades.csv")
@@ -253,10 +264,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             print(f"FAIL: {c}")
         if failures or fb or differ or checks:
             bad = bad + [("nbgrader", "", 0, 0)]
-    report(results, out / "grade-demo.json", summary)
-    for d in reports:
-        d.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
+    write()
     print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
           f"({MODE}); one full solution submission: {full_s:.0f} s of grading ("
           + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(phases.items())) + ")")

@@ -338,6 +338,7 @@ def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], kla
     """Write each student's notebooks to ``folder/<student>/<lesson>.ipynb`` (the folder-of-notebooks layout)."""
     if folder.exists():
         shutil.rmtree(folder)
+    folder.mkdir(parents=True)  # also when every student hands in through the LMS download
     for st in klass:
         if st.lms:
             continue

@@ -19,3 +19,15 @@ def test_demo_class(tmp_path, capsys):
         nbg = summary["nbgrader"]
         assert not nbg["autograde_failures"] and not nbg["feedback_failures"] and not nbg["gradebook_differs"]
         assert nbg["feedback_html"] > 0
+
+
+def test_a_class_of_lms_students_alone_is_written(tmp_path):
+    """``grader demo --students alice lucy``: both hand in through the LMS download, so the folder of notebooks is
+    empty, and writing it must not fail for want of the folder."""
+    from grader import democlass
+
+    klass = [st for st in democlass.term_students({democlass.TERM_LESSON: 8.0}) if st.lms]
+    assert klass
+    folder = tmp_path / "incoming"
+    democlass.write_class(folder, {}, klass)
+    assert folder.is_dir() and not any(folder.iterdir())

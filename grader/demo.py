@@ -93,7 +93,8 @@ def demo_class(real: dict[str, tuple[dict, dict]], *, copies: int = 0, students:
     score without the points this machine cannot grade (speed without a GPU, a missing toolchain). ``term``: with
     the term scenarios' students; ``copies``: instead, that many copies of the full solution; ``students``: only
     these; ``selection``: a named part of the class (``democlass.SELECTIONS``: ``all``, or ``ci``, the part
-    ``make test`` grades)."""
+    ``make test`` grades). A student of the term scenario (dave, and those handing in through the LMS download)
+    brings the others of it along."""
     from . import policy
 
     points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
@@ -105,7 +106,11 @@ def demo_class(real: dict[str, tuple[dict, dict]], *, copies: int = 0, students:
         base = next(s for s in klass if s.name == "solution")
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
     if students:
-        klass = [s for s in klass if s.name in students]
+        chosen = set(students)
+        term_group = {s.name for s in klass if s.lms} | ({"dave"} if any(s.lms for s in klass) else set())
+        if chosen & term_group:  # the term scenario's collects (a second batch, the LMS zip) need all three
+            chosen |= term_group
+        klass = [s for s in klass if s.name in chosen]
     return klass
 
 

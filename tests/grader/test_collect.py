@@ -278,3 +278,25 @@ def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):
     why = {s.name: s.reason for s in skipped}
     scratch = "smithbob_1004_55511_scratch.ipynb"
     assert list(why) == [scratch] and "no lesson id" in why[scratch]
+
+
+def test_folder_grades_the_newest_copy(tmp_path, fixture_source):
+    """A student's folder holding ``L.ipynb`` and a later save ``L (1).ipynb`` (a browser's copy mark) has the
+    newer one graded, whichever name it has, and the other named as not graded."""
+    import os
+
+    lesson = "90_grader_fixture"
+    d = tmp_path / "carol"
+    d.mkdir()
+    old, new = d / f"{lesson}.ipynb", d / f"{lesson} (1).ipynb"
+    old.write_text(json.dumps(_v(fixture_source, 1)))
+    new.write_text(json.dumps(_v(fixture_source, 2)))
+    os.utime(old, (1_700_000_000, 1_700_000_000))
+    os.utime(new, (1_700_036_000, 1_700_036_000))
+    sub = collect_student("carol", d, {lesson: fixture_source})[lesson]
+    assert sub.path == str(new) and sub.timestamp == 1_700_036_000
+    assert any(f"older, not graded: {old.name}" in n for n in sub.notes)
+    assert not any("ignored extra" in n for n in sub.notes)
+    os.utime(old, (1_700_072_000, 1_700_072_000))  # the plain name saved last: it is the one graded
+    sub = collect_student("carol", d, {lesson: fixture_source})[lesson]
+    assert sub.path == str(old) and any(f"older, not graded: {new.name}" in n for n in sub.notes)

@@ -95,6 +95,12 @@ def _due(args) -> int:
     from .late import parse_date, set_due
 
     root = _course(args)
+    if not (root / "source" / args.lesson / f"{args.lesson}.ipynb").is_file():
+        known = sorted(q.parent.name for q in (root / "source").glob("*/*.ipynb") if q.stem == q.parent.name)
+        print(f"no lesson {args.lesson!r} in {root / 'source'}: "
+              + (f"the course's lessons are {', '.join(known)}" if known else "build the course first (make course)"),
+              file=sys.stderr)
+        return 2
     when = parse_date(args.date) if args.date else None
     if args.student and when is None:
         print("due --student needs a DATE", file=sys.stderr)

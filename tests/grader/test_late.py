@@ -33,3 +33,25 @@ def test_due_dates_and_extensions(tmp_path):
     with Gradebook(db) as gb:
         assert gb.find_assignment("00_setup").duedate == datetime.datetime(2026, 12, 1)
         assert gb.find_submission("00_setup", "alice").duedate == datetime.datetime(2026, 12, 3)
+
+
+def test_due_messages(tmp_path, capsys):
+    """A lesson id the course does not have is refused (it would become a phantom assignment in the gradebook),
+    and an extension that is not one says so instead of claiming a new date."""
+    from grader.cli import main
+    from grader.late import parse_date, set_due
+
+    course = tmp_path / "course"
+    (course / "source" / "00_setup").mkdir(parents=True)
+    (course / "source" / "00_setup" / "00_setup.ipynb").write_text("{}")
+    assert main(["--course", str(course), "due", "00_stup", "2026-12-01 23:59"]) == 2
+    err = capsys.readouterr().err
+    assert "no lesson '00_stup'" in err and "the course's lessons are 00_setup" in err
+    assert not (course / "gradebook.db").exists()
+    assert main(["--course", str(course), "due", "00_setup", "2026-12-01 23:59"]) == 0
+    assert "00_setup is due 2026-12-01 23:59 UTC" in capsys.readouterr().out
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    msg = set_due(db, "00_setup", parse_date("2026-12-03 23:59"), student="bob")
+    assert msg == "bob: 00_setup due 2026-12-03 23:59 UTC (an extension of 2 days)"
+    msg = set_due(db, "00_setup", parse_date("2026-11-20 12:00"), student="bob")
+    assert msg.startswith("bob: no extension: 00_setup due 2026-12-01 23:59 UTC")

@@ -300,3 +300,25 @@ def test_folder_grades_the_newest_copy(tmp_path, fixture_source):
     os.utime(old, (1_700_072_000, 1_700_072_000))  # the plain name saved last: it is the one graded
     sub = collect_student("carol", d, {lesson: fixture_source})[lesson]
     assert sub.path == str(old) and any(f"older, not graded: {new.name}" in n for n in sub.notes)
+
+
+def test_roster_student_who_handed_in_nothing(tmp_path, fixture_source):
+    """A student on the roster with no file in the download is listed as missing and graded as an explicit 0
+    ("not submitted"); one whose notebook an earlier batch collected is left as it is."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("Student,ID,SIS Login ID\nSmith Alice,1001,alice\nFox Frank,1006,frank\n")
+    archive = _zip(tmp_path / "canvas.zip", {
+        f"smithalice_1001_55501_{fx}.ipynb": (_v(fixture_source, 1), (2026, 12, 1, 10, 0, 0))})
+    got, _ = workflow.collect_lms(root, archive, roster=roster)
+    assert got["alice"][fx].status == "new" and got["frank"][fx].status == "missing"
+    assert "00_setup" not in got["frank"]  # only the lessons being collected
+    subs = {(s.student, s.lesson): s for s in workflow.submissions(root)}
+    assert subs[("frank", fx)].notebook is None and subs[("frank", fx)].notes == ["not submitted"]
+    (tmp_path / "b2" / "frank").mkdir(parents=True)
+    (tmp_path / "b2" / "frank" / f"{fx}.ipynb").write_text(json.dumps(_v(fixture_source, 2)))
+    got = workflow.collect(root, tmp_path / "b2")
+    assert got["frank"][fx].status == "new" and "alice" not in got  # alice's collected notebook: not touched

@@ -317,6 +317,27 @@ class SandboxConfig:
                 shutil.rmtree(self.root, ignore_errors=True)
 
 
+_LD_CACHE = "/etc/ld.so.cache"
+
+
+def readable_copy(cfg: SandboxConfig, path: str) -> str:
+    """``path`` itself where any uid may read it, else a copy under the sandbox root that any may. The linker cache
+    of an image built with umask 077 is root's alone: inside the sandbox every library opened by name then fails
+    to load (Triton's libcuda lookup, torch's libnvidia-ml when it reports an out-of-memory error)."""
+    try:
+        if os.stat(path).st_mode & 0o004:
+            return path
+    except OSError:
+        return path  # absent: --ro-bind-try leaves it out
+    copy = cfg.root / f"readable-{pathlib.Path(path).name}"
+    if not copy.exists():
+        tmp = copy.with_suffix(".part")
+        shutil.copyfile(path, tmp)
+        tmp.chmod(0o644)
+        tmp.replace(copy)
+    return str(copy)
+
+
 def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
     """The bubblewrap command line, up to and including ``--``, of a ``profile`` sandbox in ``mode``."""
     a = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
@@ -331,8 +352,8 @@ def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
             a += ["--ro-bind", str(p), str(p)]
     if profile == "compile":  # cargo's linker is /usr/bin/cc -> /etc/alternatives/cc: /etc must be open
         a += ["--perms", "0755", "--dir", "/etc"]
-    for e in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
-              "localtime", "hosts"):
+    a += ["--ro-bind-try", readable_copy(cfg, _LD_CACHE), "/etc/ld.so.cache"]
+    for e in ("ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf", "localtime", "hosts"):
         a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
     a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/dev/shm"]
     for p in cfg.environment:
@@ -351,13 +372,13 @@ def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
     a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
     if profile != "notebook":
         a += ["--bind", str(cfg.caches), "/grader/cache"]
-    lib = cfg.libcuda if mode == "gpu" else None
     if mode == "gpu":
         for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             a += ["--dev-bind", dev, dev]
         a += ["--ro-bind", "/sys", "/sys"]
         for e in ("nvidia", "OpenCL", "vulkan"):
             a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
+        lib = cfg.libcuda
         if lib:
             if not _inside(pathlib.Path(lib), pathlib.Path("/usr")):
                 a += ["--ro-bind-try", lib, lib]
@@ -369,14 +390,9 @@ def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
           "--setenv", "TRITON_CACHE_DIR", "/tmp/.triton", "--setenv", "OMP_NUM_THREADS", "1",
           "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg", "--setenv", "KERNELS_GRADING", "1",
           "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1"]
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        a += ["--setenv", "CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"]]
-    # the driver's folder first: torch opens libnvidia-ml.so.1 by name when an allocation fails (to report the
-    # memory in use), and like Triton's ldconfig call that lookup fails where the linker cache is root-only
-    libs = [lib] if lib else []
-    libs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d and d not in libs]
-    if libs:
-        a += ["--setenv", "LD_LIBRARY_PATH", ":".join(libs)]
+    for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        if k in os.environ:
+            a += ["--setenv", k, os.environ[k]]
     a += ["--setenv", "PYTHONPATH", sandbox_pythonpath(cfg)]
     if profile == "compile":
         a += _rust_toolchain()

@@ -517,7 +517,8 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
     (launches, elements) that differed.
 
     Returns ``{"ms", "times", "launches", "stray": {name: (before, after)}, "inputs_changed": [index, ...],
-    "after": {name: Poisoned}, "result": what the last launch returned, "skipped": (launches, elements)}``.
+    "after": {name: Poisoned}, "result": what the last launch returned, "skipped": (launches, elements),
+    "host_ms": a launch's median time on the host (None on a CPU device)}``.
     """
     import statistics
     import time
@@ -585,7 +586,8 @@ def time_fresh(launch, outputs: dict[str, Poisoned], *, warmup: float = 10, rep:
         torch.cuda.synchronize()
     return {"ms": float(sorted(times)[len(times) // 2]), "times": times, "launches": len(times), "stray": stray,
             "inputs_changed": changed, "after": after, "result": result,
-            "skipped": skipped() if skipped is not None else (0, 0)}
+            "skipped": skipped() if skipped is not None else (0, 0),
+            "host_ms": statistics.median(host) * 1e3 if host else None}
 
 
 def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
@@ -639,7 +641,8 @@ def time_performance(ex: Exercise, args: tuple, seed: int) -> dict:
     rate = _fastest(f"matmul {mm_dtype}", matmul_rate(mm_dtype)) if flops else 0
     floor_ms = max(nbytes / bw * 1e3, flops / rate * 1e3 if rate else 0.0)
     out = {"student_ms": student["ms"], "baseline_ms": baseline["ms"], "floor_ms": floor_ms, "bandwidth_Bps": bw,
-           "launches": student["launches"], "faults": faults, "mismatch": mismatch, "case": case.label}
+           "launches": student["launches"], "faults": faults, "mismatch": mismatch, "case": case.label,
+           "host_ms": student["host_ms"]}  # a launch's median time on the host, kept out of the events
     if perf.target is not None:
         out["target_ms"], out["target_name"] = perf.target(inputs, case, floor_ms)
     return out

@@ -72,7 +72,7 @@ def changes(old: NotebookResult | None, new: NotebookResult) -> str:
     for c in new.cells:
         o = before.get(c.grade_id)
         if o is None or abs(o.score - c.score) > 1e-9:
-            first = (c.message or "").splitlines()[0][:100] if c.score < c.points else "passed"
+            first = c.gist() if c.score < c.points else "passed"
             diffs.append(f"{c.grade_id} {o.score if o else 0:g}->{c.score:g} ({first})")
     if not diffs and abs(old.score - new.score) < 1e-9:
         return ""

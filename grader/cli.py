@@ -158,7 +158,7 @@ def _autograde(args) -> int:
     for r in results:
         for c in r.cells:
             if not c.passed:
-                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
+                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.gist()}")
     for f in failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
               f"{_failure_log(root, f)})", file=sys.stderr)

@@ -528,7 +528,7 @@ def main(args, root: pathlib.Path) -> int:
     for r in out.results:
         for c in r.cells:
             if not c.passed:
-                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
+                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.gist()}")
     for f in out.failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
     if out.skipped:

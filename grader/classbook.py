@@ -136,6 +136,14 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def late_lines(root: pathlib.Path, results: list[NotebookResult]) -> list[str]:
+    """What the gradebook takes off these results for lateness (the table shows the points before it)."""
+    pen = _penalties(root)
+    return [f"{r.student}/{r.lesson}: handed in late, {pen[(r.student, r.lesson)]:g} off: "
+            f"{max(0.0, r.score - pen[(r.student, r.lesson)]):g}/{r.max_score:g} in the gradebook"
+            for r in results if pen.get((r.student, r.lesson))]
+
+
 def _penalties(root: pathlib.Path) -> dict[tuple[str, str], float]:
     if not (root / "gradebook.db").exists():
         return {}

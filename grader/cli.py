@@ -148,6 +148,10 @@ def _autograde(args) -> int:
                                                         "changes": run["changes"]})
     for line in run["changes"]:
         print(f"  changed: {line}")
+    from .classbook import late_lines
+
+    for line in late_lines(root, results):
+        print(f"  late: {line}")
     for r in results:
         for n in r.notes:
             if n.startswith("flagged"):

@@ -55,3 +55,25 @@ def test_due_messages(tmp_path, capsys):
     assert msg == "bob: 00_setup due 2026-12-03 23:59 UTC (an extension of 2 days)"
     msg = set_due(db, "00_setup", parse_date("2026-11-20 12:00"), student="bob")
     assert msg.startswith("bob: no extension: 00_setup due 2026-12-01 23:59 UTC")
+
+
+def test_late_lines(tmp_path):
+    """Autograde's table shows the points before any late penalty; the lines below it say what the gradebook
+    takes off and what is left."""
+    from nbgrader.api import Gradebook
+
+    from grader.classbook import late_lines
+    from grader.grade import CellResult, NotebookResult
+    from grader.late import parse_date, set_due
+
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    set_due(db, "00_setup", parse_date("2026-12-01 23:59"))
+    with Gradebook(db) as gb:
+        gb.add_notebook("00_setup", "00_setup")
+        for student, when in (("dave", "2026-12-02 12:00"), ("erin", "2026-12-01 10:00")):
+            gb.add_student(student)
+            gb.add_submission("00_setup", student, timestamp=parse_date(when))
+        gb.find_submission_notebook("00_setup", "00_setup", "dave").late_submission_penalty = 0.8
+        gb.db.commit()
+    results = [NotebookResult(s, "00_setup", [CellResult("a", 4, 4), CellResult("b", 4, 4)]) for s in ("dave", "erin")]
+    assert late_lines(tmp_path, results) == ["dave/00_setup: handed in late, 0.8 off: 7.2/8 in the gradebook"]

@@ -443,9 +443,14 @@ def recorded(root: pathlib.Path, sub: Submission) -> bool:
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:
     """An explicit 0 in the gradebook for a notebook that could not be graded, with the reason as a comment."""
-    from nbgrader.api import Gradebook
+    import warnings
 
-    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb, warnings.catch_warnings():
+        # nbgrader's add_submission flushes half-made rows and SQLAlchemy warns; the records come out right
+        warnings.simplefilter("ignore", SAWarning)
         gb.update_or_create_student(result.student)
         gb.update_or_create_submission(result.lesson, result.student)
         nb = gb.find_submission_notebook(result.lesson, result.lesson, result.student)

@@ -322,3 +322,26 @@ def test_roster_student_who_handed_in_nothing(tmp_path, fixture_source):
     (tmp_path / "b2" / "frank" / f"{fx}.ipynb").write_text(json.dumps(_v(fixture_source, 2)))
     got = workflow.collect(root, tmp_path / "b2")
     assert got["frank"][fx].status == "new" and "alice" not in got  # alice's collected notebook: not touched
+
+
+def test_not_submitted_zero_is_recorded_quietly(tmp_path):
+    """The explicit 0 for a notebook never handed in goes into the gradebook without SQLAlchemy's warnings about
+    nbgrader's half-made rows on the instructor's screen."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    from grader import workflow
+    from grader.grade import CellResult, NotebookResult
+    from grader.late import set_due
+
+    db = f"sqlite:///{(tmp_path / 'gradebook.db').resolve()}"
+    set_due(db, "00_setup", None)
+    with Gradebook(db) as gb:
+        gb.add_notebook("00_setup", "00_setup")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        workflow._record_zero(tmp_path, NotebookResult("frank", "00_setup", [CellResult("a", 2, 0)]), "not submitted")
+    assert not [w for w in seen if "SAWarning" in type(w.message).__name__], [str(w.message) for w in seen]
+    with Gradebook(db) as gb:
+        assert gb.find_submission("00_setup", "frank").score == 0

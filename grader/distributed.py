@@ -516,6 +516,10 @@ def main(args, root: pathlib.Path) -> int:
     print(out.seed_line)
     for line in out.changes:
         print(f"  changed: {line}")
+    from .classbook import late_lines
+
+    for line in late_lines(root, out.results):
+        print(f"  late: {line}")
     summary = {"mode": out.mode, "where": out.where, "seconds": time.time() - t0, "nbgrader_failures": out.failures,
                "executor": f"dask: {cluster.what}", "workers": out.workers, "worker_loss_retries": out.retries,
                "infrastructure_failures": [{"student": s, "lesson": lsn, "reason": why}

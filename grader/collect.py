@@ -9,6 +9,7 @@ instructor's (see :mod:`grader.notebook`), so edited, deleted or metadata-stripp
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import re
@@ -211,10 +212,32 @@ def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> str:
 
 
 def _mtime(p: pathlib.Path) -> float | None:
+    """When ``p`` was handed in: the time nbgrader's exchange recorded beside it (``<lesson>/<lesson>.ipynb`` with
+    ``timestamp.txt``, as ``nbgrader collect`` leaves them), else the file's date."""
+    stamp = p.parent / "timestamp.txt"
+    if p.parent.name == p.stem and stamp.is_file() and not stamp.is_symlink():
+        try:
+            when = _parse_stamp(stamp.read_text()[:100])
+        except (OSError, UnicodeDecodeError):
+            when = None
+        if when is not None:
+            return when
     try:
         return p.lstat().st_mtime
     except OSError:
         return None
+
+
+def _parse_stamp(text: str) -> float | None:
+    """``2026-12-05 06:38:34.870618 UTC`` (nbgrader's format; no zone: UTC) -> epoch seconds, or None."""
+    t = text.strip().replace(" UTC", "+00:00").replace("Z", "+00:00")
+    try:
+        when = datetime.datetime.fromisoformat(t)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
 
 
 def collect_folder(folder: pathlib.Path, lessons: dict[str, dict]) -> dict[str, dict[str, Submission]]:

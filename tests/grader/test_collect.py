@@ -345,3 +345,21 @@ def test_not_submitted_zero_is_recorded_quietly(tmp_path):
     assert not [w for w in seen if "SAWarning" in type(w.message).__name__], [str(w.message) for w in seen]
     with Gradebook(db) as gb:
         assert gb.find_submission("00_setup", "frank").score == 0
+
+
+def test_exchange_submission_time(tmp_path, fixture_source):
+    """``nbgrader collect``'s layout (``<student>/<lesson>/<lesson>.ipynb`` beside its ``timestamp.txt``): the hand-in
+    time is the one the exchange recorded, not the date the student last saved the file."""
+    import os
+
+    lesson = "90_grader_fixture"
+    d = tmp_path / "hana" / lesson
+    d.mkdir(parents=True)
+    nb = d / f"{lesson}.ipynb"
+    nb.write_text(json.dumps(fixture_source))
+    os.utime(nb, (1_700_000_000, 1_700_000_000))  # saved before the deadline, submitted after it
+    (d / "timestamp.txt").write_text("2023-11-14 23:13:20.500000 UTC")
+    sub = collect_student("hana", tmp_path / "hana", {lesson: fixture_source})[lesson]
+    assert sub.timestamp == 1_700_003_600.5
+    (d / "timestamp.txt").write_text("yesterday")  # unreadable: the file's date
+    assert collect_student("hana", tmp_path / "hana", {lesson: fixture_source})[lesson].timestamp == 1_700_000_000

@@ -207,7 +207,7 @@ def _export(args) -> int:
 
 
 def _report(args) -> int:
-    from .classbook import load_results
+    from .classbook import late_lines, load_results
     from .run import table
 
     root = _course(args)
@@ -220,6 +220,8 @@ def _report(args) -> int:
     rows = sorted(results.values(), key=lambda r: (r.student, r.lesson))
     print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
                 f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
+    for line in late_lines(root, rows):
+        print(f"  late: {line}")
     return 0
 
 

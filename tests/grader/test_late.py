@@ -1,6 +1,7 @@
 """Deadlines: nbgrader's due dates and extensions, the course's per-day penalty."""
 
 import datetime
+import json
 
 import pytest
 
@@ -57,12 +58,13 @@ def test_due_messages(tmp_path, capsys):
     assert msg.startswith("bob: no extension: 00_setup due 2026-12-01 23:59 UTC")
 
 
-def test_late_lines(tmp_path):
+def test_late_lines(tmp_path, capsys):
     """Autograde's table shows the points before any late penalty; the lines below it say what the gradebook
     takes off and what is left."""
     from nbgrader.api import Gradebook
 
     from grader.classbook import late_lines
+    from grader.cli import main
     from grader.grade import CellResult, NotebookResult
     from grader.late import parse_date, set_due
 
@@ -77,3 +79,9 @@ def test_late_lines(tmp_path):
         gb.db.commit()
     results = [NotebookResult(s, "00_setup", [CellResult("a", 4, 4), CellResult("b", 4, 4)]) for s in ("dave", "erin")]
     assert late_lines(tmp_path, results) == ["dave/00_setup: handed in late, 0.8 off: 7.2/8 in the gradebook"]
+    for r in results:  # the term's report says it too
+        path = tmp_path / "reports" / "results" / r.student / f"{r.lesson}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r.as_dict(), default=str))
+    assert main(["--course", str(tmp_path), "report"]) == 0
+    assert "  late: dave/00_setup: handed in late, 0.8 off" in capsys.readouterr().out

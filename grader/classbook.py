@@ -72,7 +72,7 @@ def changes(old: NotebookResult | None, new: NotebookResult) -> str:
     for c in new.cells:
         o = before.get(c.grade_id)
         if o is None or abs(o.score - c.score) > 1e-9:
-            first = (c.message or "").splitlines()[0][:100] if c.score < c.points else "passed"
+            first = c.gist() if c.score < c.points else "passed"
             diffs.append(f"{c.grade_id} {o.score if o else 0:g}->{c.score:g} ({first})")
     if not diffs and abs(old.score - new.score) < 1e-9:
         return ""
@@ -134,6 +134,14 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
         w.writerow(head)
         w.writerows(rows)
     return path
+
+
+def late_lines(root: pathlib.Path, results: list[NotebookResult]) -> list[str]:
+    """What the gradebook takes off these results for lateness (the table shows the points before it)."""
+    pen = _penalties(root)
+    return [f"{r.student}/{r.lesson}: handed in late, {pen[(r.student, r.lesson)]:g} off: "
+            f"{max(0.0, r.score - pen[(r.student, r.lesson)]):g}/{r.max_score:g} in the gradebook"
+            for r in results if pen.get((r.student, r.lesson))]
 
 
 def _penalties(root: pathlib.Path) -> dict[tuple[str, str], float]:

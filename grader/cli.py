@@ -95,6 +95,12 @@ def _due(args) -> int:
     from .late import parse_date, set_due
 
     root = _course(args)
+    if not (root / "source" / args.lesson / f"{args.lesson}.ipynb").is_file():
+        known = sorted(q.parent.name for q in (root / "source").glob("*/*.ipynb") if q.stem == q.parent.name)
+        print(f"no lesson {args.lesson!r} in {root / 'source'}: "
+              + (f"the course's lessons are {', '.join(known)}" if known else "build the course first (make course)"),
+              file=sys.stderr)
+        return 2
     when = parse_date(args.date) if args.date else None
     if args.student and when is None:
         print("due --student needs a DATE", file=sys.stderr)
@@ -142,6 +148,10 @@ def _autograde(args) -> int:
                                                         "changes": run["changes"]})
     for line in run["changes"]:
         print(f"  changed: {line}")
+    from .classbook import late_lines
+
+    for line in late_lines(root, results):
+        print(f"  late: {line}")
     for r in results:
         for n in r.notes:
             if n.startswith("flagged"):
@@ -152,7 +162,7 @@ def _autograde(args) -> int:
     for r in results:
         for c in r.cells:
             if not c.passed:
-                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
+                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.gist()}")
     for f in failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
               f"{_failure_log(root, f)})", file=sys.stderr)
@@ -197,7 +207,7 @@ def _export(args) -> int:
 
 
 def _report(args) -> int:
-    from .classbook import load_results
+    from .classbook import late_lines, load_results
     from .run import table
 
     root = _course(args)
@@ -210,6 +220,8 @@ def _report(args) -> int:
     rows = sorted(results.values(), key=lambda r: (r.student, r.lesson))
     print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
                 f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
+    for line in late_lines(root, rows):
+        print(f"  late: {line}")
     return 0
 
 

@@ -9,11 +9,14 @@ instructor's (see :mod:`grader.notebook`), so edited, deleted or metadata-stripp
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import re
 import uuid
 from dataclasses import dataclass, field
+
+from .lms import _strip_copy
 
 __all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids", "flag_solutions"]
 
@@ -109,16 +112,34 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
     refused = [p.name for p in found if p not in files]  # a link could point at anything
     out: dict[str, Submission] = {}
     unmatched: list[pathlib.Path] = []
+    # A lesson's name with copy marks (``00_setup (1).ipynb``, ``00_setup-2.ipynb``) is a later save of the same
+    # notebook: of all the files named after a lesson, the newest by its date is graded, the others are noted.
+    named: dict[str, list[tuple[pathlib.Path, int]]] = {}
     for p in files:
-        if p.stem in lessons and p.stem not in out:
+        base, copy = _strip_copy(p.stem)
+        if base in lessons:
+            named.setdefault(base, []).append((p, copy))
+    newest = {lesson: max(cands, key=lambda pc: (_mtime(pc[0]) or 0.0, pc[1], pc[0].stem == lesson))[0]
+              for lesson, cands in named.items()}
+    for p in files:
+        lesson = _strip_copy(p.stem)[0]
+        if lesson in named and newest[lesson] != p:
+            continue
+        if lesson in newest and lesson not in out:
             nb, notes = read_notebook(p)
-            wrong = _other_lesson(nb, p.stem, lessons) if nb is not None else ""
+            older = sorted(q.name for q, _ in named[lesson] if q != p)
+            if older:
+                notes = notes + [f"graded {p.name}, the newest of {len(older) + 1} copies; older, not graded: "
+                                 f"{', '.join(older)}"]
+            elif p.stem != lesson:
+                notes = notes + [f"found {lesson} under the name {p.name}"]
+            wrong = _other_lesson(nb, lesson, lessons) if nb is not None else ""
             if wrong:
                 nb, notes = None, notes + [wrong]
-            flag = flag_solutions(nb, lessons[p.stem]) if nb is not None else ""
+            flag = flag_solutions(nb, lessons[lesson]) if nb is not None else ""
             if flag:
                 notes = notes + [flag]
-            out[p.stem] = Submission(student, p.stem, nb, notes, str(p), _mtime(p))
+            out[lesson] = Submission(student, lesson, nb, notes, str(p), _mtime(p))
         else:
             unmatched.append(p)
     extras = []
@@ -191,10 +212,32 @@ def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> str:
 
 
 def _mtime(p: pathlib.Path) -> float | None:
+    """When ``p`` was handed in: the time nbgrader's exchange recorded beside it (``<lesson>/<lesson>.ipynb`` with
+    ``timestamp.txt``, as ``nbgrader collect`` leaves them), else the file's date."""
+    stamp = p.parent / "timestamp.txt"
+    if p.parent.name == p.stem and stamp.is_file() and not stamp.is_symlink():
+        try:
+            when = _parse_stamp(stamp.read_text()[:100])
+        except (OSError, UnicodeDecodeError):
+            when = None
+        if when is not None:
+            return when
     try:
         return p.lstat().st_mtime
     except OSError:
         return None
+
+
+def _parse_stamp(text: str) -> float | None:
+    """``2026-12-05 06:38:34.870618 UTC`` (nbgrader's format; no zone: UTC) -> epoch seconds, or None."""
+    t = text.strip().replace(" UTC", "+00:00").replace("Z", "+00:00")
+    try:
+        when = datetime.datetime.fromisoformat(t)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
 
 
 def collect_folder(folder: pathlib.Path, lessons: dict[str, dict]) -> dict[str, dict[str, Submission]]:

@@ -93,7 +93,8 @@ def demo_class(real: dict[str, tuple[dict, dict]], *, copies: int = 0, students:
     score without the points this machine cannot grade (speed without a GPU, a missing toolchain). ``term``: with
     the term scenarios' students; ``copies``: instead, that many copies of the full solution; ``students``: only
     these; ``selection``: a named part of the class (``democlass.SELECTIONS``: ``all``, or ``ci``, the part
-    ``make test`` grades)."""
+    ``make test`` grades). A student of the term scenario (dave, and those handing in through the LMS download)
+    brings the others of it along."""
     from . import policy
 
     points = {k: _points(v[0]) - policy.toolchain_points(v[0]) for k, v in real.items()}
@@ -105,7 +106,11 @@ def demo_class(real: dict[str, tuple[dict, dict]], *, copies: int = 0, students:
         base = next(s for s in klass if s.name == "solution")
         klass = [dataclasses.replace(base, name=f"student{i + 1:02d}") for i in range(copies)]
     if students:
-        klass = [s for s in klass if s.name in students]
+        chosen = set(students)
+        term_group = {s.name for s in klass if s.lms} | ({"dave"} if any(s.lms for s in klass) else set())
+        if chosen & term_group:  # the term scenario's collects (a second batch, the LMS zip) need all three
+            chosen |= term_group
+        klass = [s for s in klass if s.name in chosen]
     return klass
 
 
@@ -226,8 +231,19 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
                "leftover_processes": left,
                "gpu_only_students": [s.name for s in klass if s.gpu_only],
                "expected": {f"{k[0]}/{k[1]}": v for k, v in expected.items()}}
+
+    def write() -> None:
+        report(results, out / "grade-demo.json", summary)
+        for d in reports:
+            d.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
+
     if with_nbgrader:
         from . import workflow
+
+        # the scores first: a run cut short in nbgrader's steps (minutes for a class) still leaves its report
+        summary["nbgrader"] = "not finished"
+        write()
 
         fb = workflow.feedback(root)
         csv = workflow.export(root, out / "grades.csv")
@@ -253,10 +269,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
             print(f"FAIL: {c}")
         if failures or fb or differ or checks:
             bad = bad + [("nbgrader", "", 0, 0)]
-    report(results, out / "grade-demo.json", summary)
-    for d in reports:
-        d.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out / "grade-demo.json", d / "grade-demo.json")
+    write()
     print(f"\n{len(subs)} submissions of {len(klass)} students graded in {graded:.0f} s with {slots} slot(s) "
           f"({MODE}); one full solution submission: {full_s:.0f} s of grading ("
           + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(phases.items())) + ")")

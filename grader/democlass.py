@@ -339,6 +339,7 @@ def write_class(folder: pathlib.Path, lessons: dict[str, tuple[dict, dict]], kla
     """Write each student's notebooks to ``folder/<student>/<lesson>.ipynb`` (the folder-of-notebooks layout)."""
     if folder.exists():
         shutil.rmtree(folder)
+    folder.mkdir(parents=True)  # also when every student hands in through the LMS download
     for st in klass:
         if st.lms:
             continue
@@ -402,8 +403,8 @@ def term_batches(work: pathlib.Path, lessons: dict[str, tuple[dict, dict]], inco
     (second / "dave" / f"{LESSON}.ipynb").write_text(json.dumps(fx_rel, indent=1))
     os.utime(second / "dave" / f"{LESSON}.ipynb", (due - 86400, due - 86400))
     roster = work / "roster.csv"
-    roster.write_text("Student,ID,SIS Login ID\nSmith Alice,1001,alice\nJones Lucy,1003,lucy\n"
-                      + "".join(f"{st},{2000 + i},{st}\n" for i, st in enumerate(("dave", "solution"))))
+    # the term's students only: anyone else on it whom the class leaves out would be collected as missing
+    roster.write_text("Student,ID,SIS Login ID\nSmith Alice,1001,alice\nJones Lucy,1003,lucy\nDoe Dave,2000,dave\n")
     archive = work / "canvas.zip"
 
     def entry(z, name, nb, when):

@@ -516,6 +516,10 @@ def main(args, root: pathlib.Path) -> int:
     print(out.seed_line)
     for line in out.changes:
         print(f"  changed: {line}")
+    from .classbook import late_lines
+
+    for line in late_lines(root, out.results):
+        print(f"  late: {line}")
     summary = {"mode": out.mode, "where": out.where, "seconds": time.time() - t0, "nbgrader_failures": out.failures,
                "executor": f"dask: {cluster.what}", "workers": out.workers, "worker_loss_retries": out.retries,
                "infrastructure_failures": [{"student": s, "lesson": lsn, "reason": why}
@@ -528,7 +532,7 @@ def main(args, root: pathlib.Path) -> int:
     for r in out.results:
         for c in r.cells:
             if not c.passed:
-                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {(c.message or '').splitlines()[0][:160]}")
+                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.gist()}")
     for f in out.failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
     if out.skipped:

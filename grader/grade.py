@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import pathlib
 import shutil
@@ -99,14 +100,8 @@ class GpuLock:
 def _output_bytes(ex, run) -> int:
     """The bytes of a run's output buffers (guards included), as the check lays them out: a result message carries
     them back, so it may be that much larger than the usual allowance (a GPU case's output is tens of MiB)."""
-    total = 0
-    for shape, dtype, guard in engine.expected_outputs(ex, run.case, run.inputs).values():
-        n = 2 * guard
-        m = 1
-        for s in shape:
-            m *= s
-        total += (n + m) * torch.empty((), dtype=dtype).element_size()
-    return total
+    return sum((math.prod(shape) + 2 * guard) * dtype.itemsize
+               for shape, dtype, guard in engine.expected_outputs(ex, run.case, run.inputs).values())
 
 
 class Grader:
@@ -158,10 +153,8 @@ class Grader:
                 try:
                     files = w.recv(300, what="warming Triton's cache", cap=128 << 20).get("files") or {}
                 except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause
-                    w._drain.join(timeout=2)
-                    lines = [ln for ln in w.output().splitlines() if ln.strip()]
                     raise SetupError(f"a sandboxed GPU worker (uid {w.uid}, {how}) cannot compile and launch a "
-                                     f"Triton kernel: {e}. It printed:\n" + "\n".join(lines[-25:])
+                                     f"Triton kernel: {e}. It printed:\n" + "\n".join(w.output_tail(25))
                                      + "\nnothing was graded") from None
                 for rel, data in files.items():
                     dest = (self.sandbox.seed / rel).resolve()

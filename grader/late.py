@@ -76,4 +76,17 @@ def set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: s
         sub = gb.update_or_create_submission(lesson, student)
         sub.extension = (when - assignment.duedate) if when and when > assignment.duedate else None
         gb.db.commit()
-        return f"{student}: {lesson} due {when:%Y-%m-%d %H:%M} UTC (an extension of {sub.extension})"
+        if sub.extension is None:
+            return (f"{student}: no extension: {lesson} due {assignment.duedate:%Y-%m-%d %H:%M} UTC as for the class "
+                    "(an extension's date must be after the class's)")
+        return f"{student}: {lesson} due {when:%Y-%m-%d %H:%M} UTC (an extension of {_span(sub.extension)})"
+
+
+def _span(delta: datetime.timedelta) -> str:
+    """``2 days 3 h 30 min``: a duration as an instructor writes it."""
+    minutes = int(delta.total_seconds()) // 60
+    days, rest = divmod(minutes, 24 * 60)
+    parts = [f"{days} day{'s' if days != 1 else ''}"] if days else []
+    parts += [f"{rest // 60} h"] if rest // 60 else []
+    parts += [f"{rest % 60} min"] if rest % 60 else []
+    return " ".join(parts) or "under a minute"

@@ -43,6 +43,17 @@ class CellResult:
             lines += c.lines
         return "\n".join(lines)
 
+    def gist(self, width: int = 240) -> str:
+        """The message in one line: its first, and when that ends in a colon (``failed on case ...:``), the first
+        reason below it, so a summary says what is wrong and not only where."""
+        lines = [ln.strip() for ln in self.message.splitlines() if ln.strip()]
+        if not lines:
+            return ""
+        first = lines[0]
+        if first.endswith(":") and len(lines) > 1:
+            first = f"{first} {lines[1].removeprefix('- ')}"
+        return first if len(first) <= width else first[: width - 3] + "..."
+
 
 @dataclass
 class NotebookResult:

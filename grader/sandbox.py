@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from . import wire
 from .layout import ROOT as _ROOT
 
-__all__ = ["SandboxConfig", "SetupError", "Worker", "WorkerDied", "WorkerTimeout", "sweep", "bwrap_path"]
+__all__ = ["SandboxConfig", "SetupError", "Worker", "WorkerDied", "WorkerTimeout", "sweep", "bwrap_path", "bwrap_args"]
 
 _SIGNALS = {signal.SIGSEGV: "a segmentation fault (SIGSEGV)", signal.SIGBUS: "a bus error (SIGBUS)",
             signal.SIGABRT: "an abort (SIGABRT)", signal.SIGFPE: "a floating-point exception (SIGFPE)",
@@ -317,6 +317,88 @@ class SandboxConfig:
                 shutil.rmtree(self.root, ignore_errors=True)
 
 
+_LD_CACHE = "/etc/ld.so.cache"
+
+
+def readable_copy(cfg: SandboxConfig, path: str) -> str:
+    """``path`` itself where any uid may read it, else a copy under the sandbox root that any may. The linker cache
+    of an image built with umask 077 is root's alone: inside the sandbox every library opened by name then fails
+    to load (Triton's libcuda lookup, torch's libnvidia-ml when it reports an out-of-memory error)."""
+    try:
+        if os.stat(path).st_mode & 0o004:
+            return path
+    except OSError:
+        return path  # absent: --ro-bind-try leaves it out
+    copy = cfg.root / f"readable-{pathlib.Path(path).name}"
+    if not copy.exists():
+        tmp = copy.with_suffix(".part")
+        shutil.copyfile(path, tmp)
+        tmp.chmod(0o644)
+        tmp.replace(copy)
+    return str(copy)
+
+
+def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
+    """The bubblewrap command line, up to and including ``--``, of a ``profile`` sandbox in ``mode``."""
+    a = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+         "--unshare-uts", "--unshare-cgroup-try", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID",
+         "--cap-add", "CAP_SETGID", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+         "--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "lib", "lib32", "lib64", "sbin"):
+        p = pathlib.Path("/") / top
+        if p.is_symlink():
+            a += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            a += ["--ro-bind", str(p), str(p)]
+    if profile == "compile":  # cargo's linker is /usr/bin/cc -> /etc/alternatives/cc: /etc must be open
+        a += ["--perms", "0755", "--dir", "/etc"]
+    a += ["--ro-bind-try", readable_copy(cfg, _LD_CACHE), "/etc/ld.so.cache"]
+    for e in ("ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf", "localtime", "hosts"):
+        a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
+    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/dev/shm"]
+    for p in cfg.environment:
+        a += ["--ro-bind", p, p]
+    kernels = _ROOT / "kernels"
+    a += ["--ro-bind", str(kernels), str(kernels)]
+    if profile == "notebook":
+        stub = cfg.root / "checks-stub.py"
+        stub.write_text(_CHECKS_STUB)
+        a += ["--tmpfs", str(kernels / "checks"), "--ro-bind", str(stub), str(kernels / "checks" / "__init__.py")]
+        a += _closed_binds(cfg, kernels)
+    elif cfg.lessons:
+        a += ["--ro-bind", str(cfg.lessons), "/grader/lessons"]
+    for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader
+        a += ["--ro-bind", str(_ROOT / "grader" / f), str(_ROOT / "grader" / f)]
+    a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
+    if profile != "notebook":
+        a += ["--bind", str(cfg.caches), "/grader/cache"]
+    if mode == "gpu":
+        for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
+            a += ["--dev-bind", dev, dev]
+        a += ["--ro-bind", "/sys", "/sys"]
+        for e in ("nvidia", "OpenCL", "vulkan"):
+            a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
+        lib = cfg.libcuda
+        if lib:
+            if not _inside(pathlib.Path(lib), pathlib.Path("/usr")):
+                a += ["--ro-bind-try", lib, lib]
+            a += ["--setenv", "TRITON_LIBCUDA_PATH", lib]
+    # the worker's uid has no passwd entry: USER and LOGNAME answer getpass.getuser() (torch asks it on the first
+    # call of a function under torch.compiler.disable; without them it raises KeyError)
+    a += ["--setenv", "USER", "student", "--setenv", "LOGNAME", "student"]
+    a += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+          "--setenv", "TRITON_CACHE_DIR", "/tmp/.triton", "--setenv", "OMP_NUM_THREADS", "1",
+          "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg", "--setenv", "KERNELS_GRADING", "1",
+          "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1"]
+    for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        if k in os.environ:
+            a += ["--setenv", k, os.environ[k]]
+    a += ["--setenv", "PYTHONPATH", sandbox_pythonpath(cfg)]
+    if profile == "compile":
+        a += _rust_toolchain()
+    return _with_parents(a) + ["--"]
+
+
 class _Template:
     """One bubblewrap sandbox whose root process has imported everything and forks a worker per request."""
 
@@ -332,7 +414,7 @@ class _Template:
         self.log = open(cfg.root / f"template-{profile}-{mode}.log", "w+b")
         conf = {"profile": profile, "mode": mode, "env": {"PYTHONPATH": sandbox_pythonpath(cfg)},
                 "ctrl": theirs.fileno()}
-        args = self._bwrap_args() + [sys.executable, "-m", "grader.worker", json.dumps(conf)]
+        args = bwrap_args(cfg, profile, mode) + [sys.executable, "-m", "grader.worker", json.dumps(conf)]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                      pass_fds=(theirs.fileno(),))
         theirs.close()
@@ -341,63 +423,6 @@ class _Template:
         self.failed: str | None = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-
-    def _bwrap_args(self) -> list[str]:
-        cfg = self.cfg
-        a = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-             "--unshare-uts", "--unshare-cgroup-try", "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID",
-             "--cap-add", "CAP_SETGID", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-             "--ro-bind", "/usr", "/usr"]
-        for top in ("bin", "lib", "lib32", "lib64", "sbin"):
-            p = pathlib.Path("/") / top
-            if p.is_symlink():
-                a += ["--symlink", os.readlink(p), str(p)]
-            elif p.is_dir():
-                a += ["--ro-bind", str(p), str(p)]
-        if self.profile == "compile":  # cargo's linker is /usr/bin/cc -> /etc/alternatives/cc: /etc must be open
-            a += ["--perms", "0755", "--dir", "/etc"]
-        for e in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
-                  "localtime", "hosts"):
-            a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
-        a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/dev/shm"]
-        for p in cfg.environment:
-            a += ["--ro-bind", p, p]
-        kernels = _ROOT / "kernels"
-        a += ["--ro-bind", str(kernels), str(kernels)]
-        if self.profile == "notebook":
-            stub = cfg.root / "checks-stub.py"
-            stub.write_text(_CHECKS_STUB)
-            a += ["--tmpfs", str(kernels / "checks"), "--ro-bind", str(stub), str(kernels / "checks" / "__init__.py")]
-            a += _closed_binds(cfg, kernels)
-        elif cfg.lessons:
-            a += ["--ro-bind", str(cfg.lessons), "/grader/lessons"]
-        for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader
-            a += ["--ro-bind", str(_ROOT / "grader" / f), str(_ROOT / "grader" / f)]
-        a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
-        if self.profile != "notebook":
-            a += ["--bind", str(cfg.caches), "/grader/cache"]
-        if self.mode == "gpu":
-            for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
-                a += ["--dev-bind", dev, dev]
-            a += ["--ro-bind", "/sys", "/sys"]
-            for e in ("nvidia", "OpenCL", "vulkan"):
-                a += ["--ro-bind-try", f"/etc/{e}", f"/etc/{e}"]
-            lib = cfg.libcuda
-            if lib:
-                if not _inside(pathlib.Path(lib), pathlib.Path("/usr")):
-                    a += ["--ro-bind-try", lib, lib]
-                a += ["--setenv", "TRITON_LIBCUDA_PATH", lib]
-        a += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
-              "--setenv", "TRITON_CACHE_DIR", "/tmp/.triton", "--setenv", "OMP_NUM_THREADS", "1",
-              "--setenv", "MKL_NUM_THREADS", "1", "--setenv", "MPLBACKEND", "Agg", "--setenv", "KERNELS_GRADING", "1",
-              "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTORCH_NVML_BASED_CUDA_CHECK", "1"]
-        for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
-            if k in os.environ:
-                a += ["--setenv", k, os.environ[k]]
-        a += ["--setenv", "PYTHONPATH", sandbox_pythonpath(cfg)]
-        if self.profile == "compile":
-            a += _rust_toolchain()
-        return _with_parents(a) + ["--"]
 
     def _read(self) -> None:
         while True:
@@ -684,9 +709,8 @@ class Worker:
             return f"the process died of {_SIGNALS.get(sig, sig.name)}{where}"
         tail = ""
         if not hasattr(self, "hello"):
-            self._drain.join(timeout=2)
-            lines = [ln for ln in self.output().splitlines() if ln.strip()]
-            tail = f": {' | '.join(lines[-3:])}" if lines else ""
+            lines = self.output_tail(3)
+            tail = f": {' | '.join(lines)}" if lines else ""
         return f"the process exited with code {code}{where} (os._exit, sys.exit or a fatal error){tail}"
 
     def _read_output(self, fd: int) -> None:
@@ -709,6 +733,11 @@ class Worker:
         if self._out_total > len(self._out):
             text += f"\n[... {self._out_total - len(self._out)} more bytes of output not kept]"
         return text
+
+    def output_tail(self, n: int) -> list[str]:
+        """The last ``n`` non-blank lines of ``output()``, once the worker's output has drained (2 s at most)."""
+        self._drain.join(timeout=2)
+        return [ln for ln in self.output().splitlines() if ln.strip()][-n:]
 
     def alive(self) -> bool:
         return not self._dead and self._status(0) is None

@@ -154,7 +154,8 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     notebook again), ``kept`` (an older or unreadable version, or nothing, in this batch: the collected one
     stays), ``missing`` (nothing collected: graded as an explicit 0, the reason kept in ``reports/notes.json``).
     A student or lesson not in this batch is left as it is. With a roster (given, or kept from an earlier
-    collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason.
+    collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason, and
+    a student on it with nothing collected for a lesson being collected is ``missing``.
     """
     sources = sources_of(root)
     if not sources:
@@ -183,6 +184,12 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     if lessons is None:
         lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
+    if known is not None:  # a student on the roster with nothing handed in: an explicit 0, not a silent gap
+        for sid in known.names:
+            absent = {lesson: Submission(sid, lesson, None, ["not submitted"]) for lesson in lessons
+                      if not (root / "submitted" / sid / lesson / f"{lesson}.ipynb").exists()}
+            if sid not in collected and absent:
+                collected[sid] = absent
     _notes_path(root).parent.mkdir(parents=True, exist_ok=True)
     notes = json.loads(_notes_path(root).read_text()) if _notes_path(root).exists() else {}
     for student, subs in collected.items():
@@ -436,9 +443,14 @@ def recorded(root: pathlib.Path, sub: Submission) -> bool:
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:
     """An explicit 0 in the gradebook for a notebook that could not be graded, with the reason as a comment."""
-    from nbgrader.api import Gradebook
+    import warnings
 
-    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb, warnings.catch_warnings():
+        # nbgrader's add_submission flushes half-made rows and SQLAlchemy warns; the records come out right
+        warnings.simplefilter("ignore", SAWarning)
         gb.update_or_create_student(result.student)
         gb.update_or_create_submission(result.lesson, result.student)
         nb = gb.find_submission_notebook(result.lesson, result.lesson, result.student)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from grader.grade import Grader, Settings
-from grader.sandbox import SetupError, _Template
+from grader.sandbox import SandboxConfig, SetupError, bwrap_args
 
 WARM = ("import torch, triton; from kernels.memory.copy import copy_memory; "
         "x = torch.ones(4096, device='cuda'); copy_memory(x); torch.cuda.synchronize(); print('warm-up kernel ran')")
@@ -23,12 +23,8 @@ def main() -> int:
         print(f"probe passed ({g.isolation})")
         g.sandbox.close()
         return 0
-    from grader.sandbox import SandboxConfig
-
     cfg = SandboxConfig(mode="gpu")
-    t = _Template.__new__(_Template)
-    t.cfg, t.profile, t.mode = cfg, "kernel", "gpu"
-    args = t._bwrap_args() + [sys.executable, "-c", WARM]
+    args = bwrap_args(cfg, "kernel", "gpu") + [sys.executable, "-c", WARM]
     print("the same warm-up in the sandbox, unforked, as root:")
     r = subprocess.run(args, capture_output=True, text=True, timeout=240)
     print(f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..device import INTERPRET, upcast_for_dot
 from .checks import check_inputs, check_scale
-from .dispatch import cdiv, contiguous_strides, float32_precision, next_power_of_2
+from .dispatch import PlanCache, cdiv, contiguous_strides, float32_precision, next_power_of_2
 
 __all__ = ["chunked_backward"]
 
@@ -205,9 +205,8 @@ class _Plan(NamedTuple):
     strides: tuple  # q's, k's, v's, do's and the gradients' (batch, token, head), each three
 
 
-#: key -> _Plan of the unpacked calls seen with the default launch settings (cleared past _MAX_PLANS).
-_PLANS: dict = {}
-_MAX_PLANS = 256
+#: key -> _Plan of the unpacked calls seen with the default launch settings.
+_PLANS = PlanCache()
 
 
 def _meta(t) -> tuple | None:
@@ -240,9 +239,7 @@ def chunked_backward(q, k, v, do, scale, initial_state=None, dht=None, cu_seqlen
             return _run(plan, q, k, v, do, scale, initial_state, dht, None, need_dh0, passes)
     plan = _plan(q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, num_stages, num_warps, maxnreg, block)
     if key is not None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        _PLANS.put(key, plan)
     return _run(plan, q, k, v, do, scale, initial_state, dht, cu_seqlens, need_dh0, passes)
 
 

@@ -22,7 +22,7 @@ from .lookback import LOOKBACK_COST, one_pass_fills
 
 __all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
            "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "contiguous_strides",
-           "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
+           "PlanCache", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
@@ -184,6 +184,20 @@ def contiguous_strides(*shape: int) -> tuple[int, ...]:
         strides.append(n)
         n *= max(size, 1)
     return tuple(reversed(strides))
+
+
+class PlanCache(dict):
+    """key -> plan of the calls seen (a training loop repeats a few shapes); emptied when a new key finds ``size``
+    kept. A dict, so a hit is a plain ``get``."""
+
+    def __init__(self, size: int = 256):
+        super().__init__()
+        self.size = size
+
+    def put(self, key, plan) -> None:
+        if len(self) >= self.size:
+            self.clear()
+        self[key] = plan
 
 
 def _tried(key: tuple[int, str], launch: Launch) -> Launch:

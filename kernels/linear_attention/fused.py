@@ -23,6 +23,7 @@ from .dispatch import (
     NORM_MMA_FORMS,
     PRECISIONS,
     Launch,
+    PlanCache,
     cdiv,
     contiguous_strides,
     launch_for,
@@ -358,10 +359,8 @@ class _Plan(NamedTuple):
     strides: tuple  # q's, k's, v's and o's (batch, token, head)
 
 
-#: key -> _Plan of the unpacked calls seen (a training loop repeats a few shapes; cleared when it grows past
-#: _MAX_PLANS).
-_PLANS: dict = {}
-_MAX_PLANS = 256
+#: key -> _Plan of the unpacked calls seen.
+_PLANS = PlanCache()
 
 
 def _meta(t) -> tuple | None:
@@ -390,9 +389,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         plan = _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
                      launch)
         if key is not None:
-            if len(_PLANS) >= _MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
+            _PLANS.put(key, plan)
     else:
         check_scale(scale)  # its value is not in the key
     B, T, H, K, V, N = plan.sizes

@@ -206,6 +206,24 @@ def test_gpu_timed_launches_start_from_poisoned_outputs():
 
 
 @pytest.mark.gpu
+def test_gpu_timing_leaves_out_the_hosts_time_to_launch():
+    """A launch that spends 2 ms on the host before its kernel (the grader's cubin path binds its arguments in
+    Python, about a millisecond) is timed by its kernel alone: the spin queued before the start event covers it."""
+    import time
+
+    x, outs, _, copy = _timed_copy("cuda")
+
+    def slow_host(o):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 2e-3:
+            pass
+        copy(o)
+    kernel = engine.time_fresh(copy, outs, warmup=1, rep=5, inputs=[x])["ms"]
+    timing = engine.time_fresh(slow_host, outs, warmup=1, rep=5, inputs=[x])
+    assert timing["ms"] < 0.5 + 2 * kernel, (timing["ms"], kernel)  # 2 ms or more where the host time counts
+
+
+@pytest.mark.gpu
 def test_gpu_small_cases_are_bounds_checked_before_the_device_runs_them():
     assert ON_GPU
     _, _, problems = _judge(_read_wild)  # far outside any allocation: on the device an illegal address

@@ -57,3 +57,20 @@ def test_live_line(capsys):
     bar.step("bob/01 0/11")
     err = capsys.readouterr().err
     assert "still running: alice/01_memory_hierarchy" in err
+
+
+def test_summary_line_says_what_is_wrong():
+    """A check's message whose first line only names the case (it ends in a colon) is summarised with the
+    reason below it: the line autograde prints per failed cell, and what a regrade says changed."""
+    from grader import classbook
+
+    case = ("00_setup.vector_add failed on case 'n=1000 BLOCK_SIZE=128 fp32' (n=1000, BLOCK_SIZE=128; float32, "
+            "tolerance 1e-05 [ieee fp32]; seed 113920267693125):")
+    why = "- out: out of bounds: the kernel writes 24 element(s) past the end of `out`"
+    bad = CellResult("check_add", 2, 0, [CheckResult("00_setup.vector_add", False, False, "failed", [case, why])])
+    assert bad.gist(400) == case + " out: out of bounds: the kernel writes 24 element(s) past the end of `out`"
+    assert len(bad.gist(200)) == 200 and bad.gist(200).endswith("...")
+    plain = CellResult("b", 2, 0, [CheckResult("x", False, False, "failed", ["wrong output", "detail"])])
+    assert plain.gist() == "wrong output" and CellResult("c", 1, 1).gist() == ""
+    old = NotebookResult("carol", "00_setup", [CellResult("check_add", 2, 2)])
+    assert "past the end of `out`" in classbook.changes(old, NotebookResult("carol", "00_setup", [bad]))

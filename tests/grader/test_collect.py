@@ -278,3 +278,88 @@ def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):
     why = {s.name: s.reason for s in skipped}
     scratch = "smithbob_1004_55511_scratch.ipynb"
     assert list(why) == [scratch] and "no lesson id" in why[scratch]
+
+
+def test_folder_grades_the_newest_copy(tmp_path, fixture_source):
+    """A student's folder holding ``L.ipynb`` and a later save ``L (1).ipynb`` (a browser's copy mark) has the
+    newer one graded, whichever name it has, and the other named as not graded."""
+    import os
+
+    lesson = "90_grader_fixture"
+    d = tmp_path / "carol"
+    d.mkdir()
+    old, new = d / f"{lesson}.ipynb", d / f"{lesson} (1).ipynb"
+    old.write_text(json.dumps(_v(fixture_source, 1)))
+    new.write_text(json.dumps(_v(fixture_source, 2)))
+    os.utime(old, (1_700_000_000, 1_700_000_000))
+    os.utime(new, (1_700_036_000, 1_700_036_000))
+    sub = collect_student("carol", d, {lesson: fixture_source})[lesson]
+    assert sub.path == str(new) and sub.timestamp == 1_700_036_000
+    assert any(f"older, not graded: {old.name}" in n for n in sub.notes)
+    assert not any("ignored extra" in n for n in sub.notes)
+    os.utime(old, (1_700_072_000, 1_700_072_000))  # the plain name saved last: it is the one graded
+    sub = collect_student("carol", d, {lesson: fixture_source})[lesson]
+    assert sub.path == str(old) and any(f"older, not graded: {new.name}" in n for n in sub.notes)
+
+
+def test_roster_student_who_handed_in_nothing(tmp_path, fixture_source):
+    """A student on the roster with no file in the download is listed as missing and graded as an explicit 0
+    ("not submitted"); one whose notebook an earlier batch collected is left as it is."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("Student,ID,SIS Login ID\nSmith Alice,1001,alice\nFox Frank,1006,frank\n")
+    archive = _zip(tmp_path / "canvas.zip", {
+        f"smithalice_1001_55501_{fx}.ipynb": (_v(fixture_source, 1), (2026, 12, 1, 10, 0, 0))})
+    got, _ = workflow.collect_lms(root, archive, roster=roster)
+    assert got["alice"][fx].status == "new" and got["frank"][fx].status == "missing"
+    assert "00_setup" not in got["frank"]  # only the lessons being collected
+    subs = {(s.student, s.lesson): s for s in workflow.submissions(root)}
+    assert subs[("frank", fx)].notebook is None and subs[("frank", fx)].notes == ["not submitted"]
+    (tmp_path / "b2" / "frank").mkdir(parents=True)
+    (tmp_path / "b2" / "frank" / f"{fx}.ipynb").write_text(json.dumps(_v(fixture_source, 2)))
+    got = workflow.collect(root, tmp_path / "b2")
+    assert got["frank"][fx].status == "new" and "alice" not in got  # alice's collected notebook: not touched
+
+
+def test_not_submitted_zero_is_recorded_quietly(tmp_path):
+    """The explicit 0 for a notebook never handed in goes into the gradebook without SQLAlchemy's warnings about
+    nbgrader's half-made rows on the instructor's screen."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    from grader import workflow
+    from grader.grade import CellResult, NotebookResult
+    from grader.late import set_due
+
+    db = f"sqlite:///{(tmp_path / 'gradebook.db').resolve()}"
+    set_due(db, "00_setup", None)
+    with Gradebook(db) as gb:
+        gb.add_notebook("00_setup", "00_setup")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        workflow._record_zero(tmp_path, NotebookResult("frank", "00_setup", [CellResult("a", 2, 0)]), "not submitted")
+    assert not [w for w in seen if "SAWarning" in type(w.message).__name__], [str(w.message) for w in seen]
+    with Gradebook(db) as gb:
+        assert gb.find_submission("00_setup", "frank").score == 0
+
+
+def test_exchange_submission_time(tmp_path, fixture_source):
+    """``nbgrader collect``'s layout (``<student>/<lesson>/<lesson>.ipynb`` beside its ``timestamp.txt``): the hand-in
+    time is the one the exchange recorded, not the date the student last saved the file."""
+    import os
+
+    lesson = "90_grader_fixture"
+    d = tmp_path / "hana" / lesson
+    d.mkdir(parents=True)
+    nb = d / f"{lesson}.ipynb"
+    nb.write_text(json.dumps(fixture_source))
+    os.utime(nb, (1_700_000_000, 1_700_000_000))  # saved before the deadline, submitted after it
+    (d / "timestamp.txt").write_text("2023-11-14 23:13:20.500000 UTC")
+    sub = collect_student("hana", tmp_path / "hana", {lesson: fixture_source})[lesson]
+    assert sub.timestamp == 1_700_003_600.5
+    (d / "timestamp.txt").write_text("yesterday")  # unreadable: the file's date
+    assert collect_student("hana", tmp_path / "hana", {lesson: fixture_source})[lesson].timestamp == 1_700_000_000

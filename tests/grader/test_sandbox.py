@@ -366,12 +366,36 @@ def test_gpu_workers_are_told_where_the_cuda_driver_is(tmp_path, monkeypatch):
     assert sandbox.libcuda_dir() == str(lib)
     cfg = sandbox.SandboxConfig(mode="gpu", root=tmp_path / "root")
     try:
-        t = sandbox._Template.__new__(sandbox._Template)
-        t.cfg, t.profile, t.mode = cfg, "kernel", "gpu"
-        args = t._bwrap_args()
+        args = sandbox.bwrap_args(cfg, "kernel", "gpu")
         i = args.index("TRITON_LIBCUDA_PATH")
         assert args[i - 1] == "--setenv" and args[i + 1] == str(lib)
         assert any(args[j:j + 3] == ["--ro-bind-try", str(lib), str(lib)] for j in range(len(args)))
+        env = {args[j + 1]: args[j + 2] for j in range(len(args) - 2) if args[j] == "--setenv"}
+        # the uid has no passwd entry: getpass.getuser() (torch asks it) reads these instead of raising KeyError
+        assert env["USER"] == env["LOGNAME"] == "student"
+    finally:
+        cfg.close()
+
+
+def test_a_root_only_linker_cache_is_bound_as_a_readable_copy(tmp_path, monkeypatch):
+    """Where /etc/ld.so.cache is root's alone, every library opened by name fails inside the sandbox (torch's
+    libnvidia-ml on an out-of-memory error asserted on the H100): the worker sees a copy it may read."""
+    from grader import sandbox
+
+    cache = tmp_path / "ld.so.cache"
+    cache.write_bytes(b"glibc-ld.so.cache1.1 and the rest")
+    cfg = sandbox.SandboxConfig(mode="interpreter", root=tmp_path / "root")
+    try:
+        def bound() -> str:
+            args = sandbox.bwrap_args(cfg, "kernel", "interpreter")
+            return next(args[j + 1] for j in range(len(args) - 2) if args[j + 2] == "/etc/ld.so.cache")
+
+        monkeypatch.setattr(sandbox, "_LD_CACHE", str(cache))
+        cache.chmod(0o644)
+        assert bound() == str(cache)  # readable already: the image's own file
+        cache.chmod(0o600)
+        copy = pathlib.Path(bound())
+        assert copy != cache and copy.read_bytes() == cache.read_bytes() and copy.stat().st_mode & 0o777 == 0o644
     finally:
         cfg.close()
 

@@ -167,27 +167,30 @@ _TRAMPOLINE = ("import runpy, sys; from kernels.compile import enter_compile_mod
                "sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
 
 
+def _compiled(module: str, args, paths=(), env: dict | None = None) -> tuple[list[str], dict]:
+    """The command line and environment of a compile-mode ``python -m <module> <args...>``."""
+    env = dict(os.environ if env is None else env, TRITON_INTERPRET="0")
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [*map(str, paths), _HOME,
+                                                                    env.get("PYTHONPATH")])))
+    return [sys.executable, "-c", _TRAMPOLINE, module, *map(str, args)], env
+
+
 def run_compiled(module: str, args: list[str] | tuple[str, ...] = (), *, input: str | None = None,
                  timeout: float | None = None, paths: list[str] | tuple[str, ...] = (),
                  env: dict | None = None, capture: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m <module> <args...>`` in a fresh process in compile mode (:func:`enter_compile_mode` first,
     so every kernel it imports is compilable), with this package and ``paths`` importable; text in and out,
     captured unless ``capture=False``. :class:`subprocess.TimeoutExpired` passes through."""
-    env = dict(os.environ if env is None else env, TRITON_INTERPRET="0")
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [*map(str, paths), _HOME,
-                                                                    env.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-c", _TRAMPOLINE, module, *map(str, args)], input=input,
-                          capture_output=capture, text=True, env=env, timeout=timeout)
+    argv, env = _compiled(module, args, paths, env)
+    return subprocess.run(argv, input=input, capture_output=capture, text=True, env=env, timeout=timeout)
 
 
 def start_compiled(module: str, args: list[str] | tuple[str, ...] = ()) -> subprocess.Popen:
     """:func:`run_compiled`'s process, left running: text lines in and out through pipes, stderr discarded, in a
     session of its own (so that it and its children can be stopped together)."""
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [_HOME, env.get("PYTHONPATH")])))
-    return subprocess.Popen([sys.executable, "-c", _TRAMPOLINE, module, *map(str, args)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)
+    argv, env = _compiled(module, args)
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env, start_new_session=True)
 
 
 def enter_compile_mode() -> None:

@@ -138,19 +138,22 @@ def _autograde(args) -> int:
     t0 = time.time()
     results, failures, _ = workflow.autograde(root, lessons=args.lessons, students=args.students,
                                               slots=args.slots, settings=settings, speed_policy=args.speed_policy,
-                                              new_seed=args.new_seed)
+                                              new_seed=args.new_seed, redo=args.redo)
     run = workflow.last_run
-    print(table(results, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
+    rows = workflow.class_results(root, results, run["skipped"])  # the whole class, skipped ones as recorded
+    print(table(rows, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
     print(run["seed_line"])
-    report(results, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
-                                                        "seconds": time.time() - t0, "nbgrader_failures": failures,
-                                                        "seed": run["seed"], "speed_policy": args.speed_policy,
-                                                        "changes": run["changes"]})
+    report(rows, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),
+                                                     "seconds": time.time() - t0, "nbgrader_failures": failures,
+                                                     "seed": run["seed"], "speed_policy": args.speed_policy,
+                                                     "changes": run["changes"],
+                                                     "graded": [f"{r.student}/{r.lesson}" for r in results],
+                                                     "already_recorded": [f"{s}/{lsn}" for s, lsn in run["skipped"]]})
     for line in run["changes"]:
         print(f"  changed: {line}")
     from .classbook import late_lines
 
-    for line in late_lines(root, results):
+    for line in late_lines(root, rows):
         print(f"  late: {line}")
     for r in results:
         for n in r.notes:
@@ -166,6 +169,8 @@ def _autograde(args) -> int:
     for f in failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
               f"{_failure_log(root, f)})", file=sys.stderr)
+    if run["skipped"]:
+        print(workflow.skipped_line(len(run["skipped"])))
     print(f"graded {len(results)} notebook(s) in {time.time() - t0:.0f} s ({MODE})")
     return 1 if failures else 0
 
@@ -264,8 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--students", nargs="*")
     p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
     p.add_argument("--seed", type=int, help="master seed (default: the term's, drawn at the first autograde and "
-                   "recorded in reports/seed.json)")
-    p.add_argument("--new-seed", action="store_true", help="draw a new term seed (every notebook gets new inputs)")
+                   "recorded in reports/seed.json); one other than the term's grades every notebook again")
+    p.add_argument("--new-seed", action="store_true", help="draw a new term seed: every notebook gets new inputs, "
+                   "so every one is graded again")
+    p.add_argument("--redo", action="store_true", help="grade again what an earlier run graded and recorded (by "
+                   "default only notebooks new or changed since, or graded with another seed, mode or speed "
+                   "policy, are graded): after a change to a lesson's checks or points")
     p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
     p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
                    help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
@@ -280,7 +289,6 @@ def main(argv: list[str] | None = None) -> int:
                                               "GPUs; slurm: jobs, default the config's)")
     g.add_argument("--slots-per-worker", type=int, help="submissions a worker grades at once (default 3 on a GPU, "
                                                         "1 in the interpreter)")
-    g.add_argument("--redo", action="store_true", help="grade again what an earlier run recorded")
     g.add_argument("--connect-timeout", type=float, default=20.0, help="seconds to reach the scheduler (20)")
     p.set_defaults(fn=_autograde)
     p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")

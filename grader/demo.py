@@ -345,8 +345,8 @@ def _term_grades(root: pathlib.Path, term: dict, results) -> list[str]:
 
 
 def _term_regrade(root: pathlib.Path, out: pathlib.Path, settings, slots: int) -> list[str]:
-    """Grade one unchanged notebook again: the term's seed makes it reproducible, so nothing may change; the
-    class CSV has the roster's names and the late penalty."""
+    """Grade one unchanged notebook again (``redo``: a run would otherwise leave it as recorded): the term's seed
+    makes it reproducible, so nothing may change; the class CSV has the roster's names and the late penalty."""
     import csv
 
     from . import workflow
@@ -354,11 +354,13 @@ def _term_regrade(root: pathlib.Path, out: pathlib.Path, settings, slots: int) -
     bad = []
     seed = workflow.last_run.get("seed")
     # the untouched notebook: its stubs fail in a second, so the regrade costs nothing next to the demo
-    workflow.autograde(root, lessons=[democlass.TERM_LESSON], students=["release"], slots=1, settings=settings,
-                       progress=False)
+    regraded, _, _ = workflow.autograde(root, lessons=[democlass.TERM_LESSON], students=["release"], slots=1,
+                                        settings=settings, progress=False, redo=True)
     again = workflow.last_run
     print(f"regrade of release/{democlass.TERM_LESSON} with the term's seed {again['seed']}: "
           + ("; ".join(again["changes"]) or "nothing changed"))
+    if [(r.student, r.lesson) for r in regraded] != [("release", democlass.TERM_LESSON)]:
+        bad.append(f"the regrade of release/{democlass.TERM_LESSON} graded {[(r.student, r.lesson) for r in regraded]}")
     if again["seed"] != seed or again["changes"]:
         bad.append(f"a regrade with the term's seed changed something: {again['changes']} (seed {seed} -> "
                    f"{again['seed']})")

@@ -17,8 +17,8 @@ The results come back to this process, which alone writes ``reports/``, ``gradeb
   is an **infrastructure failure**, named in the summary and left unrecorded (never a 0, the submission stays
   where ``collect`` put it). Clusters made here set ``distributed.scheduler.allowed-failures`` to 1 (one
   retry); a scheduler started elsewhere keeps its own setting (Dask's default is 3), reported in the summary.
-- re-running grades only what no earlier run recorded for the same version of the submission (``--redo``:
-  everything again).
+- re-running grades only what no earlier run recorded for the same version of the submission, graded the same
+  way (:func:`grader.workflow.to_grade`, as on one machine; ``--redo``: everything again).
 - the scheduler unreachable, no worker, workers that cannot grade (no ``GPU`` resource on GPU workers, workers
   of different modes, a sandbox that will not start): a clear error before anything is written.
 
@@ -354,9 +354,6 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
     mode, resources = plan(info)
     sources, releases = workflow.sources_of(root), workflow.releases_of(root)
     subs = [s for s in workflow.submissions(root, lessons, students) if s.lesson in sources]
-    earlier = set() if redo else {(s.student, s.lesson) for s in subs if workflow.recorded(root, s)}
-    skipped = [s for s in subs if (s.student, s.lesson) in earlier]
-    todo = [s for s in subs if (s.student, s.lesson) not in earlier]
     if settings is None:  # the defaults of the workers' mode, not of this (the instructor's) machine
         settings = Settings(problem_timeout=60.0 if mode == "gpu" else 180.0,
                             submission_budget=300.0 if mode == "gpu" else 900.0)
@@ -365,6 +362,8 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
         settings.problem_timeout = problem_timeout
     settings.hide = [*settings.hide, str(root.resolve())]
     settings.seed, seed_line = classbook.term_seed(root, settings.seed, new=new_seed)
+    graded_as = workflow.how_graded(settings.seed, mode, speed_policy)
+    todo, skipped = workflow.to_grade(root, subs, graded_as, redo=redo)
     before = classbook.load_results(root) if todo else {}
     changes: list[str] = []
     retries = _allowed_failures(client)
@@ -397,7 +396,7 @@ def autograde(root: pathlib.Path, client, *, lessons=None, students=None, settin
                                     "seed": settings.seed, "change": line}) + "\n")
         results[(s.student, s.lesson)] = r
         placement[(s.student, s.lesson)] = addr
-        failures.extend(workflow.record(root, [s], [r], book))
+        failures.extend(workflow.record(root, [s], [r], book, graded_as=graded_as))
         if on_result:
             on_result(done, len(todo), r)
         if bar:
@@ -492,7 +491,7 @@ def _reason(e: BaseException) -> str:
 def main(args, root: pathlib.Path) -> int:
     """``python -m grader autograde --scheduler/--cluster ...``: connect first (nothing is written if that fails),
     grade, record, print the table, the infrastructure failures and the leaderboard's place."""
-    from . import leaderboard, policy
+    from . import leaderboard, policy, workflow
     from .run import report, table
 
     if not (root / "submitted").is_dir():
@@ -511,23 +510,25 @@ def main(args, root: pathlib.Path) -> int:
     finally:
         cluster.close()
     mode = f"{out.mode}; {' / '.join(out.where)}; {policy.describe(getattr(args, 'speed_policy', 'zero'), out.mode)}"
-    if out.results:
-        print(table(out.results, mode=mode))
+    rows = workflow.class_results(root, out.results, out.skipped)  # the run's whole class, skipped ones too
+    if rows:
+        print(table(rows, mode=mode))
     print(out.seed_line)
     for line in out.changes:
         print(f"  changed: {line}")
     from .classbook import late_lines
 
-    for line in late_lines(root, out.results):
+    for line in late_lines(root, rows):
         print(f"  late: {line}")
     summary = {"mode": out.mode, "where": out.where, "seconds": time.time() - t0, "nbgrader_failures": out.failures,
                "executor": f"dask: {cluster.what}", "workers": out.workers, "worker_loss_retries": out.retries,
                "infrastructure_failures": [{"student": s, "lesson": lsn, "reason": why}
                                            for s, lsn, why in out.infrastructure],
+               "graded": [f"{r.student}/{r.lesson}" for r in out.results],
                "already_recorded": [f"{s}/{lsn}" for s, lsn in out.skipped], "seed": out.seed,
                "speed_policy": getattr(args, "speed_policy", "zero"), "changes": out.changes}
     (root / "reports").mkdir(parents=True, exist_ok=True)
-    report(out.results, root / "reports" / "summary.json", summary)
+    report(rows, root / "reports" / "summary.json", summary)
     board.finish(leaderboard.from_results_dir(root))
     for r in out.results:
         for c in r.cells:
@@ -536,8 +537,7 @@ def main(args, root: pathlib.Path) -> int:
     for f in out.failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}:\n{f[2][-1500:]}", file=sys.stderr)
     if out.skipped:
-        print(f"{len(out.skipped)} submission(s) already graded and recorded by an earlier run (--redo grades them "
-              "again)")
+        print(workflow.skipped_line(len(out.skipped)))
     for s, lsn, why in out.infrastructure:
         print(f"INFRASTRUCTURE FAILURE {s}/{lsn}: not graded, nothing recorded: {why}", file=sys.stderr)
     print(f"graded {len(out.results)} notebook(s) in {time.time() - t0:.0f} s on {cluster.what} ({out.mode}); "

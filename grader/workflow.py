@@ -24,7 +24,8 @@ from .lms import roster_path
 from .repair import restore_metadata
 
 __all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
-           "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest"]
+           "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest",
+           "how_graded", "to_grade", "class_results", "skipped_line"]
 
 COURSE = _ROOT / "grader"
 CONFIG = COURSE / "nbgrader_config.py"
@@ -358,17 +359,24 @@ def _quiet():
         yield buf
 
 
-#: what the last :func:`autograde` in this process did: its seed (and where it came from), what it changed
+#: what the last :func:`autograde` in this process did: its seed (and where it came from), what it changed, and
+#: the submissions it left as an earlier run recorded them (``skipped``: (student, lesson) pairs)
 last_run: dict = {}
 
 
 def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2, settings=None,
-              progress: bool = True, speed_policy: str = "zero", new_seed: bool = False):
-    """Grade every collected submission in the sandbox (in parallel), then record it with nbgrader autograde.
+              progress: bool = True, speed_policy: str = "zero", new_seed: bool = False, redo: bool = False):
+    """Grade the collected submissions in the sandbox (in parallel), then record them with nbgrader autograde.
 
+    Only those :func:`to_grade` picks: new or changed since an earlier run recorded them (``redo``: every one).
     ``speed_policy``: what a speed requirement is worth where no GPU can time it (:mod:`grader.policy`). The
-    master seed is the term's (``reports/seed.json``; ``settings.seed`` or ``new_seed`` replace it), so that a
-    regrade is reproducible; what a regrade changed is in :data:`last_run` and ``reports/history.jsonl``."""
+    master seed is the term's (``reports/seed.json``; ``settings.seed`` or ``new_seed`` replace it, and then
+    every submission is graded again), so that a regrade is reproducible; what a regrade changed is in
+    :data:`last_run` and ``reports/history.jsonl``. Returns this run's results (:func:`class_results` adds the
+    recorded ones of what it skipped), nbgrader's failures, and the sandbox's first uid (None when nothing was
+    graded)."""
+    from kernels.device import MODE
+
     from . import classbook, policy
     from .grade import Grader, Settings
     from .run import grade_class
@@ -377,15 +385,50 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     subs = [s for s in submissions(root, lessons, students) if s.lesson in sources]
     settings = settings or Settings()
     settings.seed, seed_line = classbook.term_seed(root, settings.seed, new=new_seed)
+    graded_as = how_graded(settings.seed, MODE, speed_policy)
+    todo, skipped = to_grade(root, subs, graded_as, redo=redo)
     settings.hide = [*settings.hide, str(root.resolve())]
-    grader = Grader(settings)
-    results = grade_class(grader, subs, sources, releases, slots=slots, progress=progress)
+    grader = Grader(settings) if todo else None
+    results = grade_class(grader, todo, sources, releases, slots=slots, progress=progress) if todo else []
     policy.apply(results, speed_policy)
     last_run.clear()
     last_run.update(seed=settings.seed, seed_line=seed_line, speed_policy=speed_policy,
-                    changes=classbook.record_changes(root, results, settings.seed))
-    failures = record(root, subs, results)
-    return results, failures, grader.sandbox.uid_base
+                    changes=classbook.record_changes(root, results, settings.seed),
+                    skipped=[(s.student, s.lesson) for s in skipped])
+    failures = record(root, todo, results, graded_as=graded_as)
+    return results, failures, grader.sandbox.uid_base if grader else None
+
+
+def how_graded(seed: int, mode: str, speed_policy: str) -> dict:
+    """What a recorded result's score depends on besides the notebook: the master seed, the mode (``gpu`` or
+    ``interpreter``) and, in the interpreter, the speed policy. A result recorded otherwise is graded again."""
+    return {"seed": seed, "mode": mode, "speed_policy": None if mode == "gpu" else speed_policy}
+
+
+def to_grade(root: pathlib.Path, subs: list[Submission], graded_as: dict, *,
+             redo: bool = False) -> tuple[list[Submission], list[Submission]]:
+    """Which of ``subs`` a run grades, and which it leaves as an earlier run recorded them: a submission is
+    skipped when this version of it (:func:`recorded`) was graded ``graded_as`` (:func:`how_graded`) and
+    recorded; ``redo`` grades every one. Grading on one machine and on a cluster both choose here."""
+    done = [not redo and recorded(root, s, graded_as) for s in subs]
+    return [s for s, d in zip(subs, done) if not d], [s for s, d in zip(subs, done) if d]
+
+
+def class_results(root: pathlib.Path, results: list, skipped: list[tuple[str, str]]) -> list:
+    """This run's ``results`` with the recorded results of the submissions it ``skipped`` ((student, lesson)
+    pairs): every submission the run covered, for the table, the report and the late-penalty lines."""
+    from .classbook import load_results
+
+    earlier = load_results(root) if skipped else {}
+    ran = {(r.student, r.lesson) for r in results}
+    rows = list(results) + [earlier[k] for k in skipped if k in earlier and k not in ran]
+    return sorted(rows, key=lambda r: (r.student, r.lesson))
+
+
+def skipped_line(n: int) -> str:
+    """What a run says of the submissions :func:`to_grade` left as they were."""
+    return (f"{n} submission(s) not graded again: an earlier run graded and recorded them as they are now, with "
+            "this seed (--redo grades them again)")
 
 
 def submission_digest(sub: Submission) -> str:
@@ -398,11 +441,12 @@ def submission_digest(sub: Submission) -> str:
     return hashlib.sha256(pathlib.Path(sub.path).read_bytes()).hexdigest()
 
 
-def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) -> list[tuple[str, str, str]]:
+def record(root: pathlib.Path, subs: list[Submission], results: list, a=None, *,
+           graded_as: dict | None = None) -> list[tuple[str, str, str]]:
     """This process alone writes the records: each result (in ``subs``' order) to ``reports/results``, then
     ``nbgrader autograde`` (handed each result by :func:`nbexec.autograde_with`) or an explicit 0 for a
-    notebook that was not submitted. ``a``: an :func:`api` to reuse. Returns nbgrader's failures as
-    (student, lesson, log)."""
+    notebook that was not submitted. ``a``: an :func:`api` to reuse; ``graded_as``: how the results were graded
+    (:func:`how_graded`), kept beside each. Returns nbgrader's failures as (student, lesson, log)."""
     from . import nbexec
 
     out = nbexec.results_dir(root)
@@ -411,7 +455,8 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) ->
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         paths[(r.student, r.lesson)] = p
-        p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub)), indent=1, default=str))
+        p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub), graded_as=graded_as),
+                                indent=1, default=str))
     failures = []
     a = a or api(root)
     for sub, r in zip(subs, results):
@@ -429,8 +474,9 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None) ->
     return failures
 
 
-def recorded(root: pathlib.Path, sub: Submission) -> bool:
-    """Whether this version of the submission was graded and recorded in the gradebook by an earlier run."""
+def recorded(root: pathlib.Path, sub: Submission, graded_as: dict | None = None) -> bool:
+    """Whether this version of the submission (its sha256) was graded and recorded in the gradebook by an earlier
+    run; with ``graded_as`` (:func:`how_graded`), graded that way too."""
     from . import nbexec
 
     p = nbexec.results_dir(root) / sub.student / f"{sub.lesson}.json"
@@ -438,7 +484,8 @@ def recorded(root: pathlib.Path, sub: Submission) -> bool:
         d = json.loads(p.read_text())
     except (OSError, ValueError):
         return False
-    return bool(d.get("recorded")) and d.get("submission_sha256") == submission_digest(sub)
+    return (bool(d.get("recorded")) and d.get("submission_sha256") == submission_digest(sub)
+            and (graded_as is None or d.get("graded_as") == graded_as))
 
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:

@@ -1,0 +1,73 @@
+"""``python -m grader autograde`` again after a second collect: only what is new or changed is graded, the reports
+still cover the whole class, ``--redo`` grades everything (grader/workflow.py: to_grade)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import time
+
+LESSON = "00_setup"
+
+
+def _build(root: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    """A course folder with lesson 00 and two students' untouched notebooks collected (their stubs fail fast)."""
+    from grader import democlass, workflow
+    from grader.demo import course_lessons
+
+    src, rel = course_lessons([LESSON])[LESSON]
+    workflow.build_course(root, {LESSON: src})
+    (root / "release" / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(rel, indent=1))
+    klass = [democlass.DemoStudent(name, "untouched", {LESSON: "release"}, {}) for name in ("alice", "bob")]
+    democlass.write_class(root.parent / "incoming", {LESSON: (src, rel)}, klass)
+    workflow.collect(root, root.parent / "incoming")
+    return root, rel
+
+
+def _autograde(root: pathlib.Path, capsys, *more: str) -> tuple[int, dict]:
+    """The command's count of notebooks graded, and the summary it wrote."""
+    from grader.cli import main
+
+    assert main(["--course", str(root), "autograde", "--slots", "2", *more]) == 0
+    out = capsys.readouterr().out
+    graded = int(re.search(r"^graded (\d+) notebook\(s\)", out, re.M)[1])
+    return graded, dict(json.loads((root / "reports" / "summary.json").read_text()), out=out)
+
+
+def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
+    from grader import classbook, workflow
+    from kernels.device import MODE
+
+    root, rel = _build(tmp_path / "course")
+    graded, summary = _autograde(root, capsys)
+    assert graded == 2
+    # bob hands in again, later: his notebook is replaced, alice's stays as it was graded
+    late = tmp_path / "incoming-2" / "bob"
+    late.mkdir(parents=True)
+    again = json.loads(json.dumps(rel))
+    again["cells"][0]["source"] = "".join(again["cells"][0]["source"]) + "\n\n(my second try)"
+    (late / f"{LESSON}.ipynb").write_text(json.dumps(again, indent=1))
+    os.utime(late / f"{LESSON}.ipynb", (time.time() + 3600, time.time() + 3600))
+    assert workflow.collect(root, late.parent)["bob"][LESSON].status.startswith("replaced")
+
+    graded, summary = _autograde(root, capsys)
+    assert graded == 1
+    assert summary["graded"] == ["bob/00_setup"]
+    assert summary["already_recorded"] == ["alice/00_setup"]
+    assert "1 submission(s) not graded again" in summary["out"] and "--redo" in summary["out"]
+    # the table, the report and the class CSV still list the whole class
+    assert [(r["student"], r["lesson"]) for r in summary["results"]] == [("alice", LESSON), ("bob", LESSON)]
+    assert re.search(r"^alice\s", summary["out"], re.M) and re.search(r"^bob\s", summary["out"], re.M)
+    assert set(classbook.load_results(root)) == {("alice", LESSON), ("bob", LESSON)}
+    assert {(s, lsn) for s, lsn in workflow.gradebook_scores(root)} == {("alice", LESSON), ("bob", LESSON)}
+
+    # another seed (or mode, or speed policy) grades every notebook again, as --redo does
+    subs = workflow.submissions(root)
+    seed = json.loads((root / "reports" / "seed.json").read_text())["seed"]
+    assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "zero"))[0]) == 0
+    assert len(workflow.to_grade(root, subs, workflow.how_graded(seed + 1, MODE, "zero"))[0]) == 2
+    assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "award"))[0]) == (MODE != "gpu") * 2
+    graded, summary = _autograde(root, capsys, "--redo")
+    assert graded == 2 and summary["already_recorded"] == []

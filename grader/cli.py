@@ -63,6 +63,7 @@ def _redteam(args) -> int:
 
 def _collect(args) -> int:
     from . import workflow
+    from .collect import other_versions
 
     root = _course(args)
     source = pathlib.Path(args.source)
@@ -88,6 +89,12 @@ def _collect(args) -> int:
             print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
     print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
           + f"; earlier versions are kept under {workflow.backup_dir(root)}")
+    other = [f"{student}/{lesson}: {n}" for student, subs in collected.items() for lesson, sub in subs.items()
+             if sub.status != "not collected" for n in other_versions(sub)]
+    if other:
+        print(f"CHECK: {len(other)} notebook(s) named after a lesson but not graded, perhaps the one meant:")
+        for line in other:
+            print(f"  {line}")
     return 0
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from .lms import _strip_copy
 
-__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids", "flag_solutions"]
+__all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids", "flag_solutions",
+           "other_versions"]
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -158,10 +159,11 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
             out[best] = Submission(student, best, nb, notes + [f"found {best} under the name {p.name}"], str(p),
                                    _mtime(p))
         else:
-            extras.append(p.name)
+            extras.append(p)
     for lesson in lessons:
         if lesson not in out:
             out[lesson] = Submission(student, lesson, None, ["not submitted"])
+    extras = [p.name for p in extras if not _other_version(p, out, lessons)]
     if extras:
         for s in out.values():
             s.notes.append(f"ignored extra file(s): {', '.join(extras)}")
@@ -171,6 +173,35 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
         if sub is not None:
             sub.notes.append(f"refused {name}: a link or not a plain file")
     return out
+
+
+def _other_version(p: pathlib.Path, out: dict[str, Submission], lessons: dict[str, dict]) -> bool:
+    """A file left over whose name starts with a lesson's id (``00_setup_final.ipynb``, ``00_setup copy.ipynb``)
+    may be the version the student meant: it is not graded (a scratch copy would be), but said on that lesson's
+    submission, which collect prints and the report carries. False for any other file."""
+    stem = _strip_copy(p.stem)[0]
+    lesson = max((x for x in lessons if stem.startswith(x) and stem != x), key=len, default=None)
+    if lesson is None:
+        return False
+    sub = out[lesson]
+    when = _mtime(p)
+    if sub.path:
+        graded = pathlib.Path(sub.path).name
+        later = when is not None and sub.timestamp is not None and when > sub.timestamp
+        sub.notes.append(f"also handed in {p.name}, saved {'later' if later else 'earlier'} than the graded {graded}: "
+                         f"if that is the one meant, rename it {lesson}.ipynb{_AGAIN}")
+    else:
+        sub.notes.append(f"handed in {p.name}, not graded: collect grades {lesson}.ipynb (or a notebook with its "
+                         f"cells); if that is the one meant, rename it {lesson}.ipynb{_AGAIN}")
+    return True
+
+
+_AGAIN = " and collect again"
+
+
+def other_versions(sub: Submission) -> list[str]:
+    """The notes of ``sub`` naming a file that may be the version the student meant (see ``_other_version``)."""
+    return [n for n in sub.notes if n.endswith(_AGAIN)]
 
 
 _BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION", re.M | re.S)

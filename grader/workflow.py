@@ -216,6 +216,7 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
             sub.notes = list(sub.notes) + restore_metadata(sub.notebook, releases.get(lesson))
             if had and _same(target, sub.notebook):
                 sub.status = "unchanged"
+                mine[lesson] = sub.notes  # this batch's, of the same notebook (another version beside it, say)
                 continue
             before = _read_stamp(d) if had else None
             if had and before is not None and when <= before:

@@ -363,3 +363,34 @@ def test_exchange_submission_time(tmp_path, fixture_source):
     assert sub.timestamp == 1_700_003_600.5
     (d / "timestamp.txt").write_text("yesterday")  # unreadable: the file's date
     assert collect_student("hana", tmp_path / "hana", {lesson: fixture_source})[lesson].timestamp == 1_700_000_000
+
+
+def test_another_version_under_a_longer_name_is_named_not_graded(tmp_path, fixture_source, capsys):
+    """``L.ipynb`` and a renamed later save ``L_final.ipynb``: the exact name is graded (the other may be a scratch
+    copy), and collect says, for that student and lesson, that the other exists and was saved later; the note
+    goes with the submission to the report. An unrelated extra file is only listed, as before."""
+    import os
+
+    from grader import workflow
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    d = tmp_path / "in" / "alice"
+    d.mkdir(parents=True)
+    graded, final, scratch = d / f"{fx}.ipynb", d / f"{fx}_final.ipynb", d / "scratch.ipynb"
+    graded.write_text(json.dumps(_v(fixture_source, 1)))
+    final.write_text(json.dumps(_v(fixture_source, 2)))
+    scratch.write_text(json.dumps(_EMPTY))
+    os.utime(graded, (1_700_000_000, 1_700_000_000))
+    os.utime(final, (1_700_036_000, 1_700_036_000))
+    assert main(["--course", str(root), "collect", str(tmp_path / "in")]) == 0
+    out = capsys.readouterr().out
+    note = (f"also handed in {final.name}, saved later than the graded {graded.name}: if that is the one meant, "
+            f"rename it {fx}.ipynb and collect again")
+    assert f"alice/{fx}: {note}" in out and "CHECK: 1 notebook(s)" in out
+    assert _version(root / "submitted" / "alice" / fx / f"{fx}.ipynb") == 1
+    sub = next(s for s in workflow.submissions(root) if (s.student, s.lesson) == ("alice", fx))
+    assert note in sub.notes
+    extra = [n for s in workflow.submissions(root) for n in s.notes if n.startswith("ignored extra")]
+    assert extra == ["ignored extra file(s): scratch.ipynb"]

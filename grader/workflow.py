@@ -417,19 +417,26 @@ def to_grade(root: pathlib.Path, subs: list[Submission], graded_as: dict, *,
 
 def class_results(root: pathlib.Path, results: list, skipped: list[tuple[str, str]]) -> list:
     """This run's ``results`` with the recorded results of the submissions it ``skipped`` ((student, lesson)
-    pairs): every submission the run covered, for the table, the report and the late-penalty lines."""
+    pairs): every submission the run covered, for the table, the report and the late-penalty lines. A skipped
+    one also carries what a later collect of the same notebook noted (another version beside it, say)."""
     from .classbook import load_results
 
     earlier = load_results(root) if skipped else {}
+    notes = json.loads(_notes_path(root).read_text()) if skipped and _notes_path(root).exists() else {}
     ran = {(r.student, r.lesson) for r in results}
-    rows = list(results) + [earlier[k] for k in skipped if k in earlier and k not in ran]
+    rows = list(results)
+    for k in skipped:
+        if k in earlier and k not in ran:
+            r = earlier[k]
+            r.notes = [n for n in notes.get(k[0], {}).get(k[1], []) if n not in r.notes] + r.notes
+            rows.append(r)
     return sorted(rows, key=lambda r: (r.student, r.lesson))
 
 
 def skipped_line(n: int) -> str:
     """What a run says of the submissions :func:`to_grade` left as they were."""
     return (f"{n} submission(s) not graded again: an earlier run graded and recorded them as they are now, with "
-            "this seed (--redo grades them again)")
+            "the same seed, mode and speed policy (--redo grades them again)")
 
 
 def submission_digest(sub: Submission) -> str:

@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import time
 
 LESSON = "00_setup"
@@ -43,14 +44,20 @@ def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
     root, rel = _build(tmp_path / "course")
     graded, summary = _autograde(root, capsys)
     assert graded == 2
-    # bob hands in again, later: his notebook is replaced, alice's stays as it was graded
-    late = tmp_path / "incoming-2" / "bob"
-    late.mkdir(parents=True)
+    # bob hands in again, later: his notebook is replaced; alice hands in hers unchanged, with another version
+    # under a longer name, which is not graded but noted
+    batch = tmp_path / "incoming-2"
+    (batch / "bob").mkdir(parents=True)
+    (batch / "alice").mkdir()
     again = json.loads(json.dumps(rel))
     again["cells"][0]["source"] = "".join(again["cells"][0]["source"]) + "\n\n(my second try)"
-    (late / f"{LESSON}.ipynb").write_text(json.dumps(again, indent=1))
-    os.utime(late / f"{LESSON}.ipynb", (time.time() + 3600, time.time() + 3600))
-    assert workflow.collect(root, late.parent)["bob"][LESSON].status.startswith("replaced")
+    later = (time.time() + 3600, time.time() + 3600)
+    for path in (batch / "bob" / f"{LESSON}.ipynb", batch / "alice" / f"{LESSON}_final.ipynb"):
+        path.write_text(json.dumps(again, indent=1))
+        os.utime(path, later)
+    shutil.copy(root / "submitted" / "alice" / LESSON / f"{LESSON}.ipynb", batch / "alice")
+    got = workflow.collect(root, batch)
+    assert got["bob"][LESSON].status.startswith("replaced") and got["alice"][LESSON].status == "unchanged"
 
     graded, summary = _autograde(root, capsys)
     assert graded == 1
@@ -60,6 +67,8 @@ def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
     # the table, the report and the class CSV still list the whole class
     assert [(r["student"], r["lesson"]) for r in summary["results"]] == [("alice", LESSON), ("bob", LESSON)]
     assert re.search(r"^alice\s", summary["out"], re.M) and re.search(r"^bob\s", summary["out"], re.M)
+    alice = summary["results"][0]
+    assert any(n.startswith(f"also handed in {LESSON}_final.ipynb, saved later") for n in alice["notes"])
     assert set(classbook.load_results(root)) == {("alice", LESSON), ("bob", LESSON)}
     assert {(s, lsn) for s, lsn in workflow.gradebook_scores(root)} == {("alice", LESSON), ("bob", LESSON)}
 

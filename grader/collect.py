@@ -16,7 +16,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from .lms import _strip_copy
+from .lms import strip_copy
 
 __all__ = ["Submission", "read_notebook", "collect_student", "collect_folder", "grade_ids", "flag_solutions",
            "other_versions"]
@@ -117,13 +117,13 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
     # notebook: of all the files named after a lesson, the newest by its date is graded, the others are noted.
     named: dict[str, list[tuple[pathlib.Path, int]]] = {}
     for p in files:
-        base, copy = _strip_copy(p.stem)
+        base, copy = strip_copy(p.stem)
         if base in lessons:
             named.setdefault(base, []).append((p, copy))
     newest = {lesson: max(cands, key=lambda pc: (_mtime(pc[0]) or 0.0, pc[1], pc[0].stem == lesson))[0]
               for lesson, cands in named.items()}
     for p in files:
-        lesson = _strip_copy(p.stem)[0]
+        lesson = strip_copy(p.stem)[0]
         if lesson in named and newest[lesson] != p:
             continue
         if lesson in newest and lesson not in out:

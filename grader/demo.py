@@ -212,7 +212,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     for r in results:
         for c in r.cells:
             if not c.passed:
-                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.message.splitlines()[0][:200] if c.message else ''}")
+                print(f"  {r.student}/{r.lesson}/{c.grade_id}: {c.gist(200)}")
         for n in r.notes:
             print(f"  {r.student}/{r.lesson}: note: {n[:200]}")
     first = klass[0].name if copies else "solution"

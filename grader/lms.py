@@ -28,7 +28,7 @@ import re
 import stat
 import zipfile
 
-__all__ = ["Entry", "Skipped", "Roster", "read_roster", "parse", "entries", "select", "unpack"]
+__all__ = ["Entry", "Skipped", "Roster", "read_roster", "parse", "entries", "select", "unpack", "strip_copy"]
 
 _STUDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _COPY = re.compile(r"^(?P<base>.*?)(?:-(?P<dash>\d{1,3})| \((?P<paren>\d{1,3})\))$")
@@ -123,7 +123,7 @@ def read_roster(path: pathlib.Path) -> Roster:
     return Roster(list(csv.DictReader(text.splitlines())), source=str(path))
 
 
-def _strip_copy(stem: str) -> tuple[str, int]:
+def strip_copy(stem: str) -> tuple[str, int]:
     """``00_setup-1 (2)`` -> (``00_setup``, 2): copy marks removed, the last one's number kept."""
     copy = 0
     while True:
@@ -138,7 +138,7 @@ def _lesson_at_end(text: str, lessons: list[str]) -> tuple[str | None, str, int]
     """The lesson whose id ends ``text`` (an ``.ipynb`` name after copy marks): (lesson, what is before, copy)."""
     if not text.endswith(".ipynb"):
         return None, text, 0
-    stem, copy = _strip_copy(text[: -len(".ipynb")])
+    stem, copy = strip_copy(text[: -len(".ipynb")])
     for lesson in sorted(lessons, key=len, reverse=True):
         if stem == lesson or stem.endswith("_" + lesson) or stem.endswith("/" + lesson):
             return lesson, stem[: len(stem) - len(lesson)].rstrip("_/"), copy
@@ -179,7 +179,7 @@ def parse(path: str, lessons: list[str], *, named_regexp: str | None = None,
     if lesson is None:
         return f"no lesson id at the end of the name (expected one of {', '.join(lessons)})"
     if named_regexp:
-        m = re.match(named_regexp, _strip_copy(base[: -len(".ipynb")])[0] + ".ipynb")
+        m = re.match(named_regexp, strip_copy(base[: -len(".ipynb")])[0] + ".ipynb")
         if m and "student_id" in m.groupdict():
             return "nbgrader", lesson, m["student_id"], copy, [m["student_id"]]
     return f"the name follows no LMS's naming ({', '.join(FORMATS)})"

@@ -7,16 +7,18 @@
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
 # export stage, a prebuilt Rust launcher in rust/target/release/; fla-core's wheel in .whl/ (pip download
-# fla-core==0.6.0 --no-deps -d .whl) for the stages that compare with it. Results land in results/gpu/ and, when OUT is
-# set, in $OUT/gpu-results.tgz with the full log.
+# fla-core==0.6.0 --no-deps -d .whl) for the stages that compare with it. Results land in results/gpu/ (a pytest
+# stage's as a JSON record, tests/conftest.py), each stage's raw log in artifacts/gpu-logs/STAGE.log (git-ignored),
+# and both, with the whole call's log, in $OUT/gpu-results.tgz (OUT defaults to artifacts/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/artifacts/gpu}
-mkdir -p "$OUT" results/gpu bench-results
+LOGS=$ROOT/artifacts/gpu-logs  # a run's logs travel in its tarball; what is committed is results/gpu/'s records
+mkdir -p "$OUT" results/gpu bench-results "$LOGS"
 LOG=$OUT/gpu-batch.log
 exec > >(tee -a "$LOG") 2>&1
-# the stages write under results/gpu/; only the log and one tarball go to OUT
+# the stages write under results/gpu/ and artifacts/gpu-logs/; only the log and one tarball go to OUT
 BATCH_OUT=$OUT
 unset OUT
 export PYTHONUNBUFFERED=1
@@ -53,17 +55,20 @@ python3 -c "import matplotlib_inline" 2>/dev/null \
 
 run_stage() {  # stage name, time limit in seconds
   local name=$1 limit=$2
+  local log=$LOGS/$name.log  # the raw log of a stage that writes one
   stamp "$name (limit ${limit}s)"
   case $name in
-    tests) timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${TEST_WORKERS:-2}" --timeout=150 --timeout-method=thread --durations=25 --ignore=tests/grader ${TESTS_SELECT:-tests} \
-             > results/gpu/pytest-gpu.log 2>&1; echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|SKIPPED" \
-             results/gpu/pytest-gpu.log | grep -v PASSED | tail -30; tail -35 results/gpu/pytest-gpu.log ;;
-    alltests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \
-             > results/gpu/pytest-all.log 2>&1; echo "pytest exit $?"; tail -40 results/gpu/pytest-all.log ;;
-    tests-la) timeout "$limit" python3 -m pytest -m gpu -v -p no:cacheprovider --durations=10 \
+    # the pytest stages: each one's record (outcomes, seconds, failures' last lines, printed lines) is the
+    # results/gpu/ file GPU_TESTS_RECORD names (tests/conftest.py); the log stays in artifacts/gpu-logs/
+    tests) GPU_TESTS_RECORD=pytest-gpu.json timeout "$limit" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${TEST_WORKERS:-2}" --timeout=150 --timeout-method=thread --durations=25 --ignore=tests/grader ${TESTS_SELECT:-tests} \
+             > "$log" 2>&1; echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|SKIPPED" "$log" | grep -v PASSED | tail -30
+           tail -35 "$log" ;;
+    alltests) GPU_TESTS_RECORD=pytest-all.json timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \
+             > "$log" 2>&1; echo "pytest exit $?"; tail -40 "$log" ;;
+    tests-la) GPU_TESTS_RECORD=pytest-la.json timeout "$limit" python3 -m pytest -m gpu -v -p no:cacheprovider --durations=10 \
              tests/kernels/test_linear_attention_fused.py tests/kernels/test_linear_attention.py::test_gpu_agrees_with_fla \
-             tests/kernels/test_linear_attention_lookback.py::test_gpu_dispatch_by_occupancy > results/gpu/pytest-la.log 2>&1
-           echo "pytest exit $?"; tail -30 results/gpu/pytest-la.log ;;
+             tests/kernels/test_linear_attention_lookback.py::test_gpu_dispatch_by_occupancy > "$log" 2>&1
+           echo "pytest exit $?"; tail -30 "$log" ;;
     # --warm: every row's first calls (compiles, fla-core's autotuning) in parallel children first; fla then tunes
     # again in the timed process on a quiet GPU from cached binaries (FLA_CACHE_RESULTS=0), as a first call would
     bench-la-general) FLA_CACHE_RESULTS=0 timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} --warm "${LA_WARM:-10}" \
@@ -71,24 +76,25 @@ run_stage() {  # stage name, time limit in seconds
                         || echo "bench-la-general failed ($?)" ;;
     # the backward pass: its GPU tests and lesson 07's (gradients against float64 and fla's, the lesson's speed
     # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py), and
-    # the host's time to issue one such step at 4k with the launches stubbed (bench_host.py, about 20 s past the limit)
-    backward) timeout $(( limit * 2 / 5 )) python3 -m pytest -m gpu -v -s -p no:cacheprovider --durations=10 \
+    # the host's time to issue one such step at 4k with the launches stubbed (bench_host.py, about 20 s past the limit);
+    # the tests' printed errors go to the log as they come and, captured, into the record too (tee-sys)
+    backward) GPU_TESTS_RECORD=pytest-backward.json timeout $(( limit * 2 / 5 )) python3 -m pytest -m gpu -v --capture=tee-sys -p no:cacheprovider --durations=10 \
                 tests/kernels/test_linear_attention_backward.py tests/checks/lessons/test_l07_backward.py \
-                > results/gpu/pytest-backward.log 2>&1
-              echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla|backward_speed" results/gpu/pytest-backward.log | tail -30
+                > "$log" 2>&1
+              echo "pytest exit $?"; grep -E "PASSED|FAILED|ERROR|ours .* fla|backward_speed" "$log" | tail -30
               timeout $(( limit * 3 / 5 - 5 )) python3 -m kernels.bench linear_attention --set backward --quick \
                 --budget $(( limit * 3 / 5 - 70 )) --out results/gpu/linear_attention-backward || echo "backward bench failed ($?)"
               timeout 60 python3 -m kernels.linear_attention.bench_host --calls 1000 --out results/gpu/linear_attention-backward \
                 || echo "host bench failed ($?)" ;;
     # fla's own tests of chunk_linear_attn (tests/ops/test_linear_attn.py, carried in the git-ignored .fla-tests/)
     # with ours swapped in (scripts/gpu_fla_tests.py; FLA_TESTS_ALL=1 also runs the file's tests of fla's kernels)
-    fla-tests) timeout "$limit" python3 scripts/gpu_fla_tests.py ${FLA_TESTS_ALL:+--all} > results/gpu/fla-tests.log 2>&1
-               echo "fla-tests exit $?"; grep -A40 "^ours: " results/gpu/fla-tests.log || tail -30 results/gpu/fla-tests.log ;;
+    fla-tests) timeout "$limit" python3 scripts/gpu_fla_tests.py ${FLA_TESTS_ALL:+--all} > "$log" 2>&1
+               echo "fla-tests exit $?"; grep -A40 "^ours: " "$log" || tail -30 "$log" ;;
     # every fused family against float64, a process per case (one CUDA fault costs one case), a few under memcheck
     la-check) timeout "$limit" python3 scripts/gpu_la_check.py --budget $(( limit - 35 )) --jobs "${LA_CHECK_JOBS:-12}" \
-                --sanitize "${LA_SANITIZE:-3}" ${LA_CHECK_ONLY:+--only $LA_CHECK_ONLY} > results/gpu/la-check.log 2>&1
+                --sanitize "${LA_SANITIZE:-3}" ${LA_CHECK_ONLY:+--only $LA_CHECK_ONLY} > "$log" 2>&1
               echo "la-check exit $?"
-              grep -vE ": pass \(" results/gpu/la-check.log | tail -40 ;;
+              grep -vE ": pass \(" "$log" | tail -40 ;;
     la-sweep) timeout "$limit" python3 scripts/gpu_la_sweep.py --budget $(( limit - 40 )) || echo "la-sweep failed ($?)" ;;
     bench) for topic in memory matmul recurrent; do
              timeout "$limit" python3 -m kernels.bench "$topic" --out results/gpu || echo "bench $topic failed ($?)"
@@ -119,8 +125,8 @@ run_stage() {  # stage name, time limit in seconds
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
     # every zoo entry's visible and hidden check on the GPU (kernels/checks/zoo), the speed-graded ones alone at the end
     zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" ${ZOO_ARGS:-} --out "${ZOO_OUT:-results/gpu/zoo.json}" \
-           > results/gpu/zoo.log 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 results/gpu/zoo.log | head -60
-         tail -3 results/gpu/zoo.log ;;
+           > "$log" 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 "$log" | head -60
+         tail -3 "$log" ;;
     # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json
     lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py --budget $(( limit - 20 )) ${LESSON06_ARGS:-} || echo "lesson06 failed ($?)" ;;
     # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
@@ -133,15 +139,16 @@ run_stage() {  # stage name, time limit in seconds
           export PYTHONPATH=$PYTHONPATH:/tmp/dask
         fi
         script=scripts/gpu_dask.py; [ "$name" = multi ] && script=scripts/gpu_multi.py
-        timeout "$limit" python3 "$script" > "results/gpu/$name.log" 2>&1; echo "$name exit $?"
-        grep -vE "^grading \[" "results/gpu/$name.log" | tail -25 ) ;;
+        timeout "$limit" python3 "$script" > "$log" 2>&1; echo "$name exit $?"
+        grep -vE "^grading \[" "$log" | tail -25 ) ;;
     *) echo "unknown stage $name" ;;
   esac
 }
 
 snapshot() {  # what is done so far, replaced whole so a call cut off mid-write still leaves the previous one
   local part="$BATCH_OUT/.gpu-results.$BASHPID.part"  # one per writer: the loop below and the main shell
-  tar czf "$part" results/gpu bench-results artifacts 2>/dev/null
+  # (the tarball itself, where OUT is under artifacts/, stays out of the next one)
+  tar czf "$part" --exclude=gpu-results.tgz --exclude=".gpu-results.*.part" results/gpu bench-results artifacts 2>/dev/null
   mv -f "$part" "$BATCH_OUT/gpu-results.tgz"
 }
 # also every 30 s during a stage: a call cut off by the device's time limit keeps what the stage saved

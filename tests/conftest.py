@@ -1,4 +1,5 @@
 import os
+import pathlib
 
 import pytest
 import torch
@@ -80,7 +81,71 @@ def _gpu_turn(request):
         os.close(gate)
 
 
-_outcomes: dict[str, str] = {}
+class Seen:
+    """What a run saw, test by test: its outcome, its seconds (setup, call and teardown), for a failure the last
+    lines of its report, and the last lines it printed where pytest captured them (``--capture=tee-sys`` keeps
+    them on the screen too). Written as a JSON record that stands in for the run's log."""
+
+    LINES, CHARS = 15, 2000  # what a failure's text or a test's output keeps, at most
+
+    def __init__(self):
+        self.outcomes: dict[str, str] = {}
+        self.durations: dict[str, float] = {}
+        self.failures: dict[str, str] = {}
+        self.output: dict[str, str] = {}
+
+    @classmethod
+    def tail(cls, text: str) -> str:
+        return "\n".join(text.rstrip().splitlines()[-cls.LINES:])[-cls.CHARS:]
+
+    def note(self, report) -> bool:
+        """Take one of pytest's reports (setup, call or teardown); True where it decided the test's outcome."""
+        nodeid = report.nodeid
+        self.durations[nodeid] = self.durations.get(nodeid, 0.0) + (report.duration or 0.0)
+        if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")):
+            return False
+        self.outcomes[nodeid] = report.outcome
+        if report.failed:
+            self.failures[nodeid] = self.tail(report.longreprtext)
+        if report.capstdout.strip():
+            self.output[nodeid] = self.tail(report.capstdout)
+        return True
+
+    def write(self, folder, exitstatus, about: dict, name: str | None = None):
+        """Write the record into ``folder`` (replaced whole): ``about`` (where, when) and what was seen; ``finished``
+        is false while the run goes on. ``name`` (a file name, or a path from ``folder``) defaults to tests.json,
+        grader-tests.json for the grader's tests alone. Returns its path, or None when no test was seen."""
+        if not self.outcomes:
+            return None
+        import json
+
+        counts: dict[str, int] = {}
+        for v in self.outcomes.values():
+            counts[v] = counts.get(v, 0) + 1
+        record = {
+            **about,
+            "finished": exitstatus is not None,
+            "counts": counts,
+            "exitstatus": exitstatus,
+            "outcomes": self.outcomes,
+            "durations": {k: round(v, 3) for k, v in self.durations.items() if k in self.outcomes},
+            "failures": self.failures,
+            "output": self.output,
+        }
+        # the grader's GPU tests run on their own (scripts/gpu_grader.sh): their record must not replace the kernels'
+        name = name or ("grader-tests.json" if all(n.startswith("tests/grader/") for n in self.outcomes)
+                        else "tests.json")
+        path = pathlib.Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(path)
+        return path
+
+
+#: where a GPU run's record goes
+RESULTS = pathlib.Path(__file__).resolve().parent.parent / "results" / "gpu"
+_seen = Seen()
 _config = None
 _last_write = 0.0
 
@@ -96,8 +161,7 @@ def pytest_configure(config):
 
 def pytest_runtest_logreport(report):
     global _last_write
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        _outcomes[report.nodeid] = report.outcome
+    if _seen.note(report):
         import time
 
         if time.monotonic() - _last_write > 5:  # a run cut off by a time limit still leaves what it saw
@@ -110,31 +174,11 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def _record(exitstatus):
-    """On a GPU, record what ran where: results/gpu/tests.json (date, GPU, driver, versions, outcomes); while the
-    run goes on, ``finished`` is false."""
-    if (not torch.cuda.is_available() or not _outcomes or _config is None
+    """On a GPU, record what ran where: results/gpu/tests.json (date, GPU, driver, versions, what each test did), or
+    the file ``GPU_TESTS_RECORD`` names there (scripts/gpu_batch.sh names one per stage)."""
+    if (not torch.cuda.is_available() or not _seen.outcomes or _config is None
             or hasattr(_config, "workerinput")):
         return  # (xdist workers: the controller sees every report and writes the file)
-    import json
-    import pathlib
-
-    root = pathlib.Path(__file__).resolve().parent.parent
-    out = root / "results" / "gpu"
-    out.mkdir(parents=True, exist_ok=True)
-    counts: dict[str, int] = {}
-    for v in _outcomes.values():
-        counts[v] = counts.get(v, 0) + 1
-    record = {
-        **kernels.device.machine(),  # date, GPU, driver (asked once per run), versions
-        "args": _config.invocation_params.args,
-        "finished": exitstatus is not None,
-        "counts": counts,
-        "exitstatus": exitstatus,
-        "outcomes": _outcomes,
-    }
-    # the grader's GPU tests run on their own (scripts/gpu_grader.sh): their record must not replace the kernels'
-    name = "grader-tests.json" if all(n.startswith("tests/grader/") for n in _outcomes) else "tests.json"
-    tmp = out / f"{name}.part"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(out / name)
-
+    _seen.write(RESULTS, exitstatus,
+                {**kernels.device.machine(), "args": _config.invocation_params.args},  # date, GPU, driver, versions
+                os.environ.get("GPU_TESTS_RECORD") or None)

@@ -179,7 +179,7 @@ def _other_version(p: pathlib.Path, out: dict[str, Submission], lessons: dict[st
     """A file left over whose name starts with a lesson's id (``00_setup_final.ipynb``, ``00_setup copy.ipynb``)
     may be the version the student meant: it is not graded (a scratch copy would be), but said on that lesson's
     submission, which collect prints and the report carries. False for any other file."""
-    stem = _strip_copy(p.stem)[0]
+    stem = strip_copy(p.stem)[0]
     lesson = max((x for x in lessons if stem.startswith(x) and stem != x), key=len, default=None)
     if lesson is None:
         return False

@@ -63,7 +63,6 @@ def _redteam(args) -> int:
 
 def _collect(args) -> int:
     from . import workflow
-    from .collect import other_versions
 
     root = _course(args)
     source = pathlib.Path(args.source)
@@ -89,13 +88,21 @@ def _collect(args) -> int:
             print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
     print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
           + f"; earlier versions are kept under {workflow.backup_dir(root)}")
-    other = [f"{student}/{lesson}: {n}" for student, subs in collected.items() for lesson, sub in subs.items()
-             if sub.status != "not collected" for n in other_versions(sub)]
+    _print_other_versions([(student, lesson, sub) for student, subs in collected.items()
+                           for lesson, sub in subs.items() if sub.status != "not collected"])
+    return 0
+
+
+def _print_other_versions(subs) -> None:
+    """The CHECK lines: each (student, lesson, submission or result) note naming a notebook handed in beside the
+    graded one under a longer name, which may be the version the student meant."""
+    from .collect import other_versions
+
+    other = [f"{student}/{lesson}: {n}" for student, lesson, sub in subs for n in other_versions(sub)]
     if other:
         print(f"CHECK: {len(other)} notebook(s) named after a lesson but not graded, perhaps the one meant:")
         for line in other:
             print(f"  {line}")
-    return 0
 
 
 def _due(args) -> int:
@@ -176,6 +183,7 @@ def _autograde(args) -> int:
     for f in failures:
         print(f"nbgrader autograde failed for {f[0]}/{f[1]}: {_one_line(f[2])} (its log: "
               f"{_failure_log(root, f)})", file=sys.stderr)
+    _print_other_versions([(r.student, r.lesson, r) for r in rows])  # skipped ones too: a later collect's note
     if run["skipped"]:
         print(workflow.skipped_line(len(run["skipped"])))
     print(f"graded {len(results)} notebook(s) in {time.time() - t0:.0f} s ({MODE})")
@@ -219,6 +227,7 @@ def _export(args) -> int:
 
 
 def _report(args) -> int:
+    from . import workflow
     from .classbook import late_lines, load_results
     from .run import table
 
@@ -229,11 +238,12 @@ def _report(args) -> int:
         return 1
     last = root / "reports" / "summary.json"
     data = json.loads(last.read_text()) if last.exists() else {}
-    rows = sorted(results.values(), key=lambda r: (r.student, r.lesson))
+    rows = workflow.class_results(root, [], list(results))  # each with what a later collect noted of it
     print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
                 f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
     for line in late_lines(root, rows):
         print(f"  late: {line}")
+    _print_other_versions([(r.student, r.lesson, r) for r in rows])
     return 0
 
 

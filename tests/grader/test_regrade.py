@@ -69,6 +69,14 @@ def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
     assert re.search(r"^alice\s", summary["out"], re.M) and re.search(r"^bob\s", summary["out"], re.M)
     alice = summary["results"][0]
     assert any(n.startswith(f"also handed in {LESSON}_final.ipynb, saved later") for n in alice["notes"])
+    # and the command says so, as collect did, though it did not grade alice's notebook again
+    assert "CHECK: 1 notebook(s) named after a lesson" in summary["out"]
+    assert f"  alice/{LESSON}: also handed in {LESSON}_final.ipynb, saved later" in summary["out"]
+    from grader.cli import main
+
+    assert main(["--course", str(root), "report"]) == 0
+    report = capsys.readouterr().out
+    assert re.search(r"^bob\s", report, re.M) and f"  alice/{LESSON}: also handed in {LESSON}_final" in report
     assert set(classbook.load_results(root)) == {("alice", LESSON), ("bob", LESSON)}
     assert {(s, lsn) for s, lsn in workflow.gradebook_scores(root)} == {("alice", LESSON), ("bob", LESSON)}
 

@@ -207,10 +207,11 @@ def _guarded_run(self, *args, **kwargs):
         result = _ORIGINAL_RUN[0](self, *args, **kwargs)
     if rec.found.strays:
         name = getattr(getattr(self, "fn", None), "__name__", "the kernel")
-        raise OutOfBoundsError(
-            f"{name} reached memory outside its tensors; those lanes were switched off, so nothing was overwritten "
-            "(on a GPU such an access is an illegal address, or silently reads or corrupts other data):\n"
-            + "\n".join(f"- {line}" for line in rec.found.problems()))
+        first, *more = rec.found.problems()  # the first line says what and where, for a cell that prints only it
+        raise OutOfBoundsError("\n".join([f"{name}: {first}", *(f"- {line}" for line in more),
+                                           "Those lanes were switched off, so nothing outside the tensors was "
+                                           "touched; on a GPU such an access is an illegal address, or silently "
+                                           "reads or overwrites other data."]))
     return result
 
 

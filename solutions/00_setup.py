@@ -30,7 +30,9 @@
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import kernels
+from kernels.checks.bounds import guard_launches
 
+guard_launches()  # in the interpreter, a load or store out of bounds stops with an error that names it
 print(kernels.describe())
 
 import torch
@@ -96,6 +98,9 @@ print("vector sizes for this mode:", sizes("vector_add"))
 # 3. **The mask.** `n` is rarely a multiple of `BLOCK_SIZE`, so the last program's block runs past the end. Its
 #    lanes with `offs >= n` must neither load nor store: without the mask the kernel reads garbage and, worse,
 #    *writes* past the end of `out` into whatever lives there. Every kernel in this course masks its edges.
+#    In the interpreter the setup cell's `guard_launches()` catches such an access before it happens: the
+#    stray lanes are switched off and the launch stops with an `OutOfBoundsError` naming the tensor and the
+#    line. On a GPU nothing stops it: the kernel dies with an illegal address or quietly overwrites other data.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Exercise 1 · Vector add (2 + 2 points)

@@ -32,7 +32,9 @@
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import kernels
+from kernels.checks.bounds import guard_launches
 
+guard_launches()  # in the interpreter, a load or store out of bounds stops with an error that names it
 print(kernels.describe())
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
@@ -261,8 +263,8 @@ try:
                                               launch_intra(q, k, v, scale), tolerance(torch.float32)))
 except AssertionError as e:  # it runs, and its output is wrong
     print(f"intra_chunk_kernel runs, but is wrong: {e}")
-except Exception as e:  # the exercise is not done yet
-    print(f"intra_chunk_kernel does not run yet ({type(e).__name__})")
+except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
+    print("intra_chunk_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel)
@@ -351,8 +353,8 @@ try:
                                                       tolerance(torch.float32)))
 except AssertionError as e:  # it runs, and its output is wrong
     print(f"chunked_attention_kernel runs, but is wrong: {e}")
-except Exception as e:  # the exercise is not done yet
-    print(f"chunked_attention_kernel does not run yet ({type(e).__name__})")
+except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
+    print("chunked_attention_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel)

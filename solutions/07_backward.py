@@ -32,7 +32,9 @@
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import kernels
+from kernels.checks.bounds import guard_launches
 
+guard_launches()  # in the interpreter, a load or store out of bounds stops with an error that names it
 print(kernels.describe())
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
@@ -266,8 +268,8 @@ try:
                                                  tolerance(torch.float32)))
 except AssertionError as e:  # it runs, and a gradient is wrong
     print(f"dq_kernel runs, but is wrong: {e}")
-except Exception as e:  # the exercise is not done yet
-    print(f"dq_kernel does not run yet ({type(e).__name__})")
+except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
+    print("dq_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("07_backward.dq", dq_kernel)
@@ -364,8 +366,8 @@ try:
     print("dv kernel vs autograd:", assert_close("dv", grads64[2], dv32, tolerance(torch.float32)))
 except AssertionError as e:  # it runs, and a gradient is wrong
     print(f"dkdv_kernel runs, but is wrong: {e}")
-except Exception as e:  # the exercise is not done yet
-    print(f"dkdv_kernel does not run yet ({type(e).__name__})")
+except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
+    print("dkdv_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("07_backward.dkdv", dkdv_kernel)

@@ -8,6 +8,10 @@ and atomic is mapped to the tensor argument its lanes point into, lanes outside 
 off before the access runs (so nothing outside the tensors is touched, and a kernel with no such lane computes
 exactly what it would without the hooks), and the elements each tensor had loaded and stored are counted for an
 exercise's traffic rule (:attr:`~kernels.checks.spec.Exercise.traffic`).
+
+:func:`guard_launches` does the same for every launch a notebook makes itself (a "try it" cell, a widget, a
+benchmark), so that a learner's out-of-bounds store stops with an :class:`OutOfBoundsError` naming it instead of
+killing the notebook's kernel.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import triton.runtime.interpreter as _interp
 
 from ..viz import tracer as _tracer
 
-__all__ = ["Stray", "Findings", "run_checked"]
+__all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "guard_launches"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
@@ -186,3 +190,48 @@ def run_checked(fn, names: dict[int, str] | None = None):
                 raise e.__cause__ from None
             raise
     return result, rec.found
+
+
+class OutOfBoundsError(RuntimeError):
+    """A launch under :func:`guard_launches` reached memory outside its tensor arguments (those lanes did not run)."""
+
+
+_ORIGINAL_RUN: list = []  # InterpretedFunction.run before guard_launches replaced it
+
+
+def _guarded_run(self, *args, **kwargs):
+    if _tracer.recording() or kwargs.get("warmup"):  # a check's or a trace's recorder sees this launch already
+        return _ORIGINAL_RUN[0](self, *args, **kwargs)
+    rec = _Bounds({})
+    with _tracer._hooks(rec):
+        result = _ORIGINAL_RUN[0](self, *args, **kwargs)
+    if rec.found.strays:
+        name = getattr(getattr(self, "fn", None), "__name__", "the kernel")
+        first, *more = rec.found.problems()  # the first line says what and where, for a cell that prints only it
+        raise OutOfBoundsError("\n".join([f"{name}: {first}", *(f"- {line}" for line in more),
+                                           "Those lanes were switched off, so nothing outside the tensors was "
+                                           "touched; on a GPU such an access is an illegal address, or silently "
+                                           "reads or overwrites other data."]))
+    return result
+
+
+def guard_launches(on: bool = True) -> bool:
+    """Bounds-check every kernel launch of this process under Triton's interpreter, as :func:`run_checked` does a
+    check's: a load or store outside the launch's tensor arguments is switched off before it touches memory, and
+    the launch then raises :class:`OutOfBoundsError` naming the tensor, the kind of access and the first program
+    and source line. A launch without such an access computes what it would unguarded (a little slower).
+
+    The interpreter reads and writes raw host memory, so without this a masked-too-little store corrupts the heap
+    and kills the notebook's kernel. Each lesson's setup cell calls it. ``on=False`` removes the guard. Compiled
+    for a GPU there is nothing to hook (``compute-sanitizer`` finds such accesses there): returns False."""
+    from ..device import INTERPRET
+
+    if not INTERPRET:
+        return False
+    cls = _interp.InterpretedFunction
+    if on and not _ORIGINAL_RUN:
+        _ORIGINAL_RUN.append(cls.run)
+        cls.run = _guarded_run
+    elif not on and _ORIGINAL_RUN:
+        cls.run = _ORIGINAL_RUN.pop()
+    return on

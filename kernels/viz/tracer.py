@@ -22,7 +22,7 @@ import triton
 import triton.runtime.interpreter as _interp
 from triton.runtime.jit import JITFunction
 
-__all__ = ["trace", "Trace", "Launch", "Access", "OutOfBounds", "TensorInfo"]
+__all__ = ["trace", "Trace", "Launch", "Access", "OutOfBounds", "TensorInfo", "recording"]
 
 _TRITON_DIR = os.path.dirname(triton.__file__)
 _THIS_FILE = __file__
@@ -370,6 +370,15 @@ class _Recorder:
         return max(below, key=lambda i: self.regions[i].lo) if below else 0
 
 
+#: how many traced calls (:func:`_hooks`) are under way in this process: a launch inside one is recorded already
+_RECORDING = [0]
+
+
+def recording() -> bool:
+    """Whether a traced or bounds-checked call is under way (its recorder sees every launch inside it)."""
+    return _RECORDING[0] > 0
+
+
 @contextmanager
 def _hooks(rec: _Recorder):
     """Wrap the interpreter's builder and launcher for the duration of one traced call."""
@@ -453,9 +462,11 @@ def _hooks(rec: _Recorder):
         _interp._patch_lang_tensor = patch_tensor
     interpret_knob = triton.knobs.runtime.interpret
     triton.knobs.runtime.interpret = True
+    _RECORDING[0] += 1
     try:
         yield
     finally:
+        _RECORDING[0] -= 1
         triton.knobs.runtime.interpret = interpret_knob
         JITFunction.run, JITFunction.__call__ = orig_run, orig_call
         _interp._patch_lang_tensor = orig_patch_tensor

@@ -59,6 +59,10 @@ class CheckFailed(AssertionError):
 
 def check(exercise_id, *objects, hidden=False):
     return None
+
+
+def guard_launches(on=True):
+    return False  # nothing to guard here: the grader runs each graded kernel in a worker of its own
 '''
 
 #: Packages whose code computes what graded functions must compute themselves (the references, the package's

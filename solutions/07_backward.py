@@ -32,7 +32,7 @@
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import kernels
-from kernels.checks.bounds import guard_launches
+from kernels.checks import guard_launches
 
 guard_launches()  # in the interpreter, a load or store out of bounds stops with an error that names it
 print(kernels.describe())

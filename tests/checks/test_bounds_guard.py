@@ -89,7 +89,7 @@ def test_a_notebook_kernel_survives_a_learners_stray_store():
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("import kernels\nfrom kernels.checks.bounds import guard_launches\n\n"
+        nbformat.v4.new_code_cell("import kernels\nfrom kernels.checks import guard_launches\n\n"
                                   "guard_launches()\nprint(kernels.describe())"),
         nbformat.v4.new_code_cell(
             "import torch, triton, triton.language as tl\n\n@triton.jit\n"

@@ -417,3 +417,25 @@ def test_a_result_may_carry_its_outputs_past_the_message_allowance():
     assert want
     n = _output_bytes(ex, types.SimpleNamespace(case=case, inputs=inputs))
     assert n == sum((math.prod(s) + 2 * g) * torch.empty((), dtype=d).element_size() for s, d, g in want.values())
+
+
+def test_the_checks_stand_in_has_every_name_a_lesson_imports_from_kernels_checks():
+    """In the notebook's sandbox ``kernels.checks`` is a stub: a name a lesson's locked cells import from it that the
+    stub lacks stops that cell there, and every import after it in the cell with it (lesson 00's setup cell holds
+    all of the lesson's imports)."""
+    import ast
+
+    from grader.course import lesson_ids
+    from grader.sandbox import _CHECKS_STUB
+
+    stub: dict = {}
+    exec(compile(_CHECKS_STUB, "checks-stub", "exec"), stub)
+    missing = []
+    for lesson in lesson_ids():
+        tree = ast.parse((ROOT / "solutions" / f"{lesson}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "kernels.checks":
+                missing += [f"{lesson}: {a.name}" for a in node.names if a.name not in stub]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kernels.checks."):
+                missing.append(f"{lesson}: from {node.module} import ... (only kernels.checks exists there)")
+    assert not missing, missing

@@ -169,7 +169,7 @@ def _autograde(args) -> int:
 
     for line in late_lines(root, rows):
         print(f"  late: {line}")
-    for r in results:
+    for r in rows:  # the whole class: a flag stays on what was not graded again
         for n in r.notes:
             if n.startswith("flagged"):
                 print(f"  {r.student}/{r.lesson}: {n}")

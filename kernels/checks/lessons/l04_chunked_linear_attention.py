@@ -202,7 +202,8 @@ def _cases(hidden: bool):
         return [
             Case("B=1 T=37 H=2 K=16 V=16 BT=16 fp32, k a strided view, v [B, H, T, V] storage",
                  dict(B=1, T=37, H=2, K=16, V=16, BT=16, layouts=("contiguous", "wide", "heads")), precision="ieee",
-                 purpose="gives q, k, v and o four different sets of strides: address each tensor through its own"),
+                 purpose="gives q, k, v and o four different sets of strides and a last chunk of 5 tokens: address "
+                         "each tensor through its own strides, mask the rows past T"),
             Case("B=2 T=50 H=1 K=20 V=24 BT=16 BV=16 fp16, q [B, H, T, K] storage, v a strided view",
                  dict(B=2, T=50, H=1, K=20, V=24, BT=16, BV=16, layouts=("heads", "contiguous", "wide")),
                  torch.float16,

@@ -290,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-seed", action="store_true", help="draw a new term seed: every notebook gets new inputs, "
                    "so every one is graded again")
     p.add_argument("--redo", action="store_true", help="grade again what an earlier run graded and recorded (by "
-                   "default only notebooks new or changed since, or graded with another seed, mode or speed "
-                   "policy, are graded): after a change to a lesson's checks or points")
+                   "default only notebooks new or changed since, or graded with another seed, mode, speed "
+                   "policy or version of their lesson, are graded): after an update of the grader itself")
     p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
     p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
                    help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "

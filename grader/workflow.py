@@ -25,7 +25,7 @@ from .repair import restore_metadata
 
 __all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest",
-           "how_graded", "to_grade", "class_results", "skipped_line"]
+           "how_graded", "to_grade", "class_results", "skipped_line", "lesson_digest"]
 
 COURSE = _ROOT / "grader"
 CONFIG = COURSE / "nbgrader_config.py"
@@ -449,6 +449,20 @@ def submission_digest(sub: Submission) -> str:
     return hashlib.sha256(pathlib.Path(sub.path).read_bytes()).hexdigest()
 
 
+def lesson_digest(root: pathlib.Path, lesson: str) -> str:
+    """The sha256 of what a lesson's grading depends on besides the notebook: its source in the course folder
+    (graded cells, points, hidden tests) and its checks' module in the package (cases, tolerances, rules). A
+    result recorded under another digest is graded again: the instructor changed the lesson since."""
+    import hashlib
+
+    h = hashlib.sha256()
+    checks = _ROOT / "kernels" / "checks" / "lessons" / f"l{lesson}.py"
+    for path in (root / "source" / lesson / f"{lesson}.ipynb", checks):
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes() if path.is_file() else b"(none)")
+    return h.hexdigest()
+
+
 def record(root: pathlib.Path, subs: list[Submission], results: list, a=None, *,
            graded_as: dict | None = None) -> list[tuple[str, str, str]]:
     """This process alone writes the records: each result (in ``subs``' order) to ``reports/results``, then
@@ -463,8 +477,8 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None, *,
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         paths[(r.student, r.lesson)] = p
-        p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub), graded_as=graded_as),
-                                indent=1, default=str))
+        p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub), graded_as=graded_as,
+                                     lesson_sha256=lesson_digest(root, r.lesson)), indent=1, default=str))
     failures = []
     a = a or api(root)
     for sub, r in zip(subs, results):
@@ -484,7 +498,8 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None, *,
 
 def recorded(root: pathlib.Path, sub: Submission, graded_as: dict | None = None) -> bool:
     """Whether this version of the submission (its sha256) was graded and recorded in the gradebook by an earlier
-    run; with ``graded_as`` (:func:`how_graded`), graded that way too."""
+    run; with ``graded_as`` (:func:`how_graded`), graded that way too, and against the lesson as it is now
+    (:func:`lesson_digest`)."""
     from . import nbexec
 
     p = nbexec.results_dir(root) / sub.student / f"{sub.lesson}.json"
@@ -493,7 +508,8 @@ def recorded(root: pathlib.Path, sub: Submission, graded_as: dict | None = None)
     except (OSError, ValueError):
         return False
     return (bool(d.get("recorded")) and d.get("submission_sha256") == submission_digest(sub)
-            and (graded_as is None or d.get("graded_as") == graded_as))
+            and (graded_as is None or (d.get("graded_as") == graded_as
+                                       and d.get("lesson_sha256") == lesson_digest(root, sub.lesson))))
 
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:

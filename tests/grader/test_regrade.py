@@ -86,5 +86,15 @@ def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
     assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "zero"))[0]) == 0
     assert len(workflow.to_grade(root, subs, workflow.how_graded(seed + 1, MODE, "zero"))[0]) == 2
     assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "award"))[0]) == (MODE != "gpu") * 2
+    # so does a change to the lesson since (its points, its hidden tests: the course folder's source notebook)
+    source = root / "source" / LESSON / f"{LESSON}.ipynb"
+    kept = source.read_text()
+    nb = json.loads(kept)
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade"))
+    cell["metadata"]["nbgrader"]["points"] += 1
+    source.write_text(json.dumps(nb, indent=1))
+    assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "zero"))[0]) == 2
+    source.write_text(kept)
+    assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "zero"))[0]) == 0
     graded, summary = _autograde(root, capsys, "--redo")
     assert graded == 2 and summary["already_recorded"] == []

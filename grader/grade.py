@@ -236,7 +236,9 @@ class _Session:
 
     # ---- budget and workers --------------------------------------------------------------------------------
     def left(self) -> float:
-        return self.s.submission_budget - (time.time() - self.started)
+        """Seconds of the submission's budget left. Time spent waiting for the GPU while other submissions are
+        timed is not the submission's: with several slots it came to minutes, and correct work ran out of time."""
+        return self.s.submission_budget - (time.time() - self.started - self.phases.get("gpu_wait", 0.0))
 
     def budget(self, want: float) -> float:
         left = self.left()

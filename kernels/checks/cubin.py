@@ -171,9 +171,17 @@ def compile_spec(jit_fn, spec: dict):
     """Compile ``jit_fn`` (a non-interpreted ``JITFunction``) for ``spec``; return the ``CompiledKernel``.
     Raises ``CheckFailed`` with the compiler's reason."""
     from .provenance import aot_compile
+    from .spec import CheckFailed
 
     const = {k: decode_value(v) for k, v in spec["constexprs"].items()}
-    attrs = {k: [list(a) for a in v] for k, v in (spec.get("attrs") or {}).items()}
+    # a specialisation names its hints by parameter (JSON has no tuple keys); triton.compile finds an argument's
+    # hints by its path, ``(index,)``: handed names, it silently compiles with none (no vector loads, no async copies)
+    names = [p.name for p in jit_fn.params]
+    attrs = {}
+    for k, v in (spec.get("attrs") or {}).items():
+        if k not in names:
+            raise CheckFailed(f"the specialisation gives hints for {k!r}, which is not a parameter of the kernel")
+        attrs[(names.index(k),)] = [list(a) for a in v]
     return aot_compile(jit_fn, dict(spec["signature"]), const, dict(spec.get("options") or {}), attrs,
                            arch=int(spec.get("arch", 90)))
 

@@ -49,6 +49,20 @@ def test_submission_budget_is_per_notebook(fixture_source, fixture_release):
     assert r.score < 13
 
 
+def test_waiting_for_the_gpu_is_not_charged_to_the_submission():
+    """With several slots a submission can wait minutes for the GPU while others are timed; its budget counts
+    only the time it ran (an H100 run's correct lesson 04 ran out of budget on its speed check)."""
+    import time
+
+    from grader.grade import Settings, _Session
+
+    s = object.__new__(_Session)
+    s.s, s.started, s.phases = Settings(submission_budget=300.0), time.time() - 280.0, {"gpu_wait": 250.0}
+    assert 265 < s.left() < 275
+    s.phases = {"cells": 250.0}
+    assert s.left() < 25
+
+
 def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     """``nbgrader autograde`` run by hand in a course folder grades through ``SandboxExecute``."""
     import json

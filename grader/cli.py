@@ -238,7 +238,7 @@ def _report(args) -> int:
         return 1
     last = root / "reports" / "summary.json"
     data = json.loads(last.read_text()) if last.exists() else {}
-    rows = workflow.class_results(root, [], list(results))  # each with what a later collect noted of it
+    rows = workflow.class_results(root, [], list(results), earlier=results)  # with what a later collect noted
     print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
                 f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
     for line in late_lines(root, rows):

@@ -411,17 +411,21 @@ def to_grade(root: pathlib.Path, subs: list[Submission], graded_as: dict, *,
     """Which of ``subs`` a run grades, and which it leaves as an earlier run recorded them: a submission is
     skipped when this version of it (:func:`recorded`) was graded ``graded_as`` (:func:`how_graded`) and
     recorded; ``redo`` grades every one. Grading on one machine and on a cluster both choose here."""
-    done = [not redo and recorded(root, s, graded_as) for s in subs]
+    digests = {lesson: lesson_digest(root, lesson) for lesson in {s.lesson for s in subs}} if not redo else {}
+    done = [not redo and recorded(root, s, graded_as, digest=digests[s.lesson]) for s in subs]
     return [s for s, d in zip(subs, done) if not d], [s for s, d in zip(subs, done) if d]
 
 
-def class_results(root: pathlib.Path, results: list, skipped: list[tuple[str, str]]) -> list:
+def class_results(root: pathlib.Path, results: list, skipped: list[tuple[str, str]],
+                  earlier: dict | None = None) -> list:
     """This run's ``results`` with the recorded results of the submissions it ``skipped`` ((student, lesson)
     pairs): every submission the run covered, for the table, the report and the late-penalty lines. A skipped
-    one also carries what a later collect of the same notebook noted (another version beside it, say)."""
+    one also carries what a later collect of the same notebook noted (another version beside it, say).
+    ``earlier``: the recorded results (:func:`classbook.load_results`), where the caller has them already."""
     from .classbook import load_results
 
-    earlier = load_results(root) if skipped else {}
+    if earlier is None:
+        earlier = load_results(root) if skipped else {}
     notes = json.loads(_notes_path(root).read_text()) if skipped and _notes_path(root).exists() else {}
     ran = {(r.student, r.lesson) for r in results}
     rows = list(results)
@@ -436,7 +440,7 @@ def class_results(root: pathlib.Path, results: list, skipped: list[tuple[str, st
 def skipped_line(n: int) -> str:
     """What a run says of the submissions :func:`to_grade` left as they were."""
     return (f"{n} submission(s) not graded again: an earlier run graded and recorded them as they are now, with "
-            "the same seed, mode and speed policy (--redo grades them again)")
+            "the same seed, mode and speed policy, against the lesson as it is now (--redo grades them again)")
 
 
 def submission_digest(sub: Submission) -> str:
@@ -473,12 +477,13 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None, *,
 
     out = nbexec.results_dir(root)
     paths = {}
+    digests = {lesson: lesson_digest(root, lesson) for lesson in {r.lesson for r in results}}
     for sub, r in zip(subs, results):
         p = out / r.student / f"{r.lesson}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         paths[(r.student, r.lesson)] = p
         p.write_text(json.dumps(dict(r.as_dict(), submission_sha256=submission_digest(sub), graded_as=graded_as,
-                                     lesson_sha256=lesson_digest(root, r.lesson)), indent=1, default=str))
+                                     lesson_sha256=digests[r.lesson]), indent=1, default=str))
     failures = []
     a = a or api(root)
     for sub, r in zip(subs, results):
@@ -496,10 +501,10 @@ def record(root: pathlib.Path, subs: list[Submission], results: list, a=None, *,
     return failures
 
 
-def recorded(root: pathlib.Path, sub: Submission, graded_as: dict | None = None) -> bool:
+def recorded(root: pathlib.Path, sub: Submission, graded_as: dict | None = None, *, digest: str | None = None) -> bool:
     """Whether this version of the submission (its sha256) was graded and recorded in the gradebook by an earlier
     run; with ``graded_as`` (:func:`how_graded`), graded that way too, and against the lesson as it is now
-    (:func:`lesson_digest`)."""
+    (:func:`lesson_digest`; ``digest``: that digest, where the caller computed it once for many submissions)."""
     from . import nbexec
 
     p = nbexec.results_dir(root) / sub.student / f"{sub.lesson}.json"
@@ -509,7 +514,7 @@ def recorded(root: pathlib.Path, sub: Submission, graded_as: dict | None = None)
         return False
     return (bool(d.get("recorded")) and d.get("submission_sha256") == submission_digest(sub)
             and (graded_as is None or (d.get("graded_as") == graded_as
-                                       and d.get("lesson_sha256") == lesson_digest(root, sub.lesson))))
+                                       and d.get("lesson_sha256") == (digest or lesson_digest(root, sub.lesson)))))
 
 
 def _record_zero(root: pathlib.Path, result, reason: str) -> None:

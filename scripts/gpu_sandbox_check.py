@@ -12,6 +12,22 @@ from grader.sandbox import SandboxConfig, SetupError, bwrap_args
 
 WARM = ("import torch, triton; from kernels.memory.copy import copy_memory; "
         "x = torch.ones(4096, device='cuda'); copy_memory(x); torch.cuda.synchronize(); print('warm-up kernel ran')")
+# torch's allocator opens NVML on an out-of-memory error; in the sandbox its init failed (an internal assert in
+# place of the OOM message): NVML's own return code, as root and as a worker's uid, and what it reads
+NVML = ("import ctypes, os, glob\n"
+        "print('driver proc:', os.path.isdir('/proc/driver/nvidia'), 'nodes:', "
+        "[(d, oct(os.stat(d).st_mode & 0o777)) for d in sorted(glob.glob('/dev/nvidia*'))])\n"
+        "def init(who):\n"
+        "    try:\n"
+        "        lib = ctypes.CDLL('libnvidia-ml.so.1')\n"
+        "    except OSError as e:\n"
+        "        print(who, 'cannot open libnvidia-ml.so.1:', e); return\n"
+        "    rc = lib.nvmlInit_v2(); lib.nvmlErrorString.restype = ctypes.c_char_p\n"
+        "    print(who, 'nvmlInit_v2 ->', rc, lib.nvmlErrorString(rc).decode())\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.setgid(61000); os.setuid(61000); init('uid 61000:'); os._exit(0)\n"
+        "os.waitpid(pid, 0); init('root:')\n")
 
 
 def main() -> int:
@@ -22,6 +38,11 @@ def main() -> int:
     else:
         print(f"probe passed ({g.isolation})")
         g.sandbox.close()
+        cfg = SandboxConfig(mode="gpu")
+        r = subprocess.run(bwrap_args(cfg, "kernel", "gpu") + [sys.executable, "-c", NVML], capture_output=True,
+                           text=True, timeout=60)
+        print(f"NVML in the sandbox (exit {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        cfg.close()
         return 0
     cfg = SandboxConfig(mode="gpu")
     args = bwrap_args(cfg, "kernel", "gpu") + [sys.executable, "-c", WARM]

@@ -177,6 +177,10 @@ def parse(path: str, lessons: list[str], *, named_regexp: str | None = None,
     if m and _lesson_at_end(m["file"], lessons)[0] == lesson:
         return "canvas", lesson, m["name"], copy, [m["uid"], m["name"]]
     if lesson is None:
+        inside = [les for les in lessons if les in base]
+        if inside:  # a renamed copy (alice_00_setup_final.ipynb): said, not guessed
+            return (f"the name holds {inside[0]} but does not end with it: a renamed copy is not graded; if it is "
+                    f"the one meant, rename it to end in {inside[0]}.ipynb and collect again")
         return f"no lesson id at the end of the name (expected one of {', '.join(lessons)})"
     if named_regexp:
         m = re.match(named_regexp, strip_copy(base[: -len(".ipynb")])[0] + ".ipynb")

@@ -169,6 +169,8 @@ def test_lms_names():
     regexp = r".*?(?P<student_id>[A-Za-z0-9.-]+)_(?P<file_id>\d\d_[a-z0-9_]+\.ipynb)$"
     assert parse("eve_00_setup (1).ipynb", lessons, named_regexp=regexp)[:4] == ("nbgrader", "00_setup", "eve", 1)
     assert "no lesson id" in parse("alice_homework.ipynb", lessons, named_regexp=regexp)
+    why = parse("alice_00_setup_final.ipynb", lessons, named_regexp=regexp)  # a renamed copy: said, not guessed
+    assert "holds 00_setup but does not end with it" in why and "rename it to end in 00_setup.ipynb" in why
     assert "not a notebook" in parse("alice_00_setup.txt", lessons)
 
 

@@ -720,7 +720,10 @@ _CUDA_FAULTS = ("illegal memory access", "illegal address", "misaligned address"
 def your_code_raised(kind: str, message) -> str:
     """How a check reports the student's exception, in the notebook and in the grader (which sees only the type's
     name and the message, sent from the sandbox)."""
-    return f"your code raised {kind}: {str(message).strip()[:2000]}"
+    text = str(message).strip()[:2000]
+    if kind == "NotImplementedError" and not text:  # the exercise's stub, as handed out
+        text = "it is not implemented yet: replace `raise NotImplementedError()` with your code"
+    return f"your code raised {kind}: {text}"
 
 
 def _raised(e: BaseException) -> str:

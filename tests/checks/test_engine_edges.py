@@ -168,6 +168,15 @@ def test_check_chains_the_students_own_error(tmp_path):
     assert isinstance(info.value.__cause__, ValueError)
 
 
+
+def test_an_unwritten_function_says_so():
+    """A function answer still holding its stub raises a bare NotImplementedError: the message says what to do,
+    as it does for a kernel stub, not an empty "raised NotImplementedError:"."""
+    assert engine.your_code_raised("NotImplementedError", "").endswith(
+        "not implemented yet: replace `raise NotImplementedError()` with your code")
+    assert engine.your_code_raised("NotImplementedError", "complex inputs") == (
+        "your code raised NotImplementedError: complex inputs")
+
 def _timed_copy(device):
     x = torch.randn(1000, device=device)
     outs = {"out": poisoned(1000, device=device)}

@@ -18,12 +18,12 @@
 # are trained, so someone has to compute the gradients too: `dq`, `dk`, `dv` from the output's gradient `do`.
 # For softmax attention that is FlashAttention's backward. For *linear* attention it has a neat shape: the
 # gradients are the same chunked algorithm again, and one of them runs **backwards in time**, carrying a state
-# gradient `dS` from the last chunk to the first.
+# gradient `dH` from the last chunk to the first.
 #
 # **You will learn**
 # - to derive the gradients of the recurrence and of its chunked form, and to check a derivation numerically
 #   against torch's autograd in float64;
-# - where the causal mask goes in the backward pass (it is transposed), and why `dS` must be used for a chunk
+# - where the causal mask goes in the backward pass (it is transposed), and why `dH` must be used for a chunk
 #   before the chunk's own contribution is added;
 # - to write it three ways: a torch chunked backward, a Triton kernel for `dq` walking the chunks forwards, and
 #   one for `dk, dv` walking them backwards;

@@ -49,6 +49,75 @@ def _inputs(case, gen):
     return out
 
 
+def _chunked(q, k, v, do, scale, chunk, *, state_first=False, mask_fwd=False, dh_first=False, forwards=False,
+             scale_twice=False):
+    """The chunked gradients in float64, ``[B, T, H, *]``, or one of the plausible mistakes the flags name: the state
+    ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the forward's mask ``M`` where dk, dv take ``Mᵀ``,
+    the dk/dv chunks walked first to last, ``scale`` applied again to the ``dH`` term."""
+    q, k, v, do = (x.detach().double().transpose(1, 2) for x in (q, k, v, do))  # [B, H, T, *]
+    T = q.shape[2]
+    starts = list(range(0, T, chunk))
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    for t0 in starts:
+        qc, kc, vc, doc = (x[:, :, t0:t0 + chunk] for x in (q, k, v, do))
+        if state_first:
+            S = S + kc.transpose(-1, -2) @ vc
+        carried = S * scale if scale_twice else S
+        dq[:, :, t0:t0 + chunk] = scale * (doc @ carried.transpose(-1, -2) + (doc @ vc.transpose(-1, -2)).tril() @ kc)
+        if not state_first:
+            S = S + kc.transpose(-1, -2) @ vc
+    dH = torch.zeros_like(S)
+    for t0 in (starts if forwards else starts[::-1]):
+        qc, kc, vc, doc = (x[:, :, t0:t0 + chunk] for x in (q, k, v, do))
+        if dh_first:
+            dH = dH + scale * qc.transpose(-1, -2) @ doc
+        a, b = vc @ doc.transpose(-1, -2), kc @ qc.transpose(-1, -2)
+        a, b = (a.tril(), b.tril()) if mask_fwd else (a.triu(), b.triu())
+        carried = dH * scale if scale_twice else dH
+        dk[:, :, t0:t0 + chunk] = vc @ carried.transpose(-1, -2) + scale * (a @ qc)
+        dv[:, :, t0:t0 + chunk] = kc @ carried + scale * (b @ doc)
+        if not dh_first:
+            dH = dH + scale * qc.transpose(-1, -2) @ doc
+    return {"dq": dq.transpose(1, 2), "dk": dk.transpose(1, 2), "dv": dv.transpose(1, 2)}
+
+
+_MISTAKES = (
+    (dict(state_first=True), ("dq",), "what the state S gives when it is updated before the chunk uses it: write "
+                                      "dQ_c with S holding the chunks before c, then add chunk c to S"),
+    (dict(dh_first=True), ("dk", "dv"), "what dH gives when scale · Q_cᵀ dO_c is added before chunk c uses it (the "
+                                        "chunk counted twice): use dH for chunk c, then add the chunk"),
+    (dict(mask_fwd=True), ("dk", "dv"), "what the forward's mask M gives (.tril(), rows >= columns): in the backward "
+                                        "it is Mᵀ (.triu(), rows <= columns), token s of a chunk gets gradient from "
+                                        "the tokens u >= s"),
+    (dict(forwards=True), ("dk", "dv"), "what dH gives when the chunks are walked first to last: dH holds the chunks "
+                                        "after c, so walk from the last chunk to the first"),
+    (dict(scale_twice=True), ("dq", "dk", "dv"), "what the carried state gives when it is scaled twice: scale "
+                                                 "multiplies every term once, and dH already carries it (dH += "
+                                                 "scale · Q_cᵀ dO_c)"),
+)
+
+
+def _diagnose(inputs, got: dict, case, chunk) -> None:
+    """Names a plausible mistake when the gradients that are wrong all match it: the check's own comparison reports
+    only the numbers."""
+    got = {n: g.detach().double().cpu() for n, g in got.items()}
+    if not got or any(not torch.isfinite(g).all() for g in got.values()):
+        return  # unwritten or poisoned elements: the check names those itself
+
+    def close(a, b):
+        return (a - b).norm() <= 1e-2 * max(a.norm(), b.norm(), 1e-30)
+
+    args = [inputs[n] for n in ("q", "k", "v")] + [inputs["do"].expand(*inputs["v"].shape), inputs["scale"], chunk]
+    right = {n: g.cpu() for n, g in _chunked(*args).items()}
+    off = [n for n in got if not close(got[n], right[n])]
+    for flags, names, why in _MISTAKES:
+        if off and all(n in names for n in off):
+            wrong = _chunked(*args, **flags)
+            if all(close(got[n], wrong[n].cpu()) for n in off):
+                raise CheckFailed(f"{' and '.join(off)}: {why}")
+
+
 def _reference(names):
     def ref(inputs, case):
         do = inputs["do"].expand(*inputs["v"].shape)
@@ -92,6 +161,7 @@ def _torch_run(args, inputs, outputs, case):
     for n, g in out.items():
         if g.dtype != q.dtype:
             raise CheckFailed(f"{n} has dtype {g.dtype}; return it in q's dtype {q.dtype}")
+    _diagnose(inputs, out, case, chunk)
     return out
 
 
@@ -159,10 +229,12 @@ def _dkdv_launch(kernel, inputs, dk, dv, case):
 
 def _dq_run(args, inputs, outputs, case):
     _dq_launch(args[0], inputs, outputs["dq"], case)
+    _diagnose(inputs, {"dq": outputs["dq"]}, case, case["BT"])
 
 
 def _dkdv_run(args, inputs, outputs, case):
     _dkdv_launch(args[0], inputs, outputs["dk"], outputs["dv"], case)
+    _diagnose(inputs, {"dk": outputs["dk"], "dv": outputs["dv"]}, case, case["BT"])
 
 
 def _shapes(names):
@@ -240,7 +312,7 @@ DKDV = Exercise(
     magnitude=True,
     args=("kernel",),
     signature=_DKDV_SIG,
-    description="dk, dv from the state gradient dS carried from the last chunk to the first",
+    description="dk, dv from the state gradient dH carried from the last chunk to the first",
     make_inputs=_inputs,
     outputs=_shapes(("dk", "dv")),
     run=_dkdv_run,

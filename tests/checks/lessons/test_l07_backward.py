@@ -41,8 +41,24 @@ def test_torch_twins_fail():
 
     fails(check(AUTOGRAD), "autograd")
     fails(check(edit(TORCH, "a = (kc @ qc.transpose(-1, -2)).triu()", "a = (kc @ qc.transpose(-1, -2)).tril()")),
-          "relative error")  # the forward's mask in the backward pass
+          "the forward's mask M")  # the forward's mask in the backward pass
     fails(check(edit(TORCH, "dstate = dstate + scale * qc", "dstate = dstate + qc")), "relative error")
+
+
+def test_torch_mistakes_are_named():
+    """The mistakes the lesson warns of are named, not only measured: dH added before the chunk uses it, the
+    forward's mask in dk and dv, the dH term scaled again."""
+    def check(src):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}))
+
+    update = "        dstate = dstate + scale * qc.transpose(-1, -2) @ doc\n"
+    first_use = "        dk[:, :, t0:t0 + chunk_size]"
+    early = edit(edit(TORCH, update, ""), first_use, update + first_use)
+    fails(check(early), "dk and dv: what dH gives when", "counted twice")
+    fails(check(edit(TORCH, "a = (kc @ qc.transpose(-1, -2)).triu()", "a = (kc @ qc.transpose(-1, -2)).tril()")),
+          "dv: what the forward's mask M gives")
+    fails(check(edit(TORCH, "vc @ dstate.transpose(-1, -2)", "scale * vc @ dstate.transpose(-1, -2)")),
+          "dk: what the carried state gives when it is scaled twice")
 
 
 def test_torch_answer_may_not_call_autograd_or_the_package():
@@ -68,11 +84,24 @@ def test_solution_kernels_pass(hidden, cell, name, exercise):
     (DKDV, "dkdv_kernel", "dkdv", "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale\n",
      "", ["relative error"]),  # dS never carried
     (DKDV, "dkdv_kernel", "dkdv", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = i * BT + offs_c",
-     ["relative error"]),  # walks forwards
+     ["walk from the last chunk to the first"]),  # walks forwards
 ])
 def test_broken_kernels_fail(source, name, exercise, old, new, words):
     fails(grade(f"07_backward.{exercise}", kernel(edit(source, old, new), name)), *words)
 
+
+
+def test_kernel_updates_before_use_are_named():
+    """A kernel that adds chunk c to its carried state (S, or dH) before using that state for chunk c fails with a
+    message naming the order, not only the relative error."""
+    s_update = "        state = tl.dot(tl.trans(v), k, state, input_precision=PRECISION)\n"
+    s_first = edit(edit(DQ, s_update, ""), "        dq = tl.dot(do, state", s_update + "        dq = tl.dot(do, state")
+    fails(grade("07_backward.dq", kernel(s_first, "dq_kernel")), "dq: what the state S gives when it is updated "
+          "before the chunk uses it")
+    dh_update = "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale\n"
+    dh_first = edit(edit(DKDV, dh_update, ""), "        a = tl.where(later", dh_update + "        a = tl.where(later")
+    fails(grade("07_backward.dkdv", kernel(dh_first, "dkdv_kernel")), "dk and dv: what dH gives when",
+          "counted twice")
 
 def _lesson_namespace():
     """The notebook's names an autograd answer relies on: the kernels, the launchers, the forward."""

@@ -47,10 +47,11 @@ if [ "${TESTS_LIMIT:-240}" != 0 ]; then  # TESTS_LIMIT=0: the demo only
   timeout "${TESTS_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/grader 2>&1 | tail -30
 fi
 echo "=== [$(( $(date +%s) - t0 ))s] grader demo class on the GPU ${DEMO_STUDENTS:+(students: $DEMO_STUDENTS)}"
-# DEMO_STUDENTS: a space-separated subset of the demo class (default: all of it); DEMO_SLOTS: submissions at once
+# DEMO_STUDENTS, DEMO_LESSONS: space-separated subsets of the demo class and its lessons (default: all of them);
+# DEMO_SLOTS: submissions at once
 # shellcheck disable=SC2086
 timeout "${DEMO_LIMIT:-560}" python3 -m grader demo --gpu --report results/gpu "$OUT" \
-  ${DEMO_STUDENTS:+--students $DEMO_STUDENTS} ${DEMO_SLOTS:+--slots $DEMO_SLOTS}
+  ${DEMO_STUDENTS:+--students $DEMO_STUDENTS} ${DEMO_LESSONS:+--lessons $DEMO_LESSONS} ${DEMO_SLOTS:+--slots $DEMO_SLOTS}
 rc=$?
 red=0
 if [ "${REDTEAM_LIMIT:-240}" != 0 ]; then  # REDTEAM_LIMIT=0: no red-team class

@@ -168,7 +168,6 @@ def test_check_chains_the_students_own_error(tmp_path):
     assert isinstance(info.value.__cause__, ValueError)
 
 
-
 def test_an_unwritten_function_says_so():
     """A function answer still holding its stub raises a bare NotImplementedError: the message says what to do,
     as it does for a kernel stub, not an empty "raised NotImplementedError:"."""
@@ -176,6 +175,17 @@ def test_an_unwritten_function_says_so():
         "not implemented yet: replace `raise NotImplementedError()` with your code")
     assert engine.your_code_raised("NotImplementedError", "complex inputs") == (
         "your code raised NotImplementedError: complex inputs")
+
+
+def test_an_out_of_memory_that_torch_could_not_describe_says_out_of_memory():
+    """Where NVML cannot start (a container, the grader's sandbox on an H100), torch's allocator meets an allocation
+    it cannot make and then fails an internal assert while describing it: the message says what happened."""
+    nvml = ('NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at '
+            '"/pytorch/c10/cuda/CUDACachingAllocator.cpp":1123, please report a bug to PyTorch.')
+    said = engine.your_code_raised("RuntimeError", nvml)
+    assert said.startswith("your code raised RuntimeError: the GPU is out of memory") and "nvmlInit_v2_" in said
+    assert engine.your_code_raised("RuntimeError", "nvml is down") == "your code raised RuntimeError: nvml is down"
+
 
 def _timed_copy(device):
     x = torch.randn(1000, device=device)

@@ -175,8 +175,9 @@ def compile_spec(jit_fn, spec: dict):
 
     const = {k: decode_value(v) for k, v in spec["constexprs"].items()}
     # a specialisation names its hints by parameter (JSON has no tuple keys); triton.compile finds an argument's
-    # hints by its path, ``(index,)``: handed names, it silently compiles with none (no vector loads, no async copies)
-    names = [p.name for p in jit_fn.params]
+    # hints by its path, ``(index,)`` in the signature's order: handed names, it silently compiles with none (no
+    # vector loads, no asynchronous copies)
+    names = list(spec["signature"])
     attrs = {}
     for k, v in (spec.get("attrs") or {}).items():
         if k not in names:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -361,13 +362,35 @@ def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device
     return None
 
 
-def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference) -> list[str]:
+def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference,
+            inputs: dict | None = None) -> list[str]:
     """Everything wrong with one case's outputs (empty: it passed); a failing case with a
-    :attr:`~kernels.checks.spec.Case.purpose` ends with it."""
+    :attr:`~kernels.checks.spec.Case.purpose` ends with it. Where the outputs are only off in value, the
+    exercise's :attr:`~kernels.checks.spec.Exercise.diagnose` (given the case's ``inputs``) may name the mistake."""
     problems = _verdict(ex, case, outs, result, ref)
+    if problems and ex.diagnose is not None and inputs is not None:
+        why = _diagnosis(ex, case, outs, result, ref, inputs, problems)
+        if why:
+            problems.insert(0, why)
     if problems and case.purpose:
         problems.append(f"(this case {case.purpose})")
     return problems
+
+
+_OFF = re.compile(r"^\w+: relative error ")
+
+
+def _diagnosis(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference, inputs: dict,
+               problems: list[str]) -> str | None:
+    """``ex.diagnose`` on a case whose every problem is a value past the tolerance (nothing unwritten, out of
+    bounds or missing: those messages name their fault already)."""
+    if not all(_OFF.match(p) for p in problems):
+        return None
+    got = {n: (outs[n].out if n in outs else result.get(n)) for n in ref}
+    if not all(isinstance(g, torch.Tensor) for g in got.values()):
+        return None
+    want = {n: w for n, w in ref.items() if isinstance(w, torch.Tensor)}
+    return ex.diagnose(inputs, {n: g.detach().cpu().double() for n, g in got.items()}, case, want)
 
 
 def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference) -> list[str]:
@@ -829,7 +852,7 @@ class Plan:
     def judge(self, run: Run, outs: dict[str, Poisoned], result: dict) -> bool:
         """Judge what a run gave back (its poisoned outputs and returned results); False once failed."""
         if not self.failed:
-            problems = verdict(self.ex, run.case, outs, result, self.prepare(run).ref)
+            problems = verdict(self.ex, run.case, outs, result, self.prepare(run).ref, run.inputs)
             if problems:
                 self.fail_run(run, problems)
             elif not run.after_timing:

@@ -121,6 +121,10 @@ class Exercise:
       the case runs bounds-checked in the interpreter (:mod:`kernels.checks.bounds`): ``findings.loaded(name)`` and
       ``findings.stored(name)`` count the elements of each tensor the launches loaded and stored. Returns the
       reason the traffic is not the exercise's (the naive kernel's state must round-trip through memory).
+    - ``diagnose(inputs, got, case, ref) -> str | None``: names the mistake a wrong answer matches. Called only when
+      every output was produced, written and finite but some miss the tolerance: ``inputs`` as drawn (CPU),
+      ``got`` and ``ref`` name -> tensor (the answer's outputs, the float64 reference). The returned reason leads
+      the case's problems, above the numbers.
     """
 
     id: str
@@ -140,6 +144,7 @@ class Exercise:
     twins: tuple[str, ...] = ()
     magnitude: bool = False
     traffic: Callable[[Any, Case], str | None] | None = None
+    diagnose: Callable[[dict, dict, Case, dict], str | None] | None = None
     description: str = ""
     toolchain: str = ""
     timed_hidden: bool = False

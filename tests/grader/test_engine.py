@@ -47,6 +47,32 @@ def test_each_failure_has_its_message(scale_case, fill, match):
     assert problems and match in " ".join(problems), problems
 
 
+def test_a_diagnosis_leads_only_where_the_values_are_off(scale_case):
+    """``Exercise.diagnose`` names a mistake when every output is written and finite but off; an unwritten or stray
+    output keeps its own message, undiagnosed."""
+    import dataclasses
+
+    ex, case, cpu, ref = scale_case
+    seen = []
+
+    def diagnose(inputs, got, case, want):
+        seen.append(sorted(got))
+        return "out: what doubling gives" if torch.allclose(got["out"], 2 * want["out"]) else None
+
+    ex = dataclasses.replace(ex, diagnose=diagnose)
+    doubled = _outs(ex, case, cpu, lambda b, g, n: b[g: g + n].copy_(2 * ref["out"].float()))
+    problems = engine.verdict(ex, case, doubled, {}, ref, cpu)
+    assert problems[0] == "out: what doubling gives" and "relative error" in problems[1], problems
+    nudged = _outs(ex, case, cpu, lambda b, g, n: (b[g: g + n].copy_(ref["out"].float()), b[g + 3].add_(1.0)))
+    assert "doubling" not in " ".join(engine.verdict(ex, case, nudged, {}, ref, cpu))
+    calls = len(seen)
+    for fill in (lambda b, g, n: None, lambda b, g, n: (b[g: g + n].copy_(2 * ref["out"].float()), b[g + n].fill_(0))):
+        problems = engine.verdict(ex, case, _outs(ex, case, cpu, fill), {}, ref, cpu)
+        assert problems and "doubling" not in " ".join(problems)
+    assert len(seen) == calls == 2 and seen[0] == ["out"]
+    assert engine.verdict(ex, case, doubled, {}, ref) and len(seen) == calls  # no inputs: nothing to diagnose
+
+
 def test_inputs_sit_in_nan_padding():
     x = torch.arange(12.0).view(3, 4).t()
     views, bufs = engine.pad_inputs({"x": x, "n": 3}, "cpu")

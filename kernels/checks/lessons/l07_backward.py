@@ -49,35 +49,47 @@ def _inputs(case, gen):
     return out
 
 
-def _chunked(q, k, v, do, scale, chunk, *, state_first=False, mask_fwd=False, dh_first=False, forwards=False,
-             scale_twice=False):
+def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, masks_swapped=False, forwards=False,
+             scale_twice=False, strict=False, unmasked=False, intra_scale2=False, no_scale=False, no_carry=False):
     """The chunked gradients in float64, ``[B, T, H, *]``, or one of the plausible mistakes the flags name: the state
-    ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the forward's mask ``M`` where dk, dv take ``Mᵀ``,
-    the dk/dv chunks walked first to last, ``scale`` applied again to the ``dH`` term."""
+    ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the two passes' masks swapped (``M`` where dk, dv
+    take ``Mᵀ``, and ``Mᵀ`` in dq), the dk/dv chunks walked first to last, ``scale`` applied again to the carried
+    state, the mask without its diagonal (``strict``) or no mask at all, ``scale`` applied twice to the chunk's own
+    term, no ``scale`` at all, states never carried from chunk to chunk."""
     q, k, v, do = (x.detach().double().transpose(1, 2) for x in (q, k, v, do))  # [B, H, T, *]
+    scale = 1.0 if no_scale else scale
+    intra = scale * scale if intra_scale2 else scale
     T = q.shape[2]
     starts = list(range(0, T, chunk))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def causal(x, transposed):  # M (rows >= columns) for dq, Mᵀ for dk and dv; or the mistake's mask
+        if unmasked:
+            return x
+        if transposed != masks_swapped:
+            return x.triu(1 if strict else 0)
+        return x.tril(-1 if strict else 0)
+
     S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     for t0 in starts:
         qc, kc, vc, doc = (x[:, :, t0:t0 + chunk] for x in (q, k, v, do))
         if state_first:
             S = S + kc.transpose(-1, -2) @ vc
         carried = S * scale if scale_twice else S
-        dq[:, :, t0:t0 + chunk] = scale * (doc @ carried.transpose(-1, -2) + (doc @ vc.transpose(-1, -2)).tril() @ kc)
-        if not state_first:
+        dq[:, :, t0:t0 + chunk] = (scale * doc @ carried.transpose(-1, -2)
+                                   + intra * causal(doc @ vc.transpose(-1, -2), False) @ kc)
+        if not (state_first or no_carry):
             S = S + kc.transpose(-1, -2) @ vc
     dH = torch.zeros_like(S)
     for t0 in (starts if forwards else starts[::-1]):
         qc, kc, vc, doc = (x[:, :, t0:t0 + chunk] for x in (q, k, v, do))
         if dh_first:
             dH = dH + scale * qc.transpose(-1, -2) @ doc
-        a, b = vc @ doc.transpose(-1, -2), kc @ qc.transpose(-1, -2)
-        a, b = (a.tril(), b.tril()) if mask_fwd else (a.triu(), b.triu())
+        a, b = causal(vc @ doc.transpose(-1, -2), True), causal(kc @ qc.transpose(-1, -2), True)
         carried = dH * scale if scale_twice else dH
-        dk[:, :, t0:t0 + chunk] = vc @ carried.transpose(-1, -2) + scale * (a @ qc)
-        dv[:, :, t0:t0 + chunk] = kc @ carried + scale * (b @ doc)
-        if not dh_first:
+        dk[:, :, t0:t0 + chunk] = vc @ carried.transpose(-1, -2) + intra * (a @ qc)
+        dv[:, :, t0:t0 + chunk] = kc @ carried + intra * (b @ doc)
+        if not (dh_first or no_carry):
             dH = dH + scale * qc.transpose(-1, -2) @ doc
     return {"dq": dq.transpose(1, 2), "dk": dk.transpose(1, 2), "dv": dv.transpose(1, 2)}
 
@@ -87,35 +99,59 @@ _MISTAKES = (
                                       "dQ_c with S holding the chunks before c, then add chunk c to S"),
     (dict(dh_first=True), ("dk", "dv"), "what dH gives when scale · Q_cᵀ dO_c is added before chunk c uses it (the "
                                         "chunk counted twice): use dH for chunk c, then add the chunk"),
-    (dict(mask_fwd=True), ("dk", "dv"), "what the forward's mask M gives (.tril(), rows >= columns): in the backward "
-                                        "it is Mᵀ (.triu(), rows <= columns), token s of a chunk gets gradient from "
-                                        "the tokens u >= s"),
+    (dict(masks_swapped=True), ("dk", "dv"), "what the forward's mask M gives (.tril(), rows >= columns): in the "
+                                             "backward it is Mᵀ (.triu(), rows <= columns), token s of a chunk gets "
+                                             "gradient from the tokens u >= s"),
+    (dict(masks_swapped=True), ("dq",), "what the dk/dv pass's mask Mᵀ gives (.triu(), rows <= columns): dq takes "
+                                        "the forward's M (.tril(), rows >= columns), token t of a chunk gets gradient "
+                                        "from the tokens s <= t"),
     (dict(forwards=True), ("dk", "dv"), "what dH gives when the chunks are walked first to last: dH holds the chunks "
                                         "after c, so walk from the last chunk to the first"),
     (dict(scale_twice=True), ("dq", "dk", "dv"), "what the carried state gives when it is scaled twice: scale "
                                                  "multiplies every term once, and dH already carries it (dH += "
                                                  "scale · Q_cᵀ dO_c)"),
+    (dict(strict=True), ("dq", "dk", "dv"), "what a mask without its diagonal gives (rows > columns): causal "
+                                            "attention lets a token attend to itself, so the mask keeps the diagonal "
+                                            "(rows >= columns for dq, rows <= columns for dk and dv)"),
+    (dict(unmasked=True), ("dq", "dk", "dv"), "what the chunk's own block gives with no causal mask: within a chunk "
+                                              "a token only sees the tokens up to itself (dq: rows >= columns; dk, "
+                                              "dv: rows <= columns)"),
+    (dict(intra_scale2=True), ("dq", "dk", "dv"), "what the chunk's own term gives scaled twice: scale the scores "
+                                                  "or their product, not both"),
+    (dict(no_scale=True), ("dq", "dk", "dv"), "what the gradients are without scale: every term carries one factor "
+                                              "of scale (dH too: dH += scale · Q_cᵀ dO_c)"),
+    (dict(no_carry=True), ("dq", "dk", "dv"), "what the gradients are when the state is never carried from chunk to "
+                                              "chunk: only the chunk's own term is left; add each chunk to S (dq) or "
+                                              "dH (dk, dv) once it has been used"),
 )
 
 
-def _diagnose(inputs, got: dict, case, chunk) -> None:
-    """Names a plausible mistake when the gradients that are wrong all match it: the check's own comparison reports
-    only the numbers."""
-    got = {n: g.detach().double().cpu() for n, g in got.items()}
-    if not got or any(not torch.isfinite(g).all() for g in got.values()):
-        return  # unwritten or poisoned elements: the check names those itself
+def _listed(names):
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
-    def close(a, b):
-        return (a - b).norm() <= 1e-2 * max(a.norm(), b.norm(), 1e-30)
 
-    args = [inputs[n] for n in ("q", "k", "v")] + [inputs["do"].expand(*inputs["v"].shape), inputs["scale"], chunk]
-    right = {n: g.cpu() for n, g in _chunked(*args).items()}
-    off = [n for n in got if not close(got[n], right[n])]
-    for flags, names, why in _MISTAKES:
-        if off and all(n in names for n in off):
-            wrong = _chunked(*args, **flags)
-            if all(close(got[n], wrong[n].cpu()) for n in off):
-                raise CheckFailed(f"{' and '.join(off)}: {why}")
+def _diagnose_at(chunks):
+    """An :attr:`Exercise.diagnose` trying every mistake at each chunk size ``chunks(case)`` may use: names the
+    mistake when the gradients that are wrong all match it (the comparison itself reports only the numbers)."""
+
+    def diagnose(inputs, got, case, ref):
+        def close(a, b):
+            return (a - b).norm() <= 1e-2 * max(a.norm(), b.norm(), 1e-30)
+
+        grads = {n: g for n, g in got.items() if n in ("dq", "dk", "dv")}
+        off = [n for n in got if not close(got[n], ref[n])]
+        if not off or any(n not in grads for n in off):  # a wrong forward (o) is not a backward mistake
+            return None
+        args = [inputs[n] for n in ("q", "k", "v")] + [inputs["do"].expand(*inputs["v"].shape), inputs["scale"]]
+        for flags, names, why in _MISTAKES:
+            if all(n in names for n in off):
+                for chunk in chunks(case):
+                    wrong = _chunked(*args, chunk, **flags)
+                    if all(close(got[n], wrong[n]) for n in off):
+                        return f"{_listed(off)}: {why}"
+        return None
+
+    return diagnose
 
 
 def _reference(names):
@@ -161,7 +197,6 @@ def _torch_run(args, inputs, outputs, case):
     for n, g in out.items():
         if g.dtype != q.dtype:
             raise CheckFailed(f"{n} has dtype {g.dtype}; return it in q's dtype {q.dtype}")
-    _diagnose(inputs, out, case, chunk)
     return out
 
 
@@ -175,6 +210,7 @@ BACKWARD_TORCH = Exercise(
     make_inputs=_inputs,
     run=_torch_run,
     reference=_reference(("dq", "dk", "dv")),
+    diagnose=_diagnose_at(lambda case: (case["chunk"],)),
     tolerance=lambda case: 1e-10 if case.dtype == torch.float64 else 1e-5,
     visible=[
         Case("B=2 T=150 H=2 K=16 V=24 chunk 64 float64", dict(B=2, T=150, H=2, K=16, V=24, chunk=64), torch.float64,
@@ -229,12 +265,10 @@ def _dkdv_launch(kernel, inputs, dk, dv, case):
 
 def _dq_run(args, inputs, outputs, case):
     _dq_launch(args[0], inputs, outputs["dq"], case)
-    _diagnose(inputs, {"dq": outputs["dq"]}, case, case["BT"])
 
 
 def _dkdv_run(args, inputs, outputs, case):
     _dkdv_launch(args[0], inputs, outputs["dk"], outputs["dv"], case)
-    _diagnose(inputs, {"dk": outputs["dk"], "dv": outputs["dv"]}, case, case["BT"])
 
 
 def _shapes(names):
@@ -302,6 +336,7 @@ DQ = Exercise(
     outputs=_shapes(("dq",)),
     run=_dq_run,
     reference=_reference(("dq",)),
+    diagnose=_diagnose_at(lambda case: (case["BT"],)),
     visible=_cases(False, True),
     hidden=_cases(True, True),
     points=(3, 2),
@@ -317,6 +352,7 @@ DKDV = Exercise(
     outputs=_shapes(("dk", "dv")),
     run=_dkdv_run,
     reference=_reference(("dk", "dv")),
+    diagnose=_diagnose_at(lambda case: (case["BT"],)),
     visible=_cases(False, False),
     hidden=_cases(True, False),
     points=(4, 3),
@@ -363,6 +399,7 @@ AUTOGRAD = Exercise(
     make_inputs=_inputs,
     run=_autograd_run,
     reference=_reference(("o", "dq", "dk", "dv")),
+    diagnose=_diagnose_at(lambda case: (16, 32, 64)),  # the chunk is the answer's own
     visible=[Case("B=2 T=45 H=2 K=16 V=32 fp32", dict(B=2, T=45, H=2, K=16, V=32), precision="ieee")],
     hidden=[Case("B=1 T=70 H=3 K=24 V=16 fp32, q/k/v views of one buffer, scale 0.3",
                  dict(B=1, T=70, H=3, K=24, V=16, strided=True, scale=0.3), precision="ieee",

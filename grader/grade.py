@@ -101,7 +101,7 @@ def _output_bytes(ex, run) -> int:
     """The bytes of a run's output buffers (guards included), as the check lays them out: a result message carries
     them back, so it may be that much larger than the usual allowance (a GPU case's output is tens of MiB)."""
     return sum((math.prod(shape) + 2 * guard) * dtype.itemsize
-               for shape, dtype, guard in engine.expected_outputs(ex, run.case, run.inputs).values())
+               for shape, dtype, guard, _ in engine.expected_outputs(ex, run.case, run.inputs).values())
 
 
 class Grader:
@@ -392,6 +392,7 @@ class _Session:
                     forbidden = {fp: f"the lesson's own {nm}" for fp, nm in self.release_prints.items() if nm != name}
                     ks = provenance.from_cells(self.code, name, allowed=frozenset(self.release_prints),
                                                forbidden=forbidden, twins=ex.twins)
+                    engine.check_kernel_source(ex, ks.text)
                     kernels.append({"entry": ks.entry, "text": ks.text})
                     values.append(None)
                 elif kind == "function":
@@ -462,14 +463,14 @@ class _Session:
         want = engine.expected_outputs(plan.ex, run.case, run.inputs)
         got = m.get("outputs") or {}
         outs = {}
-        for k, (shape, dtype, guard) in want.items():
+        for k, (shape, dtype, guard, order) in want.items():
             b = got.get(k, {}).get("buffer") if isinstance(got.get(k), dict) else None
             n = 1
             for s in shape:
                 n *= s
             if b is None or b.dtype != dtype or b.dim() != 1 or b.numel() != n + 2 * guard:
                 return {}, [f"{k}: the worker returned no usable output buffer"]
-            outs[k] = engine.poisoned_view(b, shape, guard)
+            outs[k] = engine.poisoned_view(b, shape, guard, order)
         return outs, []
 
     def _error_lines(self, ex, label, m) -> list[str]:

@@ -64,7 +64,9 @@ class Score:
         return ON_GPU
 
     def _deferred(self, ln: Line) -> bool:
-        return (ln.needs_gpu and not self.on_gpu) or bool(ln.needs)
+        """Points this machine cannot grade: a check needing a GPU that passed what the interpreter checks (one
+        that failed here fails on a GPU too, and counts), or a missing toolchain."""
+        return (ln.needs_gpu and not self.on_gpu and ln.passed) or bool(ln.needs)
 
     def table(self) -> str:
         rows = {}
@@ -86,11 +88,11 @@ class Score:
                            f"{deferred[0].needs}: not installed here, so not graded (the lesson's cell says how to "
                            "get it)")
             elif deferred:
-                out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs a GPU: a speed "
-                           "requirement, not graded in the interpreter")
+                out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs a GPU: passes "
+                           "what the interpreter checks; the speed is graded on a GPU only")
         more = self.total - self.possible_here
         tools = sorted({ln.needs for ln in self.lines if ln.needs})
-        what = " or ".join((["a GPU"] if any(ln.needs_gpu and not self.on_gpu for ln in self.lines) else []) + tools)
+        what = " or ".join((["a GPU"] if any(self._deferred(ln) and not ln.needs for ln in self.lines) else []) + tools)
         tail = f"; {more:g} more need {what} ({self.total:g} in all)" if more else ""
         out.append(f"  {'total':<{width}} {self.earned:>4g} / {self.possible_here:<4g}{tail}")
         return "\n".join(out)
@@ -136,8 +138,14 @@ def _missing_tool(exercise: str) -> str:
 
 
 def _first_line(text: str) -> str:
-    text = text.strip()
-    return (text.splitlines() or [""])[0][:160]
+    """What a failed check says, in a line: the first problem it lists (``  - ...``; the header before it only names
+    the case, whose label leads), else its first line."""
+    lines = text.strip().splitlines() or [""]
+    problems = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ")]
+    if not problems:
+        return lines[0][:240]
+    case = re.search(r"on case '([^']*)'", lines[0])
+    return ((f"on {case.group(1)!r}: " if case else "") + problems[0])[:240]
 
 
 def _cached_check(namespace_check):

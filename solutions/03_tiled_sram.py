@@ -230,6 +230,7 @@ print("tiled:", shape, "relative error", assert_close("tiled", a.double() @ b.do
 check("03_tiled_sram.tiled_matmul", tiled_matmul_kernel)
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-hidden", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("03_tiled_sram.tiled_matmul", tiled_matmul_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -243,6 +244,8 @@ check("03_tiled_sram.tiled_matmul", tiled_matmul_kernel, hidden=True)
 # the whole launch. Change `GROUP_M` and watch the set of A and B tiles that the first few programs share: with
 # `GROUP_M = 1` the first programs sweep one row of tiles of C and need every column tile of B; with grouping they
 # form a square and load fewer distinct tiles, so more of them are still in L2 when the next program needs them.
+# On the 128 × 128 C below (8 × 8 tiles of 16), programs 0..7 need 18 KiB of distinct A and B in row-major order
+# and 12 KiB with `GROUP_M = 2`; programs 0..15 need 20 KiB row-major and 16 KiB with `GROUP_M = 4`.
 
 # %% nbgrader={"grade": false, "grade_id": "widget", "locked": true, "schema_version": 3, "solution": false} tags=["widget"]
 import torch
@@ -268,7 +271,7 @@ try:
 except Exception as e:  # not written yet: show the package's demo kernel
     launch = None
     print(f"tracing the package's demo kernel (yours does not run yet: {type(e).__name__})")
-tile_explorer(launch, M=48, N=40, K=64, GROUP_M=2)
+tile_explorer(launch, M=128, N=128, K=32, GROUP_M=2)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "tf32-text", "locked": true, "schema_version": 3, "solution": false}
 # ## TF32 versus IEEE
@@ -276,8 +279,8 @@ tile_explorer(launch, M=48, N=40, K=64, GROUP_M=2)
 # For fp32 inputs, `tl.dot` on an NVIDIA GPU defaults to **TF32**: the tensor cores round each input to a 10-bit
 # mantissa (like fp16's) but keep fp32's 8-bit exponent, and accumulate in fp32. It runs at tensor-core speed and
 # its relative error is about `1e-3`, which training tolerates. `input_precision="ieee"` computes true fp32
-# products on the ordinary FP32 units: about `1e-6`, and about 7× slower on an H200 (67 TFLOP/s of FP32 against
-# about 495 dense TF32 on the tensor cores). The cell below measures
+# products on the ordinary FP32 units: about `1e-6`, and about 7× slower on an H200 (67 TFLOP/s of FP32 on the
+# spec sheet, about 51 measured, against about 495 dense TF32 on the tensor cores). The cell below measures
 # both errors against a float64 product. (Under the interpreter, numpy computes the dot in fp32 whatever the
 # precision, so both rows show the IEEE error: one of the differences listed in the box at the end.)
 
@@ -302,10 +305,11 @@ except Exception as e:  # the exercise is not done yet
 # Write `tile_traffic(M, N, K, block_m, block_n, elem_bytes)`: the bytes a tiled matmul moves through HBM if
 # **nothing is cached**, counting only elements inside the matrices (masked lanes move nothing). Each program loads
 # its row-strip of A and column-strip of B once per k step, so over the launch A is read once per tile column and
-# B once per tile row; C is written once. Return an `int`. `BLOCK_K` does not appear: why not?
+# B once per tile row; C is written once. Return an `int`. `BLOCK_K` does not appear: why not? (Nothing is graded
+# on it; the recap answers it.)
 #
-# The naive kernel above is `tile_traffic(M, N, K, 1, BLOCK_N, e)`. Then use your function to print the
-# no-cache traffic and intensity of a 4096³ bf16 product for a few tile shapes.
+# The naive kernel above is `tile_traffic(M, N, K, 1, BLOCK_N, e)`. The cell after yours uses your function to
+# print the no-cache traffic and intensity of a 4096³ bf16 product for a few tile shapes.
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-traffic", "locked": false, "schema_version": 3, "solution": true}
 def tile_traffic(M, N, K, block_m, block_n, elem_bytes):
@@ -343,14 +347,16 @@ check("03_tiled_sram.tile_traffic", tile_traffic)
 # - **Registers.** The fp32 accumulator is `BM·BN` floats spread over `32·num_warps` threads, and a thread has
 #   at most 255 registers, some of which the loads and addresses need: keep it at or below 128 floats per thread.
 # - **Enough programs.** An H200 has 132 SMs, and each SM runs as many programs *at once* as its shared memory and
-#   registers allow: two with 128 × 128 tiles and three stages (96 KiB each), one with 256 × 256 tiles. Programs
+#   registers allow: two with 128 × 128 tiles, `BLOCK_K = 64` and three stages (96 KiB each: an SM has 228 KiB),
+#   one with 256 × 256 tiles. Programs
 #   beyond that wait and start as others finish, in **waves**. 256 × 256 tiles of a 4096² output make only 256
 #   programs in all: two waves (132 programs, then 124), and one resident program per SM
 #   leaves nothing to switch to while it waits for memory. 128 × 128 tiles make 1024 programs: 264 resident at
 #   a time (two per SM), about four waves, the last one nearly full.
 #
 # Set `TILES = dict(BLOCK_M=…, BLOCK_N=…, BLOCK_K=…, GROUP_M=…, num_warps=…, num_stages=…)` for a **4096³ bf16**
-# product on the H200: powers of two, `BLOCK_*` ≥ 16, a no-cache intensity of
+# product on the H200: powers of two, `BLOCK_*` from 16 (`tl.dot`'s smallest tile) to 256 (a larger tile fits
+# neither budget), a no-cache intensity of
 # at least 30 FLOP/byte (from your `tile_traffic`; 64 × 64 tiles reach 31.8), inside both budgets. On a GPU the
 # check also times your kernel with these tiles and expects at least 40% of `torch.matmul`'s rate; on the CPU
 # that part is reported as not graded.
@@ -370,8 +376,10 @@ def budget(t, e=2):
     smem = t["num_stages"] * (t["BLOCK_M"] * t["BLOCK_K"] + t["BLOCK_K"] * t["BLOCK_N"]) * e
     per_thread = t["BLOCK_M"] * t["BLOCK_N"] / (32 * t["num_warps"])
     programs = math.ceil(4096 / t["BLOCK_M"]) * math.ceil(4096 / t["BLOCK_N"])
+    # programs an SM runs at once, as its 228 KiB of shared memory and 2048 threads allow (registers may allow fewer)
+    resident = max(1, min(228 * 1024 // max(1, smem), 2048 // (32 * t["num_warps"])))
     print(f"shared memory {smem / 1024:.0f} KiB of 227; accumulator {per_thread:.0f} fp32 per thread of 128; "
-          f"{programs} programs = {programs / 132:.1f} waves on 132 SMs")
+          f"{programs} programs, {resident} resident per SM: {programs / (132 * resident):.1f} waves on 132 SMs")
 
 
 try:
@@ -386,8 +394,9 @@ check("03_tiled_sram.tile_choice", TILES, tiled_matmul_kernel)
 # ## Benchmark on your hardware
 #
 # The package's ladder benchmark validates every version against a float64 product before timing it, and prints
-# the two floors: bytes over the measured copy bandwidth, FLOP over the measured matmul rate. Your kernel (with
-# your `TILES`) joins the ladder as `yours`. On a GPU it times one fp16 product of about 4096³ (set
+# the two floors: bytes over the measured copy bandwidth, FLOP over the measured matmul rate. Your kernel joins
+# the ladder as `yours`: with your `TILES` on a GPU, with 32 × 32 × 32 tiles in the interpreter (which runs a
+# program at a time, so larger tiles only make it slower). On a GPU it times one fp16 product of about 4096³ (set
 # `FULL_LADDER = True` for bf16, fp32 with TF32 and IEEE dots, and a 1024³ product); under the interpreter it runs
 # quick, small sizes, whose times say how slow the interpreter is and nothing about a GPU.
 
@@ -418,12 +427,13 @@ results = run("matmul", quick=not FULL_LADDER, extra=extra, only=only, out=ROOT 
 # ## Your matmul on the roofline
 #
 # Lesson 01 drew two roofs over one memory slope: the tensor cores' (fp16 and bf16 `tl.dot`, ridge about
-# 165 FLOP/byte on an H200) and the FP32 CUDA cores' (ridge about 12). The cell puts each version of the
-# benchmark above on them. Your kernel sits at the intensity your own `tile_traffic` gives for your `TILES`,
+# 165 FLOP/byte on an H200) and the FP32 CUDA cores' (ridge about 12, from the 51 TFLOP/s measured there). The
+# cell puts each version of the benchmark above on them. Your kernel sits at the intensity your own `tile_traffic` gives for your `TILES`,
 # `2MNK / tile_traffic(M, N, K, BM, BN, e)`, the bytes it asks for with no help from L2; the others sit at the
 # fewest bytes any matmul must move. A point left of the ridge and on the slope is memory-bound; one right of it
 # and below the roof is losing time somewhere else (too few programs, pipeline stalls, register spills). On the
-# CPU the points are interpreter rates, far below both roofs.
+# CPU the two roofs are torch's fp16 and fp32 matmul rates on this CPU, and the points are interpreter rates, far
+# below both.
 
 # %% nbgrader={"grade": false, "grade_id": "roofline", "locked": true, "schema_version": 3, "solution": false}
 import matplotlib.pyplot as plt
@@ -431,7 +441,9 @@ import matplotlib.pyplot as plt
 from kernels.bench import matmul_rate
 from kernels.viz.roofline import draw_roofline
 
-rates = {"fp16/bf16 tensor cores": matmul_rate(torch.float16), "FP32 CUDA cores": matmul_rate(torch.float32)}
+rates = ({"fp16/bf16 tensor cores": matmul_rate(torch.float16), "FP32 CUDA cores": matmul_rate(torch.float32)}
+         if ON_GPU else {"torch fp16 matmul (CPU)": matmul_rate(torch.float16),
+                         "torch fp32 matmul (CPU)": matmul_rate(torch.float32)})
 series = {}
 for row in results["rows"]:
     M, N, K, e = row["M"], row["N"], row["K"], 4 if row["dtype"] == "torch.float32" else 2
@@ -456,7 +468,9 @@ plt.show()
 # > **Without a GPU.** Everything above ran in Triton's interpreter, which executes each program one after another
 # > in numpy on the CPU. Your kernel is checked exactly as on a GPU (same launch, odd sizes, poisoned outputs),
 # > with these differences:
-# > - `tl.dot` is a numpy matmul: TF32 rounding does not happen, so `"tf32"` and `"ieee"` give the same result;
+# > - `tl.dot` is a numpy matmul: TF32 rounding does not happen, so `"tf32"` and `"ieee"` give the same result
+# >   (which is why the check asks that every `tl.dot` passes `input_precision=PRECISION`: without it, a GPU
+# >   computes fp32 dots in TF32 and the `"ieee"` cases fail there);
 # > - bf16 `tl.dot` is computed wrongly by the interpreter (relative error around 1e9, a Triton bug), so bf16 cases
 # >   are checked on a GPU only; fp16 and fp32 are checked everywhere;
 # > - `num_warps` and `num_stages` mean nothing, there is no shared memory or L2, and times are interpreter times:
@@ -467,6 +481,8 @@ plt.show()
 #
 # - A matmul is compute-bound only if each loaded element is reused: one output per program is 0.5 FLOP/byte; a
 #   `BM × BN` tile reuses A `BN` times and B `BM` times, `2·BM·BN / (e·(BM+BN))` FLOP/byte.
+# - `BLOCK_K` changes how a strip of A or B is cut into k steps, not how much of it a program loads: the steps
+#   of one strip add up to the whole strip whatever their width, so the no-cache traffic does not depend on it.
 # - The tiled kernel: map the program id to a tile, loop over K with masked loads (`other=0`), `tl.dot` into an
 #   fp32 accumulator, cast once at the store.
 # - Tile sizes trade reuse against shared memory (`num_stages` copies of the A and B tiles), registers (the

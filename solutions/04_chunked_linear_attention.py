@@ -169,6 +169,7 @@ except NotImplementedError:
 check("04_chunked_linear_attention.chunked_torch", chunked_attention_torch)
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("04_chunked_linear_attention.chunked_torch", chunked_attention_torch, hidden=True)
 ### END HIDDEN TESTS
@@ -270,6 +271,7 @@ except Exception as e:  # not done yet, or it stopped (an access out of bounds, 
 check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel)
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -360,6 +362,7 @@ except Exception as e:  # not done yet, or it stopped (an access out of bounds, 
 check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel)
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel, hidden=True)
 ### END HIDDEN TESTS

@@ -500,6 +500,7 @@ except NotImplementedError:
 check("05_ptx_export_rust.build_launch", build_launch)
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("05_ptx_export_rust.build_launch", build_launch, hidden=True)
 ### END HIDDEN TESTS

@@ -214,6 +214,7 @@ for name in ("fixed", "fixed, 4 warps", "fixed, 1 stage"):
 check("06_profile_compile_autotune.predict_shared", predict_shared)
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("06_profile_compile_autotune.predict_shared", predict_shared, hidden=True)
 ### END HIDDEN TESTS
@@ -297,6 +298,7 @@ except (NotImplementedError, compiler.CompileError) as e:
 check("06_profile_compile_autotune.fixed", fixed_matmul_kernel)
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-hidden", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("06_profile_compile_autotune.fixed", fixed_matmul_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -475,6 +477,7 @@ except NameError:
 check("06_profile_compile_autotune.autotune_space", SPACE)
 
 # %% nbgrader={"grade": true, "grade_id": "ex4-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("06_profile_compile_autotune.autotune_space", SPACE, hidden=True)
 ### END HIDDEN TESTS

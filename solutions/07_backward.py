@@ -183,6 +183,7 @@ except NotImplementedError:
 check("07_backward.backward_torch", chunked_backward_torch)
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("07_backward.backward_torch", chunked_backward_torch, hidden=True)
 ### END HIDDEN TESTS
@@ -275,6 +276,7 @@ except Exception as e:  # not done yet, or it stopped (an access out of bounds, 
 check("07_backward.dq", dq_kernel)
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("07_backward.dq", dq_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -373,6 +375,7 @@ except Exception as e:  # not done yet, or it stopped (an access out of bounds, 
 check("07_backward.dkdv", dkdv_kernel)
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-hidden", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("07_backward.dkdv", dkdv_kernel, hidden=True)
 ### END HIDDEN TESTS
@@ -495,6 +498,7 @@ except Exception as e:  # not done yet, or autograd refuses it (a gradient too f
 check("07_backward.autograd", linear_attention)
 
 # %% nbgrader={"grade": true, "grade_id": "ex4-hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# Hidden tests (other shapes and dtypes, fresh seeds) run here when your notebook is graded.
 ### BEGIN HIDDEN TESTS
 check("07_backward.autograd", linear_attention, hidden=True)
 ### END HIDDEN TESTS

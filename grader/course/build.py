@@ -98,6 +98,10 @@ def _check_test_cell(lesson: str, cell) -> None:
         block[n] = inside
     if inside:
         _fail(lesson, cell, f"{_BEGIN_HIDDEN} without {_END_HIDDEN}")
+    shown = [ln for n, ln in enumerate(lines, 1) if not block[n] and ln.strip() not in ("", _END_HIDDEN)]
+    if _BEGIN_HIDDEN in cell.source and not shown:
+        _fail(lesson, cell, "a cell of hidden tests only is empty in the student's copy: say above the hidden block, "
+                            "in a comment, what runs there")
     for call in calls:
         if call.end_line != call.line or lines[call.line - 1].strip().split("(", 1)[0] != "check":
             _fail(lesson, cell, "a graded cell holds only one-line check(...) calls (and comments); found "

@@ -8,6 +8,7 @@ seed, makes the inputs, computes the float64 reference and judges (:func:`case_i
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -182,31 +183,45 @@ def _pad(cpu_inputs: dict, device=None) -> tuple[dict, dict[str, torch.Tensor]]:
     return views, buffers
 
 
-def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> dict[str, Poisoned]:
-    """The outputs a kernel writes, full of NaN, with guard bands of a NaN whose bits differ from the inputs'
-    padding (:func:`kernels.testing.guard_filled`), so an unmasked store of a padding NaN still shows."""
-    if ex.outputs is None:
-        return {}
-    device = DEVICE if device is None else device
-    return {k: poisoned(*shape, dtype=dtype, guard=_guard(math.prod(shape)), device=device)
-            for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items()}
-
-
-def expected_outputs(ex: Exercise, case: Case, cpu_inputs: dict) -> dict[str, tuple[tuple, torch.dtype, int]]:
-    """name -> (shape, dtype, guard) of each poisoned output buffer, as :func:`alloc_outputs` lays them out."""
-    if ex.outputs is None:
-        return {}
+def _output_specs(ex: Exercise, case: Case, cpu_inputs: dict) -> dict[str, tuple[tuple, torch.dtype, tuple | None]]:
+    """name -> (shape, dtype, order) from :attr:`Exercise.outputs`; ``order`` (None: row-major) lists the dimensions
+    from the outermost in memory to the innermost, ``(1, 0)`` for a column-major matrix."""
     out = {}
-    for k, (shape, dtype) in ex.outputs(case, cpu_inputs).items():
-        shape = tuple(shape)
-        out[k] = (shape, dtype, _guard(math.prod(shape)))
+    for k, spec in (ex.outputs(case, cpu_inputs) if ex.outputs is not None else {}).items():
+        shape, dtype, order = (*spec, None) if len(spec) == 2 else spec
+        out[k] = (tuple(shape), dtype, tuple(order) if order is not None else None)
     return out
 
 
-def poisoned_view(buffer: torch.Tensor, shape: tuple, guard: int) -> Poisoned:
+def _laid_out(p: Poisoned, shape: tuple, order: tuple | None) -> Poisoned:
+    """``p`` (its elements, contiguous: ``shape`` permuted by ``order``) seen in its logical ``shape``."""
+    if order is None:
+        return Poisoned(p.buffer, p.out.view(shape), p.guard)
+    return Poisoned(p.buffer, p.out.view([shape[d] for d in order]).permute(*[order.index(d) for d in
+                                                                              range(len(shape))]), p.guard)
+
+
+def alloc_outputs(ex: Exercise, case: Case, cpu_inputs: dict, device=None) -> dict[str, Poisoned]:
+    """The outputs a kernel writes, full of NaN, with guard bands of a NaN whose bits differ from the inputs'
+    padding (:func:`kernels.testing.guard_filled`), so an unmasked store of a padding NaN still shows; each laid
+    out in memory as its ``order`` says (:func:`_output_specs`)."""
+    device = DEVICE if device is None else device
+    return {k: _laid_out(poisoned(math.prod(shape), dtype=dtype, guard=_guard(math.prod(shape)), device=device),
+                         shape, order)
+            for k, (shape, dtype, order) in _output_specs(ex, case, cpu_inputs).items()}
+
+
+def expected_outputs(ex: Exercise, case: Case, cpu_inputs: dict) -> dict[str, tuple[tuple, torch.dtype, int, tuple]]:
+    """name -> (shape, dtype, guard, order) of each poisoned output buffer, as :func:`alloc_outputs` lays them
+    out."""
+    return {k: (shape, dtype, _guard(math.prod(shape)), order)
+            for k, (shape, dtype, order) in _output_specs(ex, case, cpu_inputs).items()}
+
+
+def poisoned_view(buffer: torch.Tensor, shape: tuple, guard: int, order: tuple | None = None) -> Poisoned:
     """The :class:`Poisoned` over a returned buffer laid out by :func:`alloc_outputs`."""
     n = math.prod(shape)
-    return Poisoned(buffer, buffer[guard: guard + n].view(shape), guard)
+    return _laid_out(Poisoned(buffer, buffer[guard: guard + n], guard), shape, order)
 
 
 #: ``result[PROBLEMS]``: what :func:`run_case` found wrong before any output is compared (out-of-bounds accesses,
@@ -242,7 +257,7 @@ def _checked(ex: Exercise, case: Case, launch, inputs: dict, outs: dict) -> tupl
 
 def _small(ex: Exercise, case: Case, cpu_inputs: dict) -> bool:
     n = sum(v.numel() for v in cpu_inputs.values() if isinstance(v, torch.Tensor))
-    n += sum(math.prod(shape) for shape, _ in (ex.outputs(case, cpu_inputs) if ex.outputs else {}).values())
+    n += sum(math.prod(shape) for shape, _, _ in _output_specs(ex, case, cpu_inputs).values())
     return n <= PRECHECK_ELEMENTS
 
 
@@ -377,7 +392,7 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
     return problems
 
 
-_OFF = re.compile(r"^\w+: relative error ")
+_OFF = re.compile(r"^\w+: (relative error |\d+ of \d+ values differ|got .*, expected )")
 
 
 def _diagnosis(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference, inputs: dict,
@@ -704,6 +719,41 @@ def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
 
 # ---- the notebook-facing check -----------------------------------------------------------------------------
 
+def dot_precision_problem(ex: Exercise, text: str) -> str | None:
+    """Why a kernel for an exercise that hands it ``PRECISION`` is wrong on a GPU whatever the interpreter computes:
+    a ``tl.dot`` without an input precision. The interpreter multiplies fp32 tiles in full fp32 either way; compiled,
+    an fp32 ``tl.dot`` defaults to TF32 (a 10-bit mantissa) and the exercise's ``"ieee"`` cases miss their
+    tolerance. ``text``: the kernel's source with its helpers (:class:`~kernels.checks.provenance.KernelSource`)."""
+    if "PRECISION" not in ex.signature:
+        return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name != "dot" or len(node.args) >= 4 or any(k.arg in ("input_precision", "allow_tf32")
+                                                         for k in node.keywords):
+            continue
+        call = " ".join((ast.get_source_segment(text, node) or "tl.dot(...)").split())
+        call = call if len(call) <= 70 else call[:67] + "..."
+        return (f"your kernel calls `{call}` without input_precision: the interpreter computes every dot in full "
+                "fp32 either way, but compiled for a GPU an fp32 tl.dot defaults to TF32 (a 10-bit mantissa), and "
+                "the cases that ask for \"ieee\" then miss their tolerance. Pass input_precision=PRECISION to every "
+                "tl.dot")
+    return None
+
+
+def check_kernel_source(ex: Exercise, text: str) -> None:
+    """The rules on a kernel's source that hold in every mode (:func:`dot_precision_problem`), wherever the source
+    is rebuilt: the notebook's check, the grader, the zoo."""
+    why = dot_precision_problem(ex, text)
+    if why:
+        raise CheckFailed(f"{ex.id}: {why}")
+
+
 def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     """Turn the notebook's live objects into what ``run`` receives, enforcing provenance; under the interpreter
     also compile every kernel launch of the check for sm_90 first
@@ -715,6 +765,7 @@ def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     for kind, obj in zip(ex.args, objects):
         if kind == "kernel":
             ks = provenance.from_live(obj, twins=ex.twins)
+            check_kernel_source(ex, ks.text)
             out.append(provenance.load(ks, interpret=INTERPRET))
             sources.append({"entry": ks.entry, "text": ks.text})
         elif kind == "function":

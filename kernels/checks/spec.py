@@ -92,7 +92,9 @@ class Exercise:
     - ``make_inputs(case, gen) -> dict``: inputs on the CPU drawn from ``gen`` (a seeded ``torch.Generator``); the
       engine moves tensors to the kernel device inside NaN padding. Numbers pass through.
     - ``outputs(case, inputs) -> {name: (shape, dtype)}``: what a kernel writes; the engine allocates each one full
-      of NaN with NaN guard bands. Function exercises return their outputs instead (``{}`` here).
+      of NaN with NaN guard bands. ``(shape, dtype, order)`` lays an output out in memory dimension by dimension,
+      outermost first: ``(1, 0)`` is a column-major matrix (a kernel must then honour its strides). Function
+      exercises return their outputs instead (``{}`` here).
     - ``run(args, inputs, outputs, case)``: grader-owned; computes the grid and launches the student's kernel (or
       calls the function) with the documented signature. ``args`` holds the student's objects, in order. Returns
       ``None`` (a kernel wrote ``outputs``) or ``{name: tensor or number}`` (a function's results).

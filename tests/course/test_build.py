@@ -54,6 +54,8 @@ def test_a_good_source_builds_with_stable_ids(tmp_path):
     (dict(checks='check("98_other.f", f)'), "must start with the lesson id"),
     (dict(checks='check("99_demo.f", f, hidden=True)'), "hidden=True checks go inside"),
     (dict(checks='### BEGIN HIDDEN TESTS\ncheck("99_demo.f", f, hidden=True)'), "without ### END HIDDEN"),
+    (dict(checks='### BEGIN HIDDEN TESTS\ncheck("99_demo.f", f, hidden=True)\n### END HIDDEN TESTS'),
+     "empty in the student's copy"),
     (dict(points=0), "points > 0"),
     (dict(widget=False), "no cell tagged 'widget'"),
     (dict(extra=CODE.format(gid="title", tags="", src="x = 1")), "duplicate grade_id"),

@@ -416,7 +416,7 @@ def test_a_result_may_carry_its_outputs_past_the_message_allowance():
     want = engine.expected_outputs(ex, case, inputs)
     assert want
     n = _output_bytes(ex, types.SimpleNamespace(case=case, inputs=inputs))
-    assert n == sum((math.prod(s) + 2 * g) * torch.empty((), dtype=d).element_size() for s, d, g in want.values())
+    assert n == sum((math.prod(s) + 2 * g) * torch.empty((), dtype=d).element_size() for s, d, g, _ in want.values())
 
 
 def test_the_checks_stand_in_has_every_name_a_lesson_imports_from_kernels_checks():

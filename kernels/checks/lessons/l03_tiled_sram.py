@@ -116,17 +116,19 @@ TILED_MATMUL = Exercise(
               "(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),) with programs in grouped order",
     description="C = A @ B accumulated in fp32, stored in C's dtype; tl.dot(..., input_precision=PRECISION)",
     make_inputs=_matmul_inputs,
-    outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype)},
+    outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype, (1, 0) if case.get("c_t") else None)},
     run=_matmul_run,
     reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
     visible=[
         Case("M=45 N=37 K=70 fp32 ieee, 16x16x32 tiles, GROUP_M=2, column-major A",
              dict(M=45, N=37, K=70, a_t=True, **_blocks(16, 16, 32, 2), first=3), precision="ieee",
-             purpose="passes A as a column-major view (stride_ak is M, stride_am is 1): address A through "
-                     "stride_am and stride_ak"),
-        Case("M=33 N=50 K=40 fp16, 16x32x16 tiles, GROUP_M=3, column-major B",
-             dict(M=33, N=50, K=40, b_t=True, **_blocks(16, 32, 16, 3), first=4), torch.float16,
-             purpose="passes B as a column-major view (stride_bn is K): address B through stride_bk and stride_bn"),
+             purpose="passes A as a column-major view (stride_ak is M, stride_am is 1), has sizes that are not "
+                     "multiples of the tiles (a last k step of 6) and groups of 2 tile rows: address A through "
+                     "stride_am and stride_ak, and mask rows, columns and k past the ends"),
+        Case("M=33 N=50 K=40 fp16, 16x32x16 tiles, GROUP_M=3, column-major B and C",
+             dict(M=33, N=50, K=40, b_t=True, c_t=True, **_blocks(16, 32, 16, 3), first=4), torch.float16,
+             purpose="passes B and C as column-major views (stride_bn is K, stride_cn is M): address B through "
+                     "stride_bk and stride_bn, and C through stride_cm and stride_cn"),
         Case("M=20 N=24 K=576 fp16, 16x16x64 tiles, running sums past fp16's range",
              dict(M=20, N=24, K=576, overflow=True, **_blocks(16, 16, 64, 1)), torch.float16,
              purpose="has running sums over K that pass fp16's largest value (65504) before they cancel: only an "
@@ -143,8 +145,10 @@ TILED_MATMUL = Exercise(
              dict(M=17, N=20, K=600, overflow=True, **_blocks(16, 32, 64, 1)), torch.float16,
              purpose="has running sums over K that pass fp16's largest value before they cancel: only an fp32 "
                      "accumulator holds them"),
-        Case("M=100 N=17 K=129 fp16, 32x16x32 tiles, GROUP_M=8 (one short group)",
-             dict(M=100, N=17, K=129, **_blocks(32, 16, 32, 8), first=3), torch.float16),
+        Case("M=100 N=17 K=129 fp16, 32x16x32 tiles, GROUP_M=8 (one short group), column-major C",
+             dict(M=100, N=17, K=129, c_t=True, **_blocks(32, 16, 32, 8), first=3), torch.float16,
+             purpose="writes C as a column-major view (stride_cm is 1, stride_cn is M): store C through stride_cm "
+                     "and stride_cn"),
         Case("M=50 N=66 K=48 bf16", dict(M=50, N=66, K=48, **_blocks(16, 32, 16, 2), first=4), torch.bfloat16,
              gpu_only=True),
     ] + pick(cpu=[], gpu=[
@@ -193,6 +197,38 @@ def _traffic_reference(inputs, case):
     return {"bytes": torch.tensor([float(traffic(*p)) for p in problems], dtype=torch.float64)}
 
 
+_TRAFFIC_MISTAKES = (
+    (lambda M, N, K, bm, bn, e: e * (math.ceil(N / bn) * M * K + math.ceil(M / bm) * K * N),
+     "C is missing: it is written once, M·N·elem_bytes bytes"),
+    (lambda M, N, K, bm, bn, e: e * ((N // bn) * M * K + (M // bm) * K * N + M * N),
+     "a partial tile is left out (N // block_n rounds down): the last tile row or column still reads its whole "
+     "strip, so round up (math.ceil, or (N + block_n - 1) // block_n)"),
+    (lambda M, N, K, bm, bn, e: e * (math.ceil(N / bn) * math.ceil(M / bm) * bm * K + math.ceil(M / bm)
+                                     * math.ceil(N / bn) * bn * K + M * N),
+     "masked lanes are counted: a partial tile moves only the elements inside the matrices, M·K per tile column "
+     "for A, not ceil(M / block_m)·block_m·K"),
+    (lambda M, N, K, bm, bn, e: math.ceil(N / bn) * M * K + math.ceil(M / bm) * K * N + M * N,
+     "that is elements, not bytes: multiply by elem_bytes"),
+    (lambda M, N, K, bm, bn, e: e * (math.ceil(M / bm) * M * K + math.ceil(N / bn) * K * N + M * N),
+     "A and B are swapped: A (M x K) is read once per tile column, ceil(N / block_n) times; B once per tile row"),
+)
+
+
+def _traffic_diagnose(inputs, got, case, ref):
+    """Names the first problem the answer gets wrong, and the mistake its number matches."""
+    problems = tile_problems(torch.Generator().manual_seed(inputs["seed"]), inputs["n"])
+    wrong = [i for i, (g, r) in enumerate(zip(got["bytes"].tolist(), ref["bytes"].tolist())) if g != r]
+    if not wrong:
+        return None
+    p = problems[wrong[0]]
+    call = "tile_traffic(M={}, N={}, K={}, block_m={}, block_n={}, elem_bytes={})".format(*p)
+    head = f"{call} returned {int(got['bytes'][wrong[0]])}, expected {traffic(*p)}"
+    for fn, why in _TRAFFIC_MISTAKES:
+        if all(got["bytes"][i].item() == fn(*problems[i]) for i in wrong):
+            return f"{head}: {why}"
+    return head
+
+
 TILE_TRAFFIC = Exercise(
     id="03_tiled_sram.tile_traffic",
     args=("function",),
@@ -201,6 +237,7 @@ TILE_TRAFFIC = Exercise(
     make_inputs=_traffic_inputs,
     run=_traffic_run,
     reference=_traffic_reference,
+    diagnose=_traffic_diagnose,
     tolerance=lambda case: 0.0,
     visible=[Case("40 random problems and tile shapes", dict(n=40))],
     points=(2, 0),
@@ -267,7 +304,7 @@ TILE_CHOICE = Exercise(
     description="tiles inside the H200's shared-memory and register budgets, >= 30 FLOP/byte without caching, and "
                 "on a GPU at least 40% of torch.matmul's speed at 4096^3 bf16",
     make_inputs=_choice_inputs,
-    outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype)},
+    outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype, (1, 0) if case.get("c_t") else None)},
     run=_choice_run,
     reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
     rule=_tiles_rule,

@@ -87,6 +87,7 @@ def build(entry: Entry) -> tuple:
     for kind, name in zip(ex.args, OBJECTS[entry.exercise]):
         if kind == "kernel":
             ks = provenance.from_cells([_PRELUDE, entry.source], name, twins=ex.twins)
+            engine.check_kernel_source(ex, ks.text)
             out.append(provenance.load(ks, interpret=INTERPRET))
         else:
             out.append(ns[name])

@@ -87,6 +87,14 @@ def tiled_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         acc += a * b.to(tl.float32)
     tl.store(c_ptr + m * stride_cm + offs_n * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=offs_n < N)
 ''', fault="not written|out of bounds|grouped ordering", why="the lesson's naive kernel (one row per program)"),
+    _tiled("c-row-major", "c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn",
+           "c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]", fault="stride_cm and stride_cn",
+           why="reads A and B through their strides but writes C as if it were always row-major"),
+    _tiled("dot-without-precision", "acc = tl.dot(a, b, acc, input_precision=PRECISION)", "acc = tl.dot(a, b, acc)",
+           fault="without input_precision",
+           why="the interpreter computes it in fp32 either way; on a GPU the fp32 'ieee' cases get TF32"),
+    _tiled("precision-positional", "acc = tl.dot(a, b, acc, input_precision=PRECISION)",
+           "acc = tl.dot(a, b, acc, PRECISION)", wrong=False, why="the precision as tl.dot's fourth argument"),
     _tiled("accumulate-plus-equals", "acc = tl.dot(a, b, acc, input_precision=PRECISION)",
            "acc += tl.dot(a, b, input_precision=PRECISION)", wrong=False, why="acc += tl.dot(...)"),
     _tiled("k-mask-by-index", _A_MASK, "mask=(offs_m[:, None] < M) & (k0 + offs_k[None, :] < K), other=0.0)",
@@ -125,11 +133,16 @@ TILE_TRAFFIC = [
     _traffic("true-division", "    return elem_bytes * (math.ceil(N / block_n) * M * K + math.ceil(M / block_m) * K * N"
              " + M * N) / 1\n", fault="return an int", why="a float result, even when it is whole"),
     _traffic("floor-tiles", "    return elem_bytes * ((N // block_n) * M * K + (M // block_m) * K * N + M * N)\n",
-             fault="values differ", why="counts only whole tiles"),
+             fault="a partial tile is left out", why="counts only whole tiles"),
     _traffic("no-output", "    return elem_bytes * (math.ceil(N / block_n) * M * K + math.ceil(M / block_m) * K * N)\n",
-             fault="values differ", why="forgets to write C"),
+             fault="C is missing", why="forgets to write C"),
     _traffic("swapped-reuse", "    return elem_bytes * (math.ceil(M / block_m) * M * K + math.ceil(N / block_n) * K * N"
-             " + M * N)\n", fault="values differ", why="A once per tile row, B once per tile column"),
+             " + M * N)\n", fault="A and B are swapped", why="A once per tile row, B once per tile column"),
+    _traffic("elements", "    return math.ceil(N / block_n) * M * K + math.ceil(M / block_m) * K * N + M * N\n",
+             fault="elements, not bytes", why="counts elements and forgets elem_bytes"),
+    _traffic("masked-lanes", "    tm, tn = math.ceil(M / block_m), math.ceil(N / block_n)\n"
+             "    return elem_bytes * (tn * tm * block_m * K + tm * tn * block_n * K + M * N)\n",
+             fault="masked lanes are counted", why="counts whole tiles, masked lanes included"),
     _traffic("integer-ceil", "    return elem_bytes * (-(-N // block_n) * M * K + -(-M // block_m) * K * N + M * N)\n",
              wrong=False, why="ceiling by negated floor division"),
     _traffic("solution", "    reads_a = math.ceil(N / block_n) * M * K\n    reads_b = math.ceil(M / block_m) * K * N\n"

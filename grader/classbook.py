@@ -18,7 +18,7 @@ import time
 
 from .results import CellResult, CheckResult, NotebookResult
 
-__all__ = ["load_results", "term_seed", "changes", "record_changes", "write_csv"]
+__all__ = ["load_results", "term_seed", "changes", "record_changes", "write_csv", "overrides", "gradebook_lines"]
 
 
 def _result(d: dict) -> NotebookResult:
@@ -104,6 +104,7 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     roster = kept_roster(root)
     students = sorted({s for s, _ in results} | set(roster.names if roster else []))
     penalties = _penalties(root)
+    by_hand = overrides(root)
     cells: dict[str, list[tuple[str, float]]] = {}
     for (_, lesson), r in sorted(results.items()):
         cells.setdefault(lesson, [])
@@ -121,10 +122,11 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
         for lesson in lessons:
             r = results.get((st, lesson))
             pen = penalties.get((st, lesson), 0.0)
-            by = {c.grade_id: c for c in r.cells} if r else {}
-            score = max(0.0, (r.score if r else 0.0) - pen)
+            points = {c.grade_id: c.score for c in r.cells} if r else {}
+            points.update(by_hand.get((st, lesson), {}))  # an instructor's score takes the place of the grader's
+            score = max(0.0, sum(points.values()) - pen)
             row += [f"{score:g}", f"{pen:g}"]
-            row += [f"{by[g].score:g}" if g in by else "0" for g, _ in cells.get(lesson, [])]
+            row += [f"{points.get(g, 0.0):g}" for g, _ in cells.get(lesson, [])]
             total += score
             maximum += sum(p for _, p in cells.get(lesson, []))
         rows.append(row + [f"{total:g}", f"{maximum:g}"])
@@ -136,11 +138,51 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def late_lines(root: pathlib.Path, results: list[NotebookResult]) -> list[str]:
+def overrides(root: pathlib.Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(student, lesson) -> {grade id: points} of every score set by hand in the gradebook (nbgrader's formgrader,
+    or ``manual_score`` in Python): it takes the place of the grader's in the CSV and the report."""
+    if not (root / "gradebook.db").exists():
+        return {}
+    from nbgrader.api import Gradebook
+
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+        for a in gb.assignments:
+            for sub in a.submissions:
+                for nb in sub.notebooks:
+                    for g in nb.grades:
+                        if g.manual_score is not None:
+                            out.setdefault((sub.student.id, a.name), {})[g.name] = float(g.manual_score)
+    return out
+
+
+def gradebook_lines(root: pathlib.Path, results: list[NotebookResult]) -> list[str]:
+    """What the gradebook changes in these results: scores set by hand, then late penalties (the grader's table
+    shows its own points; the gradebook, the feedback and the CSV hold these)."""
+    by_hand = overrides(root)
+    pen = _penalties(root)
+    out = []
+    for r in results:
+        mine = by_hand.get((r.student, r.lesson), {})
+        if mine:
+            cells = {c.grade_id: c.score for c in r.cells}
+            changed = ", ".join(f"{g} {cells.get(g, 0.0):g} -> {v:g}" for g, v in sorted(mine.items()))
+            total = sum({**cells, **mine}.values())
+            out.append(f"by hand: {r.student}/{r.lesson}: {changed} (set in the gradebook): "
+                       f"{max(0.0, total - pen.get((r.student, r.lesson), 0.0)):g}/{r.max_score:g} in the gradebook")
+    return out + [f"late: {line}" for line in late_lines(root, results, by_hand)]
+
+
+def late_lines(root: pathlib.Path, results: list[NotebookResult], by_hand: dict | None = None) -> list[str]:
     """What the gradebook takes off these results for lateness (the table shows the points before it)."""
     pen = _penalties(root)
+    by_hand = overrides(root) if by_hand is None else by_hand
+
+    def score(r):
+        return sum({**{c.grade_id: c.score for c in r.cells}, **by_hand.get((r.student, r.lesson), {})}.values())
+
     return [f"{r.student}/{r.lesson}: handed in late, {pen[(r.student, r.lesson)]:g} off: "
-            f"{max(0.0, r.score - pen[(r.student, r.lesson)]):g}/{r.max_score:g} in the gradebook"
+            f"{max(0.0, score(r) - pen[(r.student, r.lesson)]):g}/{r.max_score:g} in the gradebook"
             for r in results if pen.get((r.student, r.lesson))]
 
 

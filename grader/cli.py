@@ -84,7 +84,8 @@ def _collect(args) -> int:
                 continue
             word = sub.status.split(" ", 1)[0]
             counts[word] = counts.get(word, 0) + 1
-            notes = f"; {'; '.join(sub.notes)}" if sub.notes and sub.notes != ["not submitted"] else ""
+            notes = [n for n in sub.notes if n != "not submitted" and n not in sub.status]  # "kept" names them
+            notes = f"; {'; '.join(notes)}" if notes else ""
             print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
     print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
           + f"; earlier versions are kept under {workflow.backup_dir(root)}")
@@ -106,7 +107,7 @@ def _print_other_versions(subs) -> None:
 
 
 def _due(args) -> int:
-    from .late import parse_date, set_due
+    from .late import configured_plugin, parse_date, set_due
 
     root = _course(args)
     if not (root / "source" / args.lesson / f"{args.lesson}.ipynb").is_file():
@@ -119,7 +120,8 @@ def _due(args) -> int:
     if args.student and when is None:
         print("due --student needs a DATE", file=sys.stderr)
         return 2
-    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", args.lesson, when, args.student))
+    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", args.lesson, when, args.student,
+                  configured_plugin(root)))
     return 0
 
 
@@ -165,10 +167,10 @@ def _autograde(args) -> int:
                                                      "already_recorded": [f"{s}/{lsn}" for s, lsn in run["skipped"]]})
     for line in run["changes"]:
         print(f"  changed: {line}")
-    from .classbook import late_lines
+    from .classbook import gradebook_lines
 
-    for line in late_lines(root, rows):
-        print(f"  late: {line}")
+    for line in gradebook_lines(root, rows):
+        print(f"  {line}")
     for r in rows:  # the whole class: a flag stays on what was not graded again
         for n in r.notes:
             if n.startswith("flagged"):
@@ -228,7 +230,7 @@ def _export(args) -> int:
 
 def _report(args) -> int:
     from . import workflow
-    from .classbook import late_lines, load_results
+    from .classbook import gradebook_lines, load_results
     from .run import table
 
     root = _course(args)
@@ -241,8 +243,8 @@ def _report(args) -> int:
     rows = workflow.class_results(root, [], list(results), earlier=results)  # with what a later collect noted
     print(table(rows, mode=f"every submission graded this term (latest result of each); last run: "
                 f"{data.get('mode', '?')}, speed policy {data.get('speed_policy', '?')}, seed {data.get('seed', '?')}"))
-    for line in late_lines(root, rows):
-        print(f"  late: {line}")
+    for line in gradebook_lines(root, rows):
+        print(f"  {line}")
     _print_other_versions([(r.student, r.lesson, r) for r in rows])
     return 0
 

@@ -516,10 +516,10 @@ def main(args, root: pathlib.Path) -> int:
     print(out.seed_line)
     for line in out.changes:
         print(f"  changed: {line}")
-    from .classbook import late_lines
+    from .classbook import gradebook_lines
 
-    for line in late_lines(root, rows):
-        print(f"  late: {line}")
+    for line in gradebook_lines(root, rows):
+        print(f"  {line}")
     summary = {"mode": out.mode, "where": out.where, "seconds": time.time() - t0, "nbgrader_failures": out.failures,
                "executor": f"dask: {cluster.what}", "workers": out.workers, "worker_loss_retries": out.retries,
                "infrastructure_failures": [{"student": s, "lesson": lsn, "reason": why}

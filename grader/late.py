@@ -18,7 +18,7 @@ import math
 from nbgrader.plugins import LateSubmissionPlugin
 from traitlets import Float
 
-__all__ = ["PerDayPenalty", "penalty", "parse_date", "set_due"]
+__all__ = ["PerDayPenalty", "penalty", "parse_date", "set_due", "configured_plugin"]
 
 
 def penalty(score: float, seconds_late: float, percent_per_day: float, grace_hours: float = 0.0) -> float:
@@ -54,8 +54,53 @@ def parse_date(text: str) -> datetime.datetime:
     return when
 
 
-def set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: str | None = None) -> str:
-    """Record a lesson's due date (or, with ``student``, the extension that moves that student's to ``when``)."""
+def configured_plugin(root) -> PerDayPenalty:
+    """The course's late-penalty plugin, configured as ``nbgrader_config.py`` in ``root`` configures it."""
+    import pathlib
+
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = Config()
+    if (pathlib.Path(root) / "nbgrader_config.py").is_file():
+        cfg = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    return PerDayPenalty(config=cfg)
+
+
+def _reassess(gb, lesson: str, student: str | None, plugin: PerDayPenalty) -> list[str]:
+    """Late penalties of the lesson's graded submissions (one student's, with ``student``) recomputed against the
+    deadlines as they are now, as ``nbgrader autograde`` computes them: a due date or an extension set after grading
+    takes effect without a regrade. What changed, a line each."""
+    gb.db.expire_all()  # total_seconds_late is computed from the dates just written
+    out = []
+    for sub in gb.find_assignment(lesson).submissions:
+        if (student is not None and sub.student.id != student) or sub.timestamp is None:
+            continue
+        for nb in sub.notebooks:
+            before = float(nb.late_submission_penalty or 0.0)
+            now = plugin.late_submission_penalty(sub.student.id, nb.score, sub.total_seconds_late or 0.0) or 0.0
+            if abs(now - before) > 1e-9:
+                nb.late_submission_penalty = now or None
+                out.append(f"{sub.student.id}: late penalty {before:g} -> {now:g}")
+    gb.db.commit()
+    return out
+
+
+def set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: str | None = None,
+            plugin: PerDayPenalty | None = None) -> str:
+    """Record a lesson's due date (or, with ``student``, the extension that moves that student's to ``when``); with
+    ``plugin`` (:func:`configured_plugin`), recompute the late penalties of work already graded."""
+    msg = _set_due(db_url, lesson, when, student)
+    if plugin is None:
+        return msg
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        changed = _reassess(gb, lesson, student, plugin)
+    return "\n".join([msg] + [f"  {line}" for line in changed])
+
+
+def _set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: str | None = None) -> str:
     import os
     import sys
 

@@ -67,8 +67,10 @@ def apply_results(nb, result) -> None:
             cell["outputs"] = scored_outputs(by_id[gid])
         else:
             cell["outputs"] = []
-    head = [f"Graded {'on a GPU' if result.mode == 'gpu' else 'in the Triton interpreter (no GPU)'}; "
-            f"{result.score:g} of {result.max_score:g} points."] + [f"- {n}" for n in result.notes]
+    head = ([f"Graded {'on a GPU' if result.mode == 'gpu' else 'in the Triton interpreter (no GPU)'}; "
+            f"the checks gave {result.score:g} of {result.max_score:g} points (the score at the top of this page is "
+            "the gradebook's: it takes off any late penalty and holds any score your instructor set by hand)."]
+            + [f"- {n}" for n in result.notes])
     from nbformat.v4 import new_markdown_cell
 
     note = new_markdown_cell("**Grader:** " + "\n".join(head))

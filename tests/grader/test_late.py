@@ -85,3 +85,74 @@ def test_late_lines(tmp_path, capsys):
         path.write_text(json.dumps(r.as_dict(), default=str))
     assert main(["--course", str(tmp_path), "report"]) == 0
     assert "  late: dave/00_setup: handed in late, 0.8 off" in capsys.readouterr().out
+
+
+def test_a_score_set_by_hand_reaches_the_csv_and_the_report(tmp_path, capsys):
+    """An instructor's score in the gradebook (formgrader, or ``manual_score``) takes the place of the grader's in
+    the class CSV and the term's report, and the late penalty comes off it."""
+    import csv
+
+    from nbgrader.api import Gradebook
+
+    from grader import classbook
+    from grader.cli import main
+    from grader.grade import CellResult, NotebookResult
+    from grader.late import parse_date, set_due
+
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    set_due(db, "00_setup", parse_date("2026-12-01 23:59"))
+    with Gradebook(db) as gb:
+        gb.add_notebook("00_setup", "00_setup")
+        for gid in ("a", "b"):
+            gb.add_grade_cell(gid, "00_setup", "00_setup", max_score=4, cell_type="code")
+        for student, when in (("carol", "2026-12-02 12:00"), ("erin", "2026-12-01 10:00")):
+            gb.add_student(student)
+            gb.add_submission("00_setup", student, timestamp=parse_date(when))
+        gb.find_grade("a", "00_setup", "00_setup", "carol").manual_score = 3
+        gb.find_submission_notebook("00_setup", "00_setup", "carol").late_submission_penalty = 0.5
+        gb.db.commit()
+    for s, a in (("carol", 0), ("erin", 4)):
+        r = NotebookResult(s, "00_setup", [CellResult("a", 4, a), CellResult("b", 4, 4)])
+        path = tmp_path / "reports" / "results" / s / "00_setup.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r.as_dict(), default=str))
+    assert classbook.overrides(tmp_path) == {("carol", "00_setup"): {"a": 3.0}}
+    rows = {r["student"]: r for r in csv.DictReader(classbook.write_csv(tmp_path, tmp_path / "g.csv").open())}
+    assert rows["carol"]["00_setup"] == "6.5" and rows["carol"]["00_setup:a"] == "3"
+    assert rows["carol"]["00_setup late penalty"] == "0.5" and rows["erin"]["00_setup"] == "8"
+    assert main(["--course", str(tmp_path), "report"]) == 0
+    out = capsys.readouterr().out
+    assert "by hand: carol/00_setup: a 0 -> 3 (set in the gradebook): 6.5/8 in the gradebook" in out
+    assert "late: carol/00_setup: handed in late, 0.5 off: 6.5/8" in out
+
+
+def test_an_extension_granted_after_grading_takes_off_the_penalty(tmp_path):
+    """``due`` recomputes the penalties of work already graded: an extension (or a later class deadline) set after
+    autograde takes effect without a regrade, and an earlier deadline adds one."""
+    from nbgrader.api import Gradebook
+
+    from grader.late import configured_plugin, parse_date, set_due
+
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.PerDayPenalty.percent_per_day = 25.0\n")
+    plugin = configured_plugin(tmp_path)
+    assert plugin.percent_per_day == 25.0
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    set_due(db, "00_setup", parse_date("2026-12-01 23:59"))
+    with Gradebook(db) as gb:
+        gb.add_notebook("00_setup", "00_setup")
+        gb.add_grade_cell("a", "00_setup", "00_setup", max_score=8, cell_type="code")
+        for student in ("bob", "erin"):
+            gb.add_student(student)
+            gb.add_submission("00_setup", student, timestamp=parse_date("2026-12-03 10:00"))
+            gb.find_grade("a", "00_setup", "00_setup", student).auto_score = 8
+        for student in ("bob", "erin"):  # as autograde left them: two started days late, 50% off
+            gb.find_submission_notebook("00_setup", "00_setup", student).late_submission_penalty = 4.0
+        gb.db.commit()
+    msg = set_due(db, "00_setup", parse_date("2026-12-03 23:59"), student="bob", plugin=plugin)
+    assert msg.splitlines()[1:] == ["  bob: late penalty 4 -> 0"]
+    msg = set_due(db, "00_setup", parse_date("2026-12-02 23:59"), plugin=plugin)  # the class's moved a day later
+    assert msg.splitlines()[1:] == ["  erin: late penalty 4 -> 2"]
+    with Gradebook(db) as gb:
+        pens = {s: gb.find_submission_notebook("00_setup", "00_setup", s).late_submission_penalty
+                for s in ("bob", "erin")}
+    assert pens == {"bob": None, "erin": 2.0}

@@ -143,9 +143,9 @@ def _first_line(text: str) -> str:
     lines = text.strip().splitlines() or [""]
     problems = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ")]
     if not problems:
-        return lines[0][:240]
+        return lines[0][:320]
     case = re.search(r"on case '([^']*)'", lines[0])
-    return ((f"on {case.group(1)!r}: " if case else "") + problems[0])[:240]
+    return ((f"on {case.group(1)!r}: " if case else "") + problems[0])[:320]
 
 
 def _cached_check(namespace_check):

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 __all__ = ["KINDS", "Case", "Performance", "Exercise", "CheckFailed", "NotGradedHere", "register", "get",
-           "lesson_exercises", "settings_problem"]
+           "lesson_exercises", "settings_problem", "wrong_call"]
 
 #: What a student passes to ``check``, argument by argument:
 #: ``kernel`` a ``@triton.jit`` function defined at the top level of the notebook;
@@ -176,6 +176,22 @@ class Exercise:
         """Whether the check (``hidden`` or visible) has a part only a GPU can grade: a speed requirement, or a
         hidden rule that times on the GPU (``timed_hidden``)."""
         return self.performance is not None or (hidden and self.timed_hidden)
+
+
+def wrong_call(fn: str, params: tuple[str, ...], calls: Sequence[tuple], got: Sequence[float],
+               want: Sequence[float], mistakes: Sequence[tuple[Callable[..., float], str]] = ()) -> str | None:
+    """For a function exercise graded on many calls: the first call whose answer is wrong, written out
+    (``fn(M=.., N=..) returned X, expected Y``), and the first of ``mistakes`` (``(formula, why)``, each formula
+    taking a call's arguments) that gives every wrong answer, named. None when all are right."""
+    wrong = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    if not wrong:
+        return None
+    args = ", ".join(f"{p}={v}" for p, v in zip(params, calls[wrong[0]]))
+    head = f"{fn}({args}) returned {got[wrong[0]]:g}, expected {want[wrong[0]]:g}"
+    for formula, why in mistakes:
+        if all(got[i] == formula(*calls[i]) for i in wrong):
+            return f"{head}: {why}"
+    return head + f" ({len(wrong)} of {len(calls)} calls are wrong)"
 
 
 def settings_problem(name: str, value: Any, keys: tuple[str, ...]) -> str | None:

@@ -154,7 +154,11 @@ class TileExplorer(View):
         dist_b = len(set().union(*(la.elements(b, "load", pid=q) for q in first))) * la.tensors[b].itemsize
         mine_bytes = la.bytes(p)
         grouping = f"GROUP_M={GROUP_M}" if self.grouped else "row-major order"
-        return (self.note + f"{la.kernel}: grid {la.grid[:2]}, {len(programs)} programs, {la.steps(p)} k steps, "
+        stray = la.out_of_bounds
+        warn = (f"Warning: {sum(o.offsets.size for o in stray)} lanes of this launch fall outside their tensor "
+                f"(first: {stray[0]}); they are left out of the picture, and on a GPU they would read garbage or "
+                "fault: check your masks.\n") if stray else ""
+        return (warn + self.note + f"{la.kernel}: grid {la.grid[:2]}, {len(programs)} programs, {la.steps(p)} k steps, "
                 f"{grouping}. "
                 f"Program {pid} moves {mine_bytes[a]['load']} B of A, {mine_bytes[b]['load']} B of B, "
                 f"stores {mine_bytes[c]['store']} B of C.\n"

@@ -214,7 +214,8 @@ def test_the_score_names_what_failed(capsys):
     wrong = _notebook_function("def sector_bytes(n, stride, itemsize):\n    return n * itemsize\n", "sector_bytes")
     score = score_here("01_memory_hierarchy", {"sector_bytes": wrong}, show=False)
     line = next(ln for ln in score.lines if ln.cell == "check_sectors")
-    assert not line.passed and "values differ" in line.why and line.why.startswith("on 'a coalesced warp")
+    assert not line.passed and line.why.startswith("on 'a coalesced warp")
+    assert "sector_bytes(n=32, stride=8, itemsize=4) returned 128, expected 1024: that is the bytes asked for" in line.why
 
 
 @pytest.mark.slow

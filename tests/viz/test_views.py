@@ -241,3 +241,29 @@ def test_backward_sweeps_gradients_match_autograd():
     for part in ("dq", "dk", "dv"):
         err = float(view.caption.split(f"{part} ")[-1].split(",")[0].rstrip("."))
         assert err < 1e-12, view.caption
+
+
+def test_the_tile_explorer_warns_of_lanes_out_of_bounds():
+    """A learner's matmul without masks is traced as it is, with a warning naming the stray lanes above the
+    numbers; a masked one gets none."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def unmasked(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 PRECISION: tl.constexpr):
+        num_n = tl.cdiv(N, BLOCK_N)
+        rm = (tl.program_id(0) // num_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = (tl.program_id(0) % num_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk[None, :]) * stride_ak)
+            b = tl.load(b_ptr + (k0 + rk[:, None]) * stride_bk + rn[None, :] * stride_bn)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc)
+
+    view = viz.matmul_tile_explorer(unmasked)
+    assert "Warning:" in view.caption and "outside their tensor" in view.caption, view.caption
+    assert "Warning:" not in viz.tile_explorer().caption

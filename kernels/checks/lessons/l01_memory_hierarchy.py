@@ -6,7 +6,7 @@ import triton
 
 from ...device import ON_GPU, pick
 from ...testing import randn
-from ..spec import Case, CheckFailed, Exercise, Performance, register
+from ..spec import Case, CheckFailed, Exercise, Performance, register, wrong_call
 
 __all__ = ["COPY", "COPY_SPEED", "COLUMN", "SECTOR_BYTES"]
 
@@ -154,6 +154,26 @@ def _sector_reference(inputs, case):
     return {"bytes": torch.tensor([_sectors_reference(*r) for r in inputs["reads"]], dtype=torch.float64)}
 
 
+_SECTOR_MISTAKES = (
+    (lambda n, stride, itemsize: n * stride * itemsize, "that is the span n·stride·itemsize in bytes: a warp's loads "
+                                                       "move whole 32-byte sectors, so count the sectors the "
+                                                       "elements touch, 32 bytes each"),
+    (lambda n, stride, itemsize: n * itemsize, "that is the bytes asked for; a warp's loads move whole 32-byte "
+                                              "sectors: count the sectors the elements touch, 32 bytes each"),
+    (lambda n, stride, itemsize: 32 * n, "one sector per element: neighbouring elements closer than 32 bytes share "
+                                         "a sector, which moves once"),
+    (lambda n, stride, itemsize: 32 * -(-n * stride * itemsize // 32), "the whole span up to n·stride·itemsize: "
+                                                                       "the last element ends at (n-1)·stride·"
+                                                                       "itemsize + itemsize, and a sector no "
+                                                                       "element touches is not moved"),
+)
+
+
+def _sector_diagnose(inputs, got, case, ref):
+    return wrong_call("sector_bytes", ("n", "stride", "itemsize"), inputs["reads"], got["bytes"].tolist(),
+                      ref["bytes"].tolist(), _SECTOR_MISTAKES)
+
+
 SECTOR_BYTES = Exercise(
     id="01_memory_hierarchy.sector_bytes",
     args=("function",),
@@ -164,6 +184,7 @@ SECTOR_BYTES = Exercise(
     outputs=lambda case, inputs: {},
     run=_sector_run,
     reference=_sector_reference,
+    diagnose=_sector_diagnose,
     tolerance=lambda case: 0,
     visible=[Case("a coalesced warp, a stride-8 warp and 20 random reads",
                   dict(fixed=[(32, 1, 4), (32, 8, 4), (32, 2, 4)], count=20))],

@@ -13,7 +13,7 @@ import triton
 from ...device import pick
 from ...testing import guard_changed, guard_filled, randn
 from ..provenance import Recorder
-from ..spec import Case, CheckFailed, Exercise, Performance, register, settings_problem
+from ..spec import Case, CheckFailed, Exercise, Performance, register, settings_problem, wrong_call
 
 __all__ = ["TILED_MATMUL", "TILE_TRAFFIC", "TILE_CHOICE", "grouped_tile", "traffic", "tile_problems"]
 
@@ -217,16 +217,8 @@ _TRAFFIC_MISTAKES = (
 def _traffic_diagnose(inputs, got, case, ref):
     """Names the first problem the answer gets wrong, and the mistake its number matches."""
     problems = tile_problems(torch.Generator().manual_seed(inputs["seed"]), inputs["n"])
-    wrong = [i for i, (g, r) in enumerate(zip(got["bytes"].tolist(), ref["bytes"].tolist())) if g != r]
-    if not wrong:
-        return None
-    p = problems[wrong[0]]
-    call = "tile_traffic(M={}, N={}, K={}, block_m={}, block_n={}, elem_bytes={})".format(*p)
-    head = f"{call} returned {int(got['bytes'][wrong[0]])}, expected {traffic(*p)}"
-    for fn, why in _TRAFFIC_MISTAKES:
-        if all(got["bytes"][i].item() == fn(*problems[i]) for i in wrong):
-            return f"{head}: {why}"
-    return head
+    return wrong_call("tile_traffic", ("M", "N", "K", "block_m", "block_n", "elem_bytes"), problems,
+                      got["bytes"].tolist(), ref["bytes"].tolist(), _TRAFFIC_MISTAKES)
 
 
 TILE_TRAFFIC = Exercise(

@@ -151,11 +151,13 @@ def _sectors(name, body, **kw):
 
 
 SECTOR_BYTES = [
-    _sectors("no-rounding", "    return n * stride * itemsize\n", fault="values differ",
+    _sectors("no-rounding", "    return n * stride * itemsize\n", fault="the span n·stride·itemsize",
              why="counts the span, not the sectors"),
-    _sectors("every-element-a-sector", "    return 32 * n\n", fault="values differ",
+    _sectors("bytes-asked-for", "    return n * itemsize\n", fault="the bytes asked for",
+             why="the bytes the program asks for, as if memory moved single elements"),
+    _sectors("every-element-a-sector", "    return 32 * n\n", fault="one sector per element",
              why="right only once elements are at least 32 bytes apart"),
-    _sectors("span-rounded-up", "    return 32 * -(-(n * stride * itemsize) // 32)\n", fault="values differ",
+    _sectors("span-rounded-up", "    return 32 * -(-(n * stride * itemsize) // 32)\n", fault="the whole span",
              why="rounds the span up to sectors: counts sectors no element touches"),
     _sectors("float-result", "    if stride * itemsize >= 32:\n        return 32.0 * n\n"
              "    return 32 * math.ceil(((n - 1) * stride * itemsize + 1) / 32)\n", fault="expected an int",

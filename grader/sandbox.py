@@ -200,6 +200,11 @@ def _environment() -> list[str]:
     for p in (exe.parent, exe.resolve().parent):
         if not str(p).startswith("/usr/"):
             out.append(str(p))
+    prefix = pathlib.Path(sys.prefix)
+    if (prefix / "pyvenv.cfg").is_file() and prefix.resolve() != prefix:
+        # a virtualenv reached through a symlink (`.venv -> elsewhere`): Python finds its site-packages from
+        # pyvenv.cfg beside the interpreter's folder as it was started, so the link's path is bound whole too
+        out.append(str(prefix))
     # keep the outermost of nested folders only
     out = sorted(set(out), key=len)
     kept: list[str] = []

@@ -1,6 +1,7 @@
 """The sandbox: what student code in a worker can and cannot do, and how the grader stops it."""
 
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -323,6 +324,23 @@ def test_the_sandbox_never_binds_tmp_homes_or_the_checkouts_parents(monkeypatch)
         monkeypatch.syspath_prepend(p)
     env = _environment()
     assert not {tempfile.gettempdir(), str(ROOT.parent), str(pathlib.Path.home()), str(ROOT)} & set(env), env
+
+
+def test_a_virtualenv_reached_through_a_symlink_is_bound_under_the_link_s_path(tmp_path, monkeypatch):
+    """``.venv -> /elsewhere/.venv``: the interpreter started as ``.venv/bin/python`` finds its packages from
+    ``.venv/pyvenv.cfg``, so the link's own path is bound whole, not only its ``bin``."""
+    from grader.sandbox import _environment
+
+    real = tmp_path / "real-venv"
+    (real / "bin").mkdir(parents=True)
+    (real / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    link = tmp_path / "project" / ".venv"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    monkeypatch.setattr(sys, "prefix", str(link))
+    monkeypatch.setattr(sys, "executable", str(link / "bin" / "python"))
+    env = _environment()
+    assert str(link) in env and str(real) in env, env
 
 
 def test_the_grader_s_pythonpath_reaches_the_sandbox(request, monkeypatch):

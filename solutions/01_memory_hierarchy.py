@@ -164,7 +164,7 @@ for name, fn in [("yours", lambda: copy_kernel[(programs,)](x, out, n, BLOCK_SIZ
     try:
         ms = time_ms(fn)
     except Exception as e:  # the stub raises until the exercise is done
-        print(f"{name:>6}: not run ({type(e).__name__})")
+        print(f"{name:>6}: not run ({type(e).__name__}: finish exercise 1 first)")
         continue
     floor = f"  {moved / bandwidth * 1e3 / ms:5.2f} of the floor" if ON_GPU else ""
     print(f"{name:>6}: {ms:9.4f} ms  {moved / ms / 1e6:9.1f} GB/s{floor}")
@@ -182,8 +182,9 @@ for name, fn in [("yours", lambda: copy_kernel[(programs,)](x, out, n, BLOCK_SIZ
 # both sides can be held in both partitions at once, so data that every SM reads, as in this re-read, can take up
 # to twice its size in L2: somewhere between 30 and 60 MiB of *unique* data stays resident, and only a
 # measurement says where. On the project's H200 re-reads ran at L2 speed (7.6 TB/s) with 32 MiB and at HBM speed
-# (3.6 TB/s) with 64 MiB; the curve is sampled every 8 MiB between 16 and 128 MiB to show where in between the
-# cliff falls (on a GPU, the cell below measures it on yours). Plan on about 30 MiB of shared data, not 60.
+# (3.6 TB/s) with 64 MiB. On a GPU the cell below measures the curve on yours, every 8 MiB between 16 and
+# 128 MiB, to show where in between the cliff falls; without one it shows the H200's reference curve. Plan on
+# about 30 MiB of shared data, not 60.
 #
 # This is the single most useful fact for kernel design after the bandwidth itself: data that several programs
 # need should be reused *while it is still in L2* (grouped program order, lesson 03) or, better, while it is in
@@ -250,7 +251,8 @@ check("01_memory_hierarchy.column", column_kernel, hidden=True)
 # Before measuring, predict. Write `sector_bytes(n, stride, itemsize)`: the number of bytes the memory system
 # must deliver to read `n` elements of `itemsize` bytes (1, 2, 4 or 8) that lie `stride` elements apart, the
 # first at the start of a 32-byte sector. Count every sector that holds at least one of the elements, 32 bytes
-# each. (Pure Python: no kernel, no `kernels` package.)
+# each, and return an `int` (a whole number of bytes: `//` and `math.ceil` give ints, `/` gives a float). (Pure
+# Python: no kernel, no `kernels` package.)
 #
 # Two sanity checks: `sector_bytes(32, 1, 4) == 128` (one coalesced warp), and `sector_bytes(32, 8, 4) == 1024`
 # (every element in its own sector). The ratio `sector_bytes(n, s, 4) / (4·n)` is the factor by which a stride
@@ -320,6 +322,9 @@ except Exception as e:  # the stub raises until exercise 2 is done: time the pac
     who = "the package's strided gather"
 useful = []
 print(f"{who}, {m_out:,} fp32 elements per column")
+if not ON_GPU:
+    print("(in the interpreter these times are Python's, not the memory system's: the slowdowns mean nothing here, "
+          "and the widget below shows the H200's measured curve)")
 print(f"{'stride':>6} {'useful GB/s':>12} {'slowdown':>9} {'predicted':>10}")
 for s in strides:
     ms = time_ms(lambda s=s: read(s))
@@ -346,7 +351,7 @@ coalescing_view(measured)
 #
 # A GPU has more than one roof. The **tensor cores** multiply bf16 matrices (the H200: about 700 TFLOP/s,
 # ridge about 165 FLOP/byte); the ordinary **CUDA cores** do FP32 arithmetic element by element, at about
-# 50 TFLOP/s, so their ridge is about 12 FLOP/byte. A kernel's roof is the unit its arithmetic runs on: a
+# 50 TFLOP/s measured (67 on the spec sheet), so their ridge is about 12 FLOP/byte. A kernel's roof is the unit its arithmetic runs on: a
 # `tl.dot` on bf16 tiles meets the high one, a loop of `a·y + x` in fp32 the low one. The cell measures both
 # (torch's bf16 matmul, and its fp32 matmul, which uses the CUDA cores because torch leaves TF32 off) and the
 # copy bandwidth, and draws the two roofs over one memory slope.
@@ -382,7 +387,7 @@ for name, ridge in ridges.items():
     print(f"{name}: {rates[name] / 1e9:,.0f} GFLOP/s, ridge point {ridge:.1f} FLOP/byte at copy "
           f"{bandwidth / 1e9:,.1f} GB/s")
 if not ON_GPU:
-    print("(on the CPU torch multiplies in fp32 for both, so the two roofs coincide)")
+    print("(on the CPU both roofs are torch's matmuls on this CPU, timed once: they say nothing about a GPU)")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "bench_md", "locked": true, "schema_version": 3, "solution": false}
 # ## The package's memory benchmark
@@ -417,7 +422,8 @@ with tempfile.TemporaryDirectory() as tmp:
 # - A grid-stride loop decouples the number of programs from the size of the data.
 # - Memory moves in 32-byte sectors per warp: neighbouring threads should read neighbouring addresses. Reading
 #   with stride `s` moves `min(s, 32 / itemsize)` times the useful bytes through L2, and up to twice that from
-#   HBM, which is read in 64-byte pieces (stride 32 in fp32 measured 10.5× slower, not 8×).
+#   HBM, which is read in 64-byte pieces (a stride-32 fp32 column read and written measured 10.5× slower than a
+#   copy on the H200: 32-byte sectors predict 4.5×, 64-byte pieces 8.5×).
 # - Data reused while it fits in L2 is cheap; past the L2 size every re-read pays HBM again.
 # - The roofline `min(π, I·β)` says which resource bounds a kernel and how far it is from its limit.
 #

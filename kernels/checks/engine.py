@@ -9,6 +9,7 @@ seed, makes the inputs, computes the float64 reference and judges (:func:`case_i
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import math
 import os
@@ -117,7 +118,10 @@ def describe_case(ex: Exercise, case: Case, seed: int | None = None) -> str:
     params = ", ".join(f"{k}={v}" for k, v in case.params.items())
     dtype = str(case.dtype).replace("torch.", "")
     tail = f"; seed {seed}" if seed is not None else ""
-    return (f"case {case.label!r} ({params}{'; ' if params else ''}{dtype}, tolerance {tolerance(ex, case):.0e} "
+    tol = tolerance(ex, case)
+    if tol == 0 and ex.args == ("function",) and "kernel" not in ex.args:  # counts: exact, no dtype to speak of
+        return f"case {case.label!r} ({params}{'; ' if params else ''}exact answers{tail})"
+    return (f"case {case.label!r} ({params}{'; ' if params else ''}{dtype}, tolerance {tol:.0e} "
             f"[{_precision_name(case)}]{tail})")
 
 
@@ -806,6 +810,8 @@ def your_code_raised(kind: str, message) -> str:
 
 
 def _raised(e: BaseException) -> str:
+    if isinstance(e, CaseTooLong):
+        return str(e)
     text = your_code_raised(type(e).__name__, e)
     if any(f in str(e) for f in _CUDA_FAULTS):
         text += ("; the kernel touched memory outside its tensors on the GPU, and this process's CUDA context is "
@@ -940,8 +946,44 @@ class Plan:
         return out
 
 
+#: Seconds one case of a check may run in this process under the interpreter (``KERNELS_CASE_SECONDS``): the
+#: largest case of any lesson takes a few seconds there; a kernel still running after this never ends.
+CASE_SECONDS = float(os.environ.get("KERNELS_CASE_SECONDS", "180"))
+
+
+class CaseTooLong(Exception):
+    """A case ran past :data:`CASE_SECONDS` in the interpreter: a loop that never ends, most likely."""
+
+
+@contextlib.contextmanager
+def _case_time_limit(seconds: float):
+    """Interrupt the case after ``seconds`` (the interpreter runs a kernel's loops as Python, so an alarm stops
+    them); only in the main thread with no other SIGALRM handler, where Python lets signals in."""
+    import signal
+    import threading
+
+    if (not INTERPRET or seconds <= 0 or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CaseTooLong(f"the case ran for more than {seconds:g} s in the interpreter and was stopped: a loop that "
+                          "never ends? (a while loop whose condition never changes, a range whose step is 0 or "
+                          "negative); the largest case of a lesson takes a few seconds here")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _run_here(ex: Exercise, args: tuple, run: Run) -> tuple[dict, dict]:
-    outs, result = run_case(ex, args, run.case, run.inputs)
+    with _case_time_limit(CASE_SECONDS):
+        outs, result = run_case(ex, args, run.case, run.inputs)
     outs = {k: Poisoned(p.buffer.cpu(), p.out.cpu(), p.guard) for k, p in outs.items()}
     result = {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in result.items()}
     return outs, result

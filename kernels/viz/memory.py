@@ -22,6 +22,8 @@ _LINE = 128  # bytes: one cache line, four sectors
 
 
 def _mib(b: float) -> str:
+    if b >= 2**30:
+        return f"{b / 2**30:.3g} GiB"
     return f"{b / 2**20:.3g} MiB" if b >= 2**20 else f"{b / 2**10:.3g} KiB"
 
 

@@ -274,3 +274,26 @@ def test_nbgrader_validate_reads_a_graded_check_cell_as_passing(tmp_path):
     out = proc.stdout + proc.stderr
     assert "Success! Your notebook passes all the tests." in out, out[-3000:]
     assert "cannot be converted to a float" not in out, out[-3000:]
+
+
+@triton.jit
+def _never_ends(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    start = tl.program_id(0) * BLOCK
+    while start < n:  # start never moves
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs * stride, mask=offs < n), mask=offs < n)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter runs a kernel's loops as Python, which an alarm stops")
+def test_a_kernel_that_never_ends_is_stopped_with_a_message(monkeypatch):
+    import signal
+    import time
+
+    if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        pytest.skip("another SIGALRM handler is installed (pytest-timeout's signal method): the limit stands aside")
+    monkeypatch.setattr(engine, "CASE_SECONDS", 2)
+    t0 = time.time()
+    out = engine.grade_local(COPY, (_never_ends,), False)
+    assert not out.passed and "ran for more than 2 s" in out.message and "never ends" in out.message, out.message
+    assert time.time() - t0 < 30
+    assert engine.grade_local(COPY, (_good,), False).passed  # the alarm is off again

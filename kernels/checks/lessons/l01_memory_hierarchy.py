@@ -30,9 +30,20 @@ def _copy_outputs(case, inputs):
 _COPY_SIGNATURE = ("copy_kernel(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr), launched on grid (P,) "
                    "with P <= cdiv(n_elements, BLOCK_SIZE): a grid-stride loop")
 
-# what the copy's two exercises share: its signature, inputs, launch and oracle
+def _copy_traffic(found, case):
+    """Each element copied once: programs that copy the same blocks give the right output and do P times the
+    work (every program walking the whole array, or a loop stepping by one block instead of P)."""
+    n, stored = case["n"], found.stored("out")
+    if stored > n:
+        return (f"the programs stored {stored} elements of out for n_elements={n}: {stored - n} were written more than "
+                "once, so the programs copy the same blocks. Program p copies blocks p, p + P, p + 2P, ...: start at "
+                "pid · BLOCK_SIZE and step by tl.num_programs(0) · BLOCK_SIZE")
+    return None
+
+
+# what the copy's two exercises share: its signature, inputs, launch, oracle and traffic rule
 _COPY_KERNEL = dict(args=("kernel",), signature=_COPY_SIGNATURE, make_inputs=_copy_inputs, outputs=_copy_outputs,
-                    run=_copy_run, reference=lambda inputs, case: {"out": inputs["x"]})
+                    run=_copy_run, reference=lambda inputs, case: {"out": inputs["x"]}, traffic=_copy_traffic)
 
 COPY = Exercise(
     id="01_memory_hierarchy.copy",

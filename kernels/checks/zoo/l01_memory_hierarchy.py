@@ -46,13 +46,19 @@ COPY = [
           "        offs = start + tl.arange(0, BLOCK_SIZE)\n" + _MASKED,
           fault="not written", why="starts program p at element p instead of block p"),
     _copy("arange-256", _LOOP.replace("tl.arange(0, BLOCK_SIZE)", "tl.arange(0, 256)") + _MASKED,
-          fault="not written", why="256 lanes per block whatever BLOCK_SIZE is"),
+          fault="not written|written more than once", why="256 lanes per block whatever BLOCK_SIZE is"),
     _copy("mask-off-by-one", _LOOP + _MASKED.replace("offs < n_elements", "offs <= n_elements"),
           fault="out of bounds", why="`<=` copies one element past the end"),
     _copy("column-kernel", "    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)\n"
           "    mask = offs < n_elements\n"
           "    tl.store(out_ptr + offs, tl.load(x_ptr + offs * 2, mask=mask), mask=mask)\n",
           fault="not written|out of bounds|relative error", why="exercise 2's strided read, one block per program"),
+    _copy("every-program-copies-all", "    for start in range(0, n_elements, BLOCK_SIZE):\n"
+          "        offs = start + tl.arange(0, BLOCK_SIZE)\n" + _MASKED, fault="written more than once",
+          why="ignores its program id: every program copies the whole array, right but P times the work"),
+    _copy("steps-by-one-block", _LOOP.replace("range(pid * BLOCK_SIZE, n_elements, step)",
+                                              "range(pid * BLOCK_SIZE, n_elements, BLOCK_SIZE)") + _MASKED,
+          fault="written more than once", why="steps by one block, not P: program p copies from block p to the end"),
     _copy("masked-every-block", _LOOP + _MASKED, wrong=False,
           why="the mask on every block: correct, only slower on a GPU (the lesson's text says by how much)"),
     _copy("block-index-loop", "    nblocks = tl.cdiv(n_elements, BLOCK_SIZE)\n"
@@ -84,7 +90,7 @@ COPY_SPEED = [
           why="unmasked full blocks, one masked tail: near torch's copy on a GPU"),
     _copy("forgot-num-programs", _LOOP.replace("step = tl.num_programs(axis=0) * BLOCK_SIZE", "step = BLOCK_SIZE")
           + _FAST.format(full="start + BLOCK_SIZE <= n_elements"), exercise="01_memory_hierarchy.copy_speed",
-          where=("gpu",), fault="too slow",
+          fault="written more than once",
           why="steps one block, not the grid's width: right, but program p copies everything from block p on"),
     _copy("fast-path-off-by-one", _LOOP + _FAST.format(full="start + BLOCK_SIZE <= n_elements + 1"),
           exercise="01_memory_hierarchy.copy_speed", fault="out of bounds",

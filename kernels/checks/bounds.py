@@ -156,18 +156,18 @@ class _Bounds(_tracer._Recorder):
         return inside.reshape(addr.shape)
 
     def _owner(self, hits, active, addr, kind) -> int:
-        """The tensor most active lanes point into. With none: the tensor whose pointer parameter starts the
-        access's pointer expression in the source line (``tl.load(x_ptr + ...)``), else the one nearest to the
-        lanes' addresses."""
-        counts = [int((h & active).sum()) for h in hits]
-        if max(counts):
-            return int(np.argmax(counts))
+        """The tensor whose pointer parameter starts the access's pointer expression in the source line
+        (``tl.load(x_ptr + ...)``: lanes of it that land in another tensor are still outside x); else the tensor
+        most active lanes point into, else the one nearest to the lanes' addresses."""
         m = re.search(rf"\b{'load' if kind == 'load' else 'store' if kind == 'store' else 'atomic_[a-z]+'}\(\s*"
                       r"([A-Za-z_]\w*)", _where())
         if m:
             named = [i for i, r in enumerate(self.regions) if m.group(1).startswith(r.name.removesuffix("_ptr"))]
             if len(named) == 1:
                 return named[0]
+        counts = [int((h & active).sum()) for h in hits]
+        if max(counts):
+            return int(np.argmax(counts))
         lanes = addr[active] if active.any() else addr
         lo, hi = int(lanes.min()), int(lanes.max())
         gap = [max(r.lo - hi, lo - r.hi + 1, 0) for r in self.regions]

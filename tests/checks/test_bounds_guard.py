@@ -105,3 +105,13 @@ def test_a_notebook_kernel_survives_a_learners_stray_store():
     assert "OutOfBoundsError" in run.errors.get("c1", ""), run.errors
     assert "c2" not in run.errors
     assert "still alive" in "".join(o.get("text", "") for o in nb.cells[2].outputs)
+
+
+def test_a_load_through_x_that_lands_in_the_next_tensor_is_outside_x():
+    """``tl.load(x_ptr + ...)`` with offsets past x that land in the tensor stored right after it reads outside x:
+    the access is judged against the tensor its pointer expression names, not the one the addresses hit."""
+    buf = torch.randn(128)
+    x, y = buf[:64], buf[64:]
+    _, found = run_checked(lambda: _copy[(2,)](x, y, 64, 2, EXTRA=0, BLOCK=32), {x.data_ptr(): "x", y.data_ptr(): "y"})
+    text = " ".join(found.problems())
+    assert "past the end of `x`" in text and "`y`" not in text, text

@@ -10,6 +10,7 @@ an unused pointer and the scratch buffers; the hidden ones repeat them on other 
 
 import copy
 import math
+import re
 from types import SimpleNamespace
 
 import torch
@@ -317,6 +318,10 @@ def _refuses(fn, why, expect, m, sizes, tensors, scalars, *names):
             raise CheckFailed(f"build_launch raised {type(e).__name__} for {why}; expected {expect.__name__}") from None
         text = str(e)
         if names and not any(n in text for n in names):
+            if re.search(r"\bx\b.*65535|65535.*\bx\b", text):
+                raise CheckFailed(f"build_launch refused {why} with {text!r}: 65535 is the limit of grid y and z; "
+                                  "x goes up to 2**31 - 1. With the x limit right, this launch's real fault is the "
+                                  f"one to name ({' or '.join(names)})") from None
             raise CheckFailed(f"build_launch refused {why} with {text!r}, which does not say what is wrong "
                               f"(mention {' or '.join(names)})") from None
         return
@@ -338,6 +343,12 @@ def _bad_launches(fn, m, sizes, tensors, scalars):
     last = used[-1]["name"]
     _refuses(fn, f"a {last} one element too short", ValueError, m, sizes,
              {**tensors, last: tensors[last].flatten()[:-1]}, scalars, last)
+    t = tensors[first]
+    if t.device.type != "meta":  # a view one element in: the same size and dtype, off the 16 bytes assumed
+        shifted = torch.zeros(t.numel() + 16, dtype=t.dtype, device=t.device)[1:t.numel() + 1].view_as(t)
+        if shifted.data_ptr() % 16:
+            _refuses(fn, f"{first} starting {t.element_size()} bytes past a multiple of 16 (align 16)", ValueError, m,
+                     sizes, {**tensors, first: shifted}, scalars, first, "align", "16")
     if scalars:
         name = next(iter(scalars))
         _refuses(fn, f"no value for the scalar {name}", ValueError, m, sizes, tensors,

@@ -102,6 +102,8 @@ BUILD = '''def build_launch(manifest, sizes, tensors, scalars, alloc):
             need = evaluate(p["numel"], env)
             if t.numel() < need:
                 raise ValueError(f"{name} holds {t.numel()} elements; {p['numel']} = {need} needed")
+            if t.data_ptr() % p["align"]:
+                raise ValueError(f"{name} is not {p['align']}-byte aligned")
             args.append(("u64", t.data_ptr()))
         else:
             if p.get("value") is None:
@@ -158,11 +160,12 @@ BUILD_LAUNCH = [
            fault="refused a launch that fits", why="evaluates the grid without the constexprs: its own ValueError "
                                                    "on every launch"),
     _build("solution", wrong=False, why="the lesson's launch"),
-    _build("refuses-misaligned", '            args.append(("u64", t.data_ptr()))',
-           '            if t.data_ptr() % p["align"]:\n'
-           '                raise ValueError(f"{name} is not {p[\'align\']}-byte aligned")\n'
-           '            args.append(("u64", t.data_ptr()))', wrong=False,
-           why="refuses a pointer that breaks the alignment the kernel was compiled for"),
+    _build("no-alignment-check", '            if t.data_ptr() % p["align"]:\n'
+           '                raise ValueError(f"{name} is not {p[\'align\']}-byte aligned")\n', "", fault="accepted",
+           why="launches a tensor that starts off the 16 bytes the kernel was compiled to assume"),
+    _build("refuses-misaligned", '            if t.data_ptr() % p["align"]:',
+           '            if t.data_ptr() & (p["align"] - 1):', wrong=False,
+           why="the alignment test as a bit mask (align is a power of two)"),
     _build("refuses-strided", '            args.append(("u64", t.data_ptr()))',
            '            if not t.is_contiguous():\n'
            '                raise ValueError(f"{name} must be contiguous")\n'

@@ -286,3 +286,32 @@ def test_the_solutions_launcher_runs_the_exported_kernels_like_torch(tmp_path):
     result = run(rust=str(launcher), out=tmp_path, quick=True, launches=200, repeat=3)
     rust_rows = [r for r in result["cases"] if r["launcher"] == "rust"]
     assert rust_rows and all(r.get("ok") for r in rust_rows), rust_rows
+
+
+@pytest.mark.skipif(CARGO is None, reason="cargo is not installed (the crate needs cargo 1.7x or newer)")
+def test_a_launch_grid_that_never_returns_or_panics_is_named(tmp_path, monkeypatch):
+    """A launch_grid that loops forever is stopped (the test binary with cargo: nothing is left running) with a
+    message saying so; one that panics on bad input is told to return Err."""
+    import os
+
+    from kernels.export import rust_exercise
+
+    solution, _ = _lesson_rust()
+    monkeypatch.setattr(rust_exercise, "RUN_SECONDS", 5)
+    body = "pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> Result<[u32; 3], String> {\n"
+    assert body in solution
+    spin = solution.replace(body, body + "    if sizes.len() < 1000 { loop { std::hint::spin_loop(); } }\n")
+    out = rust_exercise.build_and_test(spin, tmp_path / "spin")
+    assert out.passed is False and "did not finish within 5 s" in out.message, out.message
+    left = []
+    for proc in pathlib.Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.readlink(proc / "cwd") == str(tmp_path / "spin"):
+                left.append(proc.name)
+        except OSError:
+            pass
+    assert not left, f"test processes left running: {left}"
+    panics = solution.replace(".ok_or(format!(\"missing size {name}\"))?", ".expect(\"missing size\")")
+    assert panics != solution
+    out = rust_exercise.build_and_test(panics, tmp_path / "panics")
+    assert out.passed is False and "your code panicked at src/lib.rs" in out.message, out.message

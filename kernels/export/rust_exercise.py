@@ -22,6 +22,7 @@ import pathlib
 import random
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -208,9 +209,18 @@ def build_and_test(source: str, out: pathlib.Path | str, *, timeout: float = 600
             if cases is not None:
                 (out / "graded-cases.txt").write_text("".join(f"{m}\t{','.join(f'{k}={v}' for k, v in s)}\n"
                                                               for m, s in cases))
-            proc = subprocess.run([exe, "test", "--offline", "--test", "grid"], cwd=out, env=_env(tdir, **extra),
-                                  capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+            cmd = [exe, "test", "--offline", "--test", "grid"]
+            built = _run_group(cmd + ["--no-run"], out, _env(tdir, **extra), timeout)
+            if built is None:
+                return RustResult(False, {}, f"cargo could not build the crate within {timeout:.0f} s")
+            if built.returncode != 0:
+                return RustResult(False, {}, _build_error(built.stderr, source))
+            proc = _run_group(cmd, out, _env(tdir, **extra), min(timeout, RUN_SECONDS))
+            if proc is None:
+                return RustResult(False, {}, f"the tests did not finish within {min(timeout, RUN_SECONDS):.0f} s and "
+                                             "were stopped: does launch_grid return on every path? (a loop that "
+                                             "never ends)")
+    except subprocess.TimeoutExpired:  # the lock: another build holds the folder
         return RustResult(False, {}, f"cargo test took longer than {timeout:.0f} s")
     text = proc.stdout + proc.stderr
     tests = {m.group(1): m.group(2) == "ok" for m in re.finditer(r"^test (\w+) \.\.\. (ok|FAILED)$", text, re.M)}
@@ -225,11 +235,38 @@ def build_and_test(source: str, out: pathlib.Path | str, *, timeout: float = 600
                       + "\n".join(f"{n}: {_panic_text(d)}" for n, d in detail), lines)
 
 
+#: Seconds the built tests may run: they take well under one; a ``launch_grid`` that never returns is stopped.
+RUN_SECONDS = 60
+
+
+def _run_group(cmd: list[str], cwd, env: dict, timeout: float):
+    """``cmd`` in a process group of its own, killed whole (the test binary too, which cargo does not stop) after
+    ``timeout`` seconds: its completed process, or None when it ran out of time."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def _panic_text(detail: str) -> str:
-    """The panic message of a failed test, without the thread line and the backtrace note."""
+    """The panic message of a failed test, without the thread line and the backtrace note; a panic inside the
+    learner's own code (``src/lib.rs``) is said to be one, since ``launch_grid`` must return ``Err`` instead."""
+    where = re.search(r"panicked at (src/lib\.rs:\d+)", detail)
     text = re.sub(r"^thread '.*?'.*? panicked at .*?:\n", "", detail.strip(), flags=re.M)
     text = re.sub(r"\nnote: run with `RUST_BACKTRACE=1`.*", "", text)
-    return text.strip()[-800:]
+    text = text.strip()[-800:]
+    if where:
+        return (f"your code panicked at {where.group(1)} ({text}): return Err(...) with the reason instead of "
+                "panicking (no unwrap or panic! on input the caller controls)")
+    return text
 
 
 # ---- the grader's cases ----------------------------------------------------------------------------------------

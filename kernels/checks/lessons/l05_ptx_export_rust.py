@@ -152,8 +152,9 @@ def _package():
 
 
 def _scratchy():
-    params = [_pointer("x_ptr", "fp32", "in", "n"), _pointer("out_ptr", "fp32", "out", "n"),
-              _pointer("lut_ptr", "fp32", "unused", "0"), _scalar("n", "i32", "n"),
+    # a scalar between pointers, as a kernel's signature may order them: the arguments follow the manifest
+    params = [_pointer("x_ptr", "fp32", "in", "n"), _scalar("n", "i32", "n"), _pointer("out_ptr", "fp32", "out", "n"),
+              _pointer("lut_ptr", "fp32", "unused", "0"),
               _scalar("rows", "i64", "cdiv(n, BLOCK) * BLOCK"), _scalar("tail", "u32", "n % BLOCK"),
               _scalar("alpha", "fp32", None)]
     return _base("scaled_copy", "scaled_copy_kernel", params, ["n"], ["cdiv(n, BLOCK)", "1", "1"],
@@ -396,7 +397,8 @@ def _special_refusals(fn, name):
 def _build_run(args, inputs, outputs, case):
     (fn,) = args
     m, sizes, scalars = _case_setup(case)
-    tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    # in the reverse of the manifest's order: the arguments must follow the manifest's params, not this dict
+    tensors = dict(reversed([(k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor)]))
     where = f"build_launch(<{m['kernel']} manifest>, {sizes}, ...)"
     alloc = _Alloc()
     try:

@@ -159,6 +159,14 @@ BUILD_LAUNCH = [
            "not isinstance(v, bool)}\n    env.update(sizes)\n", "    env = dict(sizes)\n",
            fault="refused a launch that fits", why="evaluates the grid without the constexprs: its own ValueError "
                                                    "on every launch"),
+    _build("pointers-in-dict-order", '''    args = []
+    for p in manifest["params"]:''', '''    args = [("u64", t.data_ptr()) for t in tensors.values()]
+    for p in manifest["params"]:''', "            args.append((\"u64\", t.data_ptr()))\n", "",
+           fault="args[", why="takes the pointers in the tensors dict's order, not the manifest's"),
+    _build("pointers-first", "            args.append((\"u64\", t.data_ptr()))\n",
+           "            pointers.append((\"u64\", t.data_ptr()))\n", "    args = []\n", "    args, pointers = [], []\n",
+           "    programs = grid[0] * grid[1] * grid[2]\n", "    args = pointers + args\n    programs = grid[0] * grid[1] * grid[2]\n",
+           fault="args[", why="every pointer first, then the scalars, whatever the manifest's order"),
     _build("solution", wrong=False, why="the lesson's launch"),
     _build("no-alignment-check", '            if t.data_ptr() % p["align"]:\n'
            '                raise ValueError(f"{name} is not {p[\'align\']}-byte aligned")\n', "", fault="accepted",

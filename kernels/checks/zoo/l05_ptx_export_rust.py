@@ -165,7 +165,8 @@ BUILD_LAUNCH = [
            fault="args[", why="takes the pointers in the tensors dict's order, not the manifest's"),
     _build("pointers-first", "            args.append((\"u64\", t.data_ptr()))\n",
            "            pointers.append((\"u64\", t.data_ptr()))\n", "    args = []\n", "    args, pointers = [], []\n",
-           "    programs = grid[0] * grid[1] * grid[2]\n", "    args = pointers + args\n    programs = grid[0] * grid[1] * grid[2]\n",
+           "    programs = grid[0] * grid[1] * grid[2]\n",
+           "    args = pointers + args\n    programs = grid[0] * grid[1] * grid[2]\n",
            fault="args[", why="every pointer first, then the scalars, whatever the manifest's order"),
     _build("solution", wrong=False, why="the lesson's launch"),
     _build("no-alignment-check", '            if t.data_ptr() % p["align"]:\n'

@@ -157,7 +157,8 @@ def _scratchy():
               _pointer("lut_ptr", "fp32", "unused", "0"),
               _scalar("rows", "i64", "cdiv(n, BLOCK) * BLOCK"), _scalar("tail", "u32", "n % BLOCK"),
               _scalar("alpha", "fp32", None)]
-    return _base("scaled_copy", "scaled_copy_kernel", params, ["n"], ["cdiv(n, BLOCK)", "1", "1"],
+    # two programs along y (a copy split in two halves of its rows, say): the scratch is per program, all of them
+    return _base("scaled_copy", "scaled_copy_kernel", params, ["n"], ["cdiv(n, BLOCK)", "2", "1"],
                  {"BLOCK": 256, "FAST": True}, ["n >= 1"], 64, 0, scratch=(96, 0))
 
 
@@ -435,7 +436,7 @@ BUILD_LAUNCH = Exercise(
         Case("your lesson-04 kernel, B=2 T=100 H=3 K=32 V=40", dict(manifest="yours", sizes=dict(B=2, T=100, H=3,
                                                                                                   K=32, V=40),
                                                                      scalars={"scale": 32 ** -0.5}, refusals=True)),
-        Case("a kernel with a global scratch buffer and an unused pointer, n=1000",
+        Case("a kernel with a global scratch buffer, a 2-D grid and an unused pointer, n=1000",
              dict(manifest="scratch", sizes=dict(n=1000), scalars={"alpha": 0.75}, refusals=True)),
     ],
     hidden=[

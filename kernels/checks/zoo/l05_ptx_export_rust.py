@@ -168,6 +168,8 @@ BUILD_LAUNCH = [
            "    programs = grid[0] * grid[1] * grid[2]\n",
            "    args = pointers + args\n    programs = grid[0] * grid[1] * grid[2]\n",
            fault="args[", why="every pointer first, then the scalars, whatever the manifest's order"),
+    _build("scratch-from-grid-x", "    programs = grid[0] * grid[1] * grid[2]\n", "    programs = grid[0]\n",
+           fault="alloc", why="counts the programs along x only"),
     _build("solution", wrong=False, why="the lesson's launch"),
     _build("no-alignment-check", '            if t.data_ptr() % p["align"]:\n'
            '                raise ValueError(f"{name} is not {p[\'align\']}-byte aligned")\n', "", fault="accepted",

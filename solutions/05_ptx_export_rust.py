@@ -671,6 +671,7 @@ else:
 # let f = module.load_function("chunked_attention_kernel")?;
 # let q = stream.clone_htod(&q_host)?;                  // Vec<half::bf16> -> device, same for k and v
 # let mut o = stream.alloc_zeros::<half::bf16>(b * t * h * v_dim)?;
+# // sizes checked small enough beforehand: exercise 3 shows why an unchecked `as u32` is a bug
 # let cfg = LaunchConfig { grid_dim: (v_dim.div_ceil(64) as u32, (b * h) as u32, 1),
 #                          block_dim: (128, 1, 1), shared_mem_bytes: shared };
 # let (t_, h_, k_, v_, scale) = (t as i32, h as i32, k_dim as i32, v_dim as i32, (k_dim as f32).powf(-0.5));

@@ -291,7 +291,9 @@ def export_here(spec: KernelSpec, out_dir: str | pathlib.Path, *, dtype: str | N
         "constexprs": {k: cx[k] for k, t in sig.items() if t == "constexpr"},
         "sizes": list(spec.sizes),
         "grid": grid,
-        "requires": list(spec.requires) + [f"({p['value']}) % 16 == 0" for p in params if p.get("multiple_of")],
+        # each condition once (four strides may share one value expression, `K`)
+        "requires": list(dict.fromkeys([*spec.requires, *(f"({p['value']}) % 16 == 0" for p in params
+                                                          if p.get("multiple_of"))])),
         "params": params,
         "scratch": [
             {"name": "global_scratch", "bytes_per_program": md.global_scratch_size,

@@ -28,8 +28,11 @@ def _flatten(obj, tensors: list, path: str):
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
         tensors.append(t.to("cpu").contiguous())
-        return {"__tensor__": len(tensors) - 1, "dtype": str(t.dtype).replace("torch.", ""),
+        head = {"__tensor__": len(tensors) - 1, "dtype": str(t.dtype).replace("torch.", ""),
                 "shape": list(t.shape), "stride": list(t.stride()) if t.is_contiguous() is False else None}
+        if t.numel() and t.data_ptr() % _ALIGN:  # a view off the allocator's alignment arrives as one (x[1:])
+            head["misalign"] = t.data_ptr() % _ALIGN
+        return head
     if isinstance(obj, dict):
         return {str(k): _flatten(v, tensors, f"{path}.{k}") for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -39,6 +42,25 @@ def _flatten(obj, tensors: list, path: str):
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     raise WireError(f"{path}: cannot send a {type(obj).__name__}")
+
+
+_ALIGN = 64  # bytes: torch's CPU allocator aligns every tensor to this; a tensor keeps its address modulo it
+
+
+def _placed(shape: list, stride: list, dtype, misalign: int) -> torch.Tensor:
+    """An empty tensor of ``shape`` and ``stride`` whose first element lies ``misalign`` bytes past a multiple of
+    :data:`_ALIGN`."""
+    k = misalign // torch.empty((), dtype=dtype).element_size()
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+    return torch.empty(extent + k, dtype=dtype).as_strided(shape, stride, k)
+
+
+def _contiguous(shape: list) -> list:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return out[::-1]
 
 
 def encode(message: dict) -> bytes:
@@ -64,14 +86,20 @@ def _rebuild(obj, blobs: list[bytes]):
             size = torch.empty((), dtype=dtype).element_size()
             if len(blobs[i]) != n * size:
                 raise WireError(f"tensor {i}: {len(blobs[i])} bytes for shape {shape} of {dtype}")
-            t = torch.frombuffer(bytearray(blobs[i]), dtype=dtype).reshape(shape) if n else \
+            # cloned into torch's own memory, aligned to 64 bytes: a bytearray's buffer need not be 16-aligned, and
+            # the tensor may reach code that requires it (lesson 05's launch refuses a misaligned pointer)
+            t = torch.frombuffer(bytearray(blobs[i]), dtype=dtype).clone().reshape(shape) if n else \
                 torch.empty(shape, dtype=dtype)
             stride = obj.get("stride")
+            misalign = obj.get("misalign") or 0
+            if not (isinstance(misalign, int) and 0 <= misalign < _ALIGN and misalign % size == 0):
+                raise WireError("bad tensor alignment")
             if stride:
                 if not (isinstance(stride, list) and len(stride) == len(shape)
                         and all(isinstance(s, int) and s >= 0 for s in stride)):
                     raise WireError("bad tensor strides")
-                out = torch.empty_strided(shape, stride, dtype=dtype)
+            if stride or (misalign and n):
+                out = _placed(shape, stride or _contiguous(shape), dtype, misalign if n else 0)
                 out.copy_(t)
                 return out
             return t

@@ -157,11 +157,13 @@ class _Bounds(_tracer._Recorder):
 
     def _owner(self, hits, active, addr, kind) -> int:
         """The tensor whose pointer parameter starts the access's pointer expression in the source line
-        (``tl.load(x_ptr + ...)``: lanes of it that land in another tensor are still outside x); else the tensor
-        most active lanes point into, else the one nearest to the lanes' addresses."""
-        m = re.search(rf"\b{'load' if kind == 'load' else 'store' if kind == 'store' else 'atomic_[a-z]+'}\(\s*"
-                      r"([A-Za-z_]\w*)", _where())
-        if m:
+        (``tl.load(x_ptr + ...)``, the line's only access of its kind: lanes of it that land in another tensor are
+        still outside x); else the tensor most active lanes point into, else the one nearest to the lanes'
+        addresses."""
+        call = rf"\b{'load' if kind == 'load' else 'store' if kind == 'store' else 'atomic_[a-z]+'}\(\s*"
+        line = _where()
+        m = re.search(call + r"([A-Za-z_]\w*)", line)
+        if m and len(re.findall(call, line)) == 1:  # a line of two loads names two pointers: the lanes decide
             named = [i for i, r in enumerate(self.regions) if m.group(1).startswith(r.name.removesuffix("_ptr"))]
             if len(named) == 1:
                 return named[0]

@@ -23,6 +23,14 @@ def test_wire_roundtrip_without_pickle():
             wire.decode(bad)
     with pytest.raises(wire.WireError):
         wire.encode({"f": object()})
+    buf = torch.zeros(40, dtype=torch.bfloat16)
+    for view in (buf[1:33], buf[3:35].view(4, 8).t(), torch.ones(5)):  # off by 2 and 6 bytes; aligned
+        back = wire.decode(wire.encode({"v": view}))["v"]
+        assert torch.equal(back, view) and back.stride() == view.stride()
+        assert back.data_ptr() % 64 == view.data_ptr() % 64, "a tensor keeps its address modulo 64 on the wire"
+    head = wire.encode({"v": buf[1:33]})
+    with pytest.raises(wire.WireError):
+        wire.decode(head.replace(b'"misalign": 2', b'"misalign": 3'))
 
 
 @pytest.fixture(scope="module")

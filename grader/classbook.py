@@ -103,8 +103,7 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     lessons = sorted(lessons)
     roster = kept_roster(root)
     students = sorted({s for s, _ in results} | set(roster.names if roster else []))
-    penalties = _penalties(root)
-    by_hand = overrides(root)
+    penalties, by_hand = _marks(root)
     cells: dict[str, list[tuple[str, float]]] = {}
     for (_, lesson), r in sorted(results.items()):
         cells.setdefault(lesson, [])
@@ -122,8 +121,7 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
         for lesson in lessons:
             r = results.get((st, lesson))
             pen = penalties.get((st, lesson), 0.0)
-            points = {c.grade_id: c.score for c in r.cells} if r else {}
-            points.update(by_hand.get((st, lesson), {}))  # an instructor's score takes the place of the grader's
+            points = _points(r, by_hand)  # an instructor's score takes the place of the grader's
             score = max(0.0, sum(points.values()) - pen)
             row += [f"{score:g}", f"{pen:g}"]
             row += [f"{points.get(g, 0.0):g}" for g, _ in cells.get(lesson, [])]
@@ -138,63 +136,63 @@ def write_csv(root: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def overrides(root: pathlib.Path) -> dict[tuple[str, str], dict[str, float]]:
-    """(student, lesson) -> {grade id: points} of every score set by hand in the gradebook (nbgrader's formgrader,
-    or ``manual_score`` in Python): it takes the place of the grader's in the CSV and the report."""
+def _marks(root: pathlib.Path) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], dict[str, float]]]:
+    """What the gradebook holds beside the grader's points, read in one pass: (student, lesson) -> its late
+    penalty, and (student, lesson) -> {grade id: points} of every score set by hand (nbgrader's formgrader, or
+    ``manual_score`` in Python), which takes the place of the grader's in the CSV and the report."""
     if not (root / "gradebook.db").exists():
-        return {}
+        return {}, {}
     from nbgrader.api import Gradebook
 
-    out: dict[tuple[str, str], dict[str, float]] = {}
+    penalties: dict[tuple[str, str], float] = {}
+    by_hand: dict[tuple[str, str], dict[str, float]] = {}
     with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
         for a in gb.assignments:
             for sub in a.submissions:
+                key = (sub.student.id, a.name)
+                if sub.late_submission_penalty:
+                    penalties[key] = float(sub.late_submission_penalty)
                 for nb in sub.notebooks:
                     for g in nb.grades:
                         if g.manual_score is not None:
-                            out.setdefault((sub.student.id, a.name), {})[g.name] = float(g.manual_score)
-    return out
+                            by_hand.setdefault(key, {})[g.name] = float(g.manual_score)
+    return penalties, by_hand
+
+
+def overrides(root: pathlib.Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(student, lesson) -> {grade id: points} of every score set by hand in the gradebook (:func:`_marks`)."""
+    return _marks(root)[1]
+
+
+def _points(r: NotebookResult | None, by_hand: dict) -> dict[str, float]:
+    """Grade id -> the points the gradebook holds for ``r``: the grader's, where no score was set by hand."""
+    if r is None:
+        return {}
+    return {**{c.grade_id: c.score for c in r.cells}, **by_hand.get((r.student, r.lesson), {})}
 
 
 def gradebook_lines(root: pathlib.Path, results: list[NotebookResult]) -> list[str]:
     """What the gradebook changes in these results: scores set by hand, then late penalties (the grader's table
     shows its own points; the gradebook, the feedback and the CSV hold these)."""
-    by_hand = overrides(root)
-    pen = _penalties(root)
+    pen, by_hand = _marks(root)
     out = []
     for r in results:
         mine = by_hand.get((r.student, r.lesson), {})
         if mine:
             cells = {c.grade_id: c.score for c in r.cells}
             changed = ", ".join(f"{g} {cells.get(g, 0.0):g} -> {v:g}" for g, v in sorted(mine.items()))
-            total = sum({**cells, **mine}.values())
+            total = sum(_points(r, by_hand).values())
             out.append(f"by hand: {r.student}/{r.lesson}: {changed} (set in the gradebook): "
                        f"{max(0.0, total - pen.get((r.student, r.lesson), 0.0)):g}/{r.max_score:g} in the gradebook")
-    return out + [f"late: {line}" for line in late_lines(root, results, by_hand)]
+    return out + [f"late: {line}" for line in _late(results, pen, by_hand)]
 
 
-def late_lines(root: pathlib.Path, results: list[NotebookResult], by_hand: dict | None = None) -> list[str]:
+def late_lines(root: pathlib.Path, results: list[NotebookResult]) -> list[str]:
     """What the gradebook takes off these results for lateness (the table shows the points before it)."""
-    pen = _penalties(root)
-    by_hand = overrides(root) if by_hand is None else by_hand
+    return _late(results, *_marks(root))
 
-    def score(r):
-        return sum({**{c.grade_id: c.score for c in r.cells}, **by_hand.get((r.student, r.lesson), {})}.values())
 
+def _late(results: list[NotebookResult], pen: dict, by_hand: dict) -> list[str]:
     return [f"{r.student}/{r.lesson}: handed in late, {pen[(r.student, r.lesson)]:g} off: "
-            f"{max(0.0, score(r) - pen[(r.student, r.lesson)]):g}/{r.max_score:g} in the gradebook"
-            for r in results if pen.get((r.student, r.lesson))]
-
-
-def _penalties(root: pathlib.Path) -> dict[tuple[str, str], float]:
-    if not (root / "gradebook.db").exists():
-        return {}
-    from nbgrader.api import Gradebook
-
-    out = {}
-    with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
-        for a in gb.assignments:
-            for sub in a.submissions:
-                if sub.late_submission_penalty:
-                    out[(sub.student.id, a.name)] = float(sub.late_submission_penalty)
-    return out
+            f"{max(0.0, sum(_points(r, by_hand).values()) - pen[(r.student, r.lesson)]):g}/{r.max_score:g} in the "
+            "gradebook" for r in results if pen.get((r.student, r.lesson))]

@@ -47,10 +47,10 @@ def _flatten(obj, tensors: list, path: str):
 _ALIGN = 64  # bytes: torch's CPU allocator aligns every tensor to this; a tensor keeps its address modulo it
 
 
-def _placed(shape: list, stride: list, dtype, misalign: int) -> torch.Tensor:
-    """An empty tensor of ``shape`` and ``stride`` whose first element lies ``misalign`` bytes past a multiple of
-    :data:`_ALIGN`."""
-    k = misalign // torch.empty((), dtype=dtype).element_size()
+def _placed(shape: list, stride: list, dtype, size: int, misalign: int) -> torch.Tensor:
+    """An empty tensor of ``shape`` and ``stride`` (elements of ``size`` bytes) whose first element lies
+    ``misalign`` bytes past a multiple of :data:`_ALIGN`."""
+    k = misalign // size
     extent = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
     return torch.empty(extent + k, dtype=dtype).as_strided(shape, stride, k)
 
@@ -99,7 +99,7 @@ def _rebuild(obj, blobs: list[bytes]):
                         and all(isinstance(s, int) and s >= 0 for s in stride)):
                     raise WireError("bad tensor strides")
             if stride or (misalign and n):
-                out = _placed(shape, stride or _contiguous(shape), dtype, misalign if n else 0)
+                out = _placed(shape, stride or _contiguous(shape), dtype, size, misalign if n else 0)
                 out.copy_(t)
                 return out
             return t

@@ -119,7 +119,7 @@ def describe_case(ex: Exercise, case: Case, seed: int | None = None) -> str:
     dtype = str(case.dtype).replace("torch.", "")
     tail = f"; seed {seed}" if seed is not None else ""
     tol = tolerance(ex, case)
-    if tol == 0 and ex.args == ("function",) and "kernel" not in ex.args:  # counts: exact, no dtype to speak of
+    if tol == 0 and ex.args == ("function",):  # a function of counts: exact, no dtype to speak of
         return f"case {case.label!r} ({params}{'; ' if params else ''}exact answers{tail})"
     return (f"case {case.label!r} ({params}{'; ' if params else ''}{dtype}, tolerance {tol:.0e} "
             f"[{_precision_name(case)}]{tail})")

@@ -201,34 +201,32 @@ def build_and_test(source: str, out: pathlib.Path | str, *, timeout: float = 600
     if cases is not None:
         extra = {"WORKBOOK_GRID_CASES": str(out / "graded-cases.txt"), "WORKBOOK_GRID_REPORT": str(report)}
     tdir = _target_dir(target)
-    try:
-        # written under the lock too: a source older than the last build in the folder would count as built
-        with _locked(tdir):
-            _write(source, out)
-            report.unlink(missing_ok=True)
-            if cases is not None:
-                (out / "graded-cases.txt").write_text("".join(f"{m}\t{','.join(f'{k}={v}' for k, v in s)}\n"
-                                                              for m, s in cases))
-            cmd = [exe, "test", "--offline", "--test", "grid"]
-            built = _run_group(cmd + ["--no-run"], out, _env(tdir, **extra), timeout)
-            if built is None:
-                return RustResult(False, {}, f"cargo could not build the crate within {timeout:.0f} s")
-            if built.returncode != 0:
-                return RustResult(False, {}, _build_error(built.stderr, source))
-            proc = _run_group(cmd, out, _env(tdir, **extra), min(timeout, RUN_SECONDS))
-            if proc is None:
-                return RustResult(False, {}, f"the tests did not finish within {min(timeout, RUN_SECONDS):.0f} s and "
-                                             "were stopped: does launch_grid return on every path? (a loop that "
-                                             "never ends)")
-    except subprocess.TimeoutExpired:  # the lock: another build holds the folder
-        return RustResult(False, {}, f"cargo test took longer than {timeout:.0f} s")
+    # written under the lock too: a source older than the last build in the folder would count as built
+    with _locked(tdir):
+        _write(source, out)
+        report.unlink(missing_ok=True)
+        if cases is not None:
+            (out / "graded-cases.txt").write_text("".join(f"{m}\t{','.join(f'{k}={v}' for k, v in s)}\n"
+                                                          for m, s in cases))
+        cmd = [exe, "test", "--offline", "--test", "grid"]
+        built = _run_group(cmd + ["--no-run"], out, _env(tdir, **extra), timeout)
+        if built is None:
+            return RustResult(False, {}, f"cargo could not build the crate within {timeout:.0f} s")
+        if built.returncode != 0:
+            return RustResult(False, {}, _build_error(built.stderr, source))
+        proc = _run_group(cmd, out, _env(tdir, **extra), min(timeout, RUN_SECONDS))
+        if proc is None:
+            return RustResult(False, {}, f"the tests did not finish within {min(timeout, RUN_SECONDS):.0f} s and "
+                                         "were stopped: does launch_grid return on every path? (a loop that "
+                                         "never ends)")
     text = proc.stdout + proc.stderr
     tests = {m.group(1): m.group(2) == "ok" for m in re.finditer(r"^test (\w+) \.\.\. (ok|FAILED)$", text, re.M)}
     lines = report.read_text().splitlines() if report.is_file() else None
     if proc.returncode == 0:
         return RustResult(True, tests, f"cargo test: {len(tests)} tests passed", lines)
-    if not tests:  # it did not build: the compiler's first error is the message
-        return RustResult(False, {}, _build_error(proc.stderr, source))
+    if not tests:  # built (checked above), yet no test reported: the test binary died before it could
+        return RustResult(False, {}, "the tests stopped before reporting any result (the test binary died: a stack "
+                                     "overflow, an abort?); what they printed:\n" + text.strip()[-3000:])
     failed = [name for name, ok in tests.items() if not ok]
     detail = re.findall(r"---- (\w+) stdout ----\n(.*?)(?=\n\n|\Z)", proc.stdout, re.S)
     return RustResult(False, tests, f"cargo test: {', '.join(failed)} failed\n"

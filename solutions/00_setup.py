@@ -101,6 +101,9 @@ print("vector sizes for this mode:", sizes("vector_add"))
 #    In the interpreter the setup cell's `guard_launches()` catches such an access before it happens: the
 #    stray lanes are switched off and the launch stops with an `OutOfBoundsError` naming the tensor and the
 #    line. On a GPU nothing stops it: the kernel dies with an illegal address or quietly overwrites other data.
+#    A masked-off lane of a load holds no defined value unless the load gives one (`other=0.0`). That is fine
+#    while the store uses the same mask, and wrong once such a lane feeds a sum or a dot (lesson 03). The checks
+#    read those lanes as NaN, so a kernel that uses them fails with a message naming the load.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex1_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Exercise 1 · Vector add (2 + 2 points)

@@ -87,7 +87,7 @@ ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
 # for each program (pid_m, pid_n):                 # one BM × BN tile of C, all programs in parallel
 #     acc = zeros(BM, BN) in fp32                  # lives in registers for the whole loop
 #     for k0 in 0, BK, 2·BK, … < K:
-#         a = A[pid_m·BM : +BM, k0 : k0+BK]        # load, masked past M and K (masked lanes read 0)
+#         a = A[pid_m·BM : +BM, k0 : k0+BK]        # load, masked past M and K, other=0 (else undefined)
 #         b = B[k0 : k0+BK, pid_n·BN : +BN]        # load, masked past K and N
 #         acc += a @ b                             # tl.dot: tensor cores, fp32 accumulate
 #     C[pid_m·BM : +BM, pid_n·BN : +BN] = acc      # cast to C's dtype, masked store

@@ -87,6 +87,19 @@ class Findings:
     strays: dict = field(default_factory=dict)  # (kind, tensor) -> Stray
     counts: dict = field(default_factory=dict)  # tensor -> {"load": n, "store": n, "atomic": n}
     launches: int = 0
+    undefined: dict = field(default_factory=dict)  # source line of a load without other= -> lanes masked off
+    nan_stored: bool = False  # a store wrote NaN
+
+    def undefined_lines(self) -> list[str]:
+        """Why a store wrote NaN although no input holds one: each load without ``other=`` that had lanes masked
+        off (they read NaN in the interpreter's checks; compiled, whatever the register held). Empty where no store
+        wrote NaN."""
+        if not self.nan_stored:
+            return []
+        return [f"`{src}` loads {n} masked-off lane(s) without `other=`: their values are undefined (on a GPU, "
+                "whatever the register held; here NaN), and they reached the output. Give the load an `other=` "
+                "(0.0 for a sum or a dot), or keep those lanes out of what you store"
+                for src, n in list(self.undefined.items())[:3]]
 
     def problems(self) -> list[str]:
         """One line per tensor and kind of access that went out of bounds, stores first."""
@@ -154,6 +167,13 @@ class _Bounds(_tracer._Recorder):
             offs = (flat_a[out].astype(np.int64) - np.int64(info.base)) // info.itemsize
             stray.add(offs, (self.pid, _where() if not stray.lanes else ""))
         return inside.reshape(addr.shape)
+
+    def stored_nan(self) -> None:
+        self.found.nan_stored = True
+
+    def undefined(self, lanes: int) -> None:
+        src = _where()
+        self.found.undefined[src] = self.found.undefined.get(src, 0) + lanes
 
     def _owner(self, hits, active, addr, kind) -> int:
         """The tensor whose pointer parameter starts the access's pointer expression in the source line

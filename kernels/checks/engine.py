@@ -43,6 +43,7 @@ __all__ = [
     "precheck",
     "PROBLEMS",
     "TRAFFIC",
+    "UNDEFINED",
     "PRECHECK_ELEMENTS",
     "verdict",
     "time_fresh",
@@ -235,6 +236,9 @@ PROBLEMS = "__problems__"
 #: ``result[TRAFFIC]``: why the memory traffic is not the exercise's (:attr:`Exercise.traffic`), reported only when
 #: the outputs are right (a wrong kernel gets the message about its outputs).
 TRAFFIC = "__traffic__"
+#: ``result[UNDEFINED]``: the loads without ``other=`` whose masked-off lanes read NaN in the interpreter
+#: (:meth:`kernels.checks.bounds.Findings.undefined_lines`), reported only where an output holds NaN.
+UNDEFINED = "__undefined__"
 #: Under a GPU, cases with at most this many input and output elements are first run in the interpreter, bounds
 #: checked (cheap at that size), so an out-of-bounds access is named before it can fault on the device.
 PRECHECK_ELEMENTS = 1 << 18
@@ -246,17 +250,21 @@ def _names(inputs: dict, outs: dict) -> dict[int, str]:
     return names
 
 
-def _checked(ex: Exercise, case: Case, launch, inputs: dict, outs: dict) -> tuple[object, list[str], list[str]]:
+def _checked(ex: Exercise, case: Case, launch, inputs: dict, outs: dict) -> tuple[object, list[str], dict]:
     """Run ``launch()`` in the interpreter with every access bounds-checked (:mod:`kernels.checks.bounds`) and bf16
     computed as a GPU does (:mod:`kernels.checks.interp`); return its result, the out-of-bounds accesses and the
-    traffic rule's objection (:attr:`Exercise.traffic`, asked only of a run that stayed in bounds)."""
+    notes for the verdict: the traffic rule's objection (:attr:`Exercise.traffic`, asked only of a run that stayed
+    in bounds) and the loads that read undefined lanes."""
     from . import bounds, interp
 
     with interp.bf16_fixed():
         result, found = bounds.run_checked(launch, _names(inputs, outs))
     problems = found.problems()
     why = ex.traffic(found, case) if ex.traffic is not None and not problems else None
-    return result, problems, [why] if why else []
+    notes = {TRAFFIC: [why]} if why else {}
+    if found.undefined_lines():
+        notes[UNDEFINED] = found.undefined_lines()
+    return result, problems, notes
 
 
 def _small(ex: Exercise, case: Case, cpu_inputs: dict) -> bool:
@@ -272,11 +280,11 @@ def precheck(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict) -> tuple[l
     inputs, _ = pad_inputs(cpu_inputs, "cpu")
     outs = alloc_outputs(ex, case, cpu_inputs, "cpu")
     try:
-        _, problems, traffic = _checked(ex, case, lambda: ex.run(args, inputs, {k: p.out for k, p in outs.items()},
-                                                                  case), inputs, outs)
+        _, problems, notes = _checked(ex, case, lambda: ex.run(args, inputs, {k: p.out for k, p in outs.items()},
+                                                                case), inputs, outs)
     except Exception:  # noqa: BLE001 (whatever the interpreter makes of the kernel, the GPU run decides)
         return [], []
-    return problems, traffic
+    return problems, notes.get(TRAFFIC, [])
 
 
 def _inputs_changed(cpu_inputs: dict, inputs: dict, buffers: dict[str, torch.Tensor]) -> list[str]:
@@ -313,9 +321,10 @@ def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=Non
     device = DEVICE if device is None else device
     kernels = "kernel" in ex.args
     interpreted = kernels and INTERPRET and torch.device(device).type == "cpu"
-    traffic = []
+    notes = {}
     if kernels and not interpreted and (check_first if check_first is not None else _small(ex, case, cpu_inputs)):
         problems, traffic = precheck(ex, args, case, cpu_inputs)
+        notes = {TRAFFIC: traffic} if traffic else {}
         if problems:
             return alloc_outputs(ex, case, cpu_inputs, device), {PROBLEMS: problems}
     inputs, buffers = _pad(cpu_inputs, device)
@@ -326,7 +335,7 @@ def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=Non
 
     try:
         if interpreted:
-            result, problems, traffic = _checked(ex, case, launch, inputs, outs)
+            result, problems, notes = _checked(ex, case, launch, inputs, outs)
         else:
             result, problems = launch(), []
             _sync()
@@ -338,7 +347,7 @@ def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=Non
         return outs, {PROBLEMS: problems}
     if result is not None and not isinstance(result, dict):
         raise CheckFailed(f"the exercise's run() returned a {type(result).__name__}, not a dict")
-    return outs, {**(result or {}), **({TRAFFIC: traffic} if traffic else {})}
+    return outs, {**(result or {}), **notes}
 
 
 # ---- judging -----------------------------------------------------------------------------------------------
@@ -427,8 +436,13 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
             if p.out.is_floating_point():
                 unwritten = torch.isnan(p.out)
                 if unwritten.any():
-                    problems.append(f"{name}: output not written: {int(unwritten.sum())} of {p.out.numel()} "
-                                    f"elements still hold the NaN poison, first at {_first(unwritten)}")
+                    if result.get(UNDEFINED):  # NaN from a store of the undefined lanes, or never written
+                        problems.append(f"{name}: {int(unwritten.sum())} of {p.out.numel()} elements are NaN, first "
+                                        f"at {_first(unwritten)}: computed from those undefined lanes, or never "
+                                        "written")
+                    else:
+                        problems.append(f"{name}: output not written: {int(unwritten.sum())} of {p.out.numel()} "
+                                        f"elements still hold the NaN poison, first at {_first(unwritten)}")
                     continue
             msg = _compare(name, p.out, want, tol, scale=ref.scale.get(name, 0.0))
         elif name in result:
@@ -455,6 +469,9 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
             problems.append(msg)
     if not problems and result.get(TRAFFIC):
         problems += [str(p) for p in result[TRAFFIC]]
+    if result.get(UNDEFINED) and any(isinstance(p.out, torch.Tensor) and p.out.is_floating_point()
+                                     and not torch.isfinite(p.out).all() for p in outs.values()):
+        problems = [str(p) for p in result[UNDEFINED]] + problems  # the cause first, then the NaN it left
     return problems
 
 

@@ -4,8 +4,10 @@
 runs the launch with the interpreter's builder wrapped: each masked load/store (plain pointers, block pointers
 and descriptors all end there) and each atomic is mapped back to the tensor argument whose address range holds
 its lanes. Unmasked lanes that fall outside that tensor are recorded as out of bounds and masked off before the
-access runs, so a wrong kernel is reported instead of corrupting memory. Works on a kernel defined in a notebook
-cell, unchanged; on a GPU machine a ``@triton.jit`` kernel is run through the interpreter on CPU copies.
+access runs, so a wrong kernel is reported instead of corrupting memory. The masked-off lanes of a float load
+without ``other=`` read NaN (compiled, they are undefined; the plain interpreter reads 0). Works on a kernel
+defined in a notebook cell, unchanged; on a GPU machine a ``@triton.jit`` kernel is run through the interpreter
+on CPU copies.
 """
 
 from __future__ import annotations
@@ -360,6 +362,12 @@ class _Recorder:
                                                          elem_off[oob], info.numel))
         return (flat_m & ok).reshape(shape)
 
+    def undefined(self, lanes: int) -> None:
+        """A load without ``other=`` left ``lanes`` lanes masked off (they read NaN, :func:`_undefined`)."""
+
+    def stored_nan(self) -> None:
+        """A store wrote NaN in one of its lanes."""
+
     def _owner(self, hits, active, addr) -> int:
         """The tensor most active lanes point into (else most lanes; else the nearest one below)."""
         for sel in (active, np.ones_like(active)):
@@ -368,6 +376,35 @@ class _Recorder:
                 return int(np.argmax(counts))
         below = [i for i, r in enumerate(self.regions) if r.lo <= int(addr.min())]
         return max(below, key=lambda i: self.regions[i].lo) if below else 0
+
+
+def _undefined(ptrs):
+    """What the masked-off lanes of a load without ``other=`` read under the hooks: NaN where the element type is a
+    float, so a kernel that lets them reach an output shows it. Compiled, such a lane is undefined (whatever the
+    register held, often 0, sometimes not); Triton's interpreter alone reads 0, which hides the mistake. Integer
+    lanes keep the interpreter's 0 (None)."""
+    ty = ptrs.get_element_ty()
+    if not ty.is_floating():
+        return None
+    np_dtype = np.dtype(_interp._get_np_dtype(ty))
+    if ty.is_bf16():  # the interpreter holds bf16 as its bits
+        nan = 0x7FC0
+    elif np_dtype.kind == "f":
+        nan = np.nan
+    else:  # fp8, held as bits too
+        return None
+    return _interp.TensorHandle(np.full(ptrs.data.shape, nan, dtype=np_dtype), ty)
+
+
+def _nan_lanes(value, active: np.ndarray) -> bool:
+    """Whether a store writes NaN in any of its ``active`` lanes."""
+    ty = value.get_element_ty()
+    if not ty.is_floating():
+        return False
+    data = np.broadcast_to(np.asarray(value.data), active.shape)[active]
+    if ty.is_bf16():
+        return bool(((data.view(np.uint16) & 0x7FFF) > 0x7F80).any())
+    return data.dtype.kind == "f" and bool(np.isnan(data).any())
 
 
 #: how many traced calls (:func:`_hooks`) are under way in this process: a launch inside one is recorded already
@@ -401,10 +438,16 @@ def _hooks(rec: _Recorder):
 
     def load(ptrs, mask, other, *a, **k):
         m = rec.access("load", ptrs, mask)
+        if other is None:
+            other = _undefined(ptrs)
+            if other is not None and not m.all():
+                rec.undefined(int(m.size - m.sum()))
         return orig_load(ptrs, _interp.TensorHandle(m, mask.dtype), other, *a, **k)
 
     def store(ptrs, value, mask, *a, **k):
         m = rec.access("store", ptrs, mask)
+        if _nan_lanes(value, m):
+            rec.stored_nan()
         return orig_store(ptrs, value, _interp.TensorHandle(m, mask.dtype), *a, **k)
 
     def rmw(op, ptr, val, mask, *a, **k):

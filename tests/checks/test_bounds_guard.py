@@ -115,3 +115,52 @@ def test_a_load_through_x_that_lands_in_the_next_tensor_is_outside_x():
     _, found = run_checked(lambda: _copy[(2,)](x, y, 64, 2, EXTRA=0, BLOCK=32), {x.data_ptr(): "x", y.data_ptr(): "y"})
     text = " ".join(found.problems())
     assert "past the end of `x`" in text and "`y`" not in text, text
+
+
+@triton.jit
+def _sum_rows(x_ptr, out_ptr, n, OTHER: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    if OTHER:
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    else:
+        x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr, tl.sum(x.to(tl.float32)))
+    tl.store(out_ptr + 1 + offs, x, mask=offs < n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_masked_off_lanes_without_other_read_nan_and_are_named(dtype):
+    """Compiled, the masked-off lanes of a load without ``other=`` hold whatever the register held; the plain
+    interpreter reads 0, hiding a sum over them. Checked, they read NaN, and the load is named once NaN is stored."""
+    n = 13
+    x = torch.randn(n).to(dtype)
+    for other in (True, False):
+        out = torch.full((n + 1,), float("nan"), dtype=torch.float32)
+        _, found = run_checked(lambda out=out, other=other: _sum_rows[(1,)](x, out, n, OTHER=other, BLOCK=16),
+                               {x.data_ptr(): "x"})
+        assert torch.equal(out[1:], x.float()), "the lanes inside the mask load as they are"
+        if other:
+            assert out[0].item() == pytest.approx(x.float().sum().item(), rel=1e-2)
+            assert not found.undefined and found.undefined_lines() == []
+        else:
+            assert out[0].isnan(), "a sum over undefined lanes"
+            assert list(found.undefined.values()) == [3]
+            (line,) = found.undefined_lines()
+            assert "tl.load(x_ptr + offs, mask=offs < n)" in line and "without `other=`" in line
+
+
+def test_undefined_lanes_that_no_store_keeps_are_not_named():
+    n = 13
+    x, out = torch.randn(n), torch.full((n + 1,), 5.0)
+    _, found = run_checked(lambda: _sum_rows[(1,)](x, out, n, OTHER=False, BLOCK=16))
+    assert found.undefined, "the load had masked-off lanes"
+    out2 = torch.full((n,), float("nan"))
+    _, found = run_checked(lambda: _copy_no_other[(1,)](x, out2, n, BLOCK=16))
+    assert found.undefined and not found.nan_stored and found.undefined_lines() == []
+    assert torch.equal(out2, x)
+
+
+@triton.jit
+def _copy_no_other(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)

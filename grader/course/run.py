@@ -53,6 +53,11 @@ def execute(nb, *, lesson: str, copy: str, cwd: pathlib.Path | None = None, cell
         where = str(cwd or tmp)
         client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                                 resources={"metadata": {"path": where}})
+        # the kernel talks to this process over Unix sockets in the private temporary folder, not over TCP on
+        # localhost (which ipykernel warns of, and any local user could connect to)
+        client.km = client.create_kernel_manager()
+        client.km.transport = "ipc"
+        client.km.ip = os.path.join(tmp, "kernel")
         # the kernel imports this checkout's `kernels`, installed or not
         pypath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import struct
 
 import torch
 
-__all__ = ["WireError", "TooLarge", "encode", "decode", "send_frame", "recv_frame", "DTYPES"]
+__all__ = ["WireError", "TooLarge", "encode", "decode", "send_frame", "recv_frame", "moved", "DTYPES"]
 
 DTYPES = {str(d).replace("torch.", ""): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
                                                      torch.int64, torch.int32, torch.int16, torch.int8,
@@ -47,12 +47,23 @@ def _flatten(obj, tensors: list, path: str):
 _ALIGN = 64  # bytes: torch's CPU allocator aligns every tensor to this; a tensor keeps its address modulo it
 
 
-def _placed(shape: list, stride: list, dtype, size: int, misalign: int) -> torch.Tensor:
+def _placed(shape: list, stride: list, dtype, size: int, misalign: int, device="cpu") -> torch.Tensor:
     """An empty tensor of ``shape`` and ``stride`` (elements of ``size`` bytes) whose first element lies
-    ``misalign`` bytes past a multiple of :data:`_ALIGN`."""
+    ``misalign`` bytes past a multiple of :data:`_ALIGN` (on ``device``, whose allocator aligns to it too)."""
     k = misalign // size
     extent = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
-    return torch.empty(extent + k, dtype=dtype).as_strided(shape, stride, k)
+    return torch.empty(extent + k, dtype=dtype, device=device).as_strided(shape, stride, k)
+
+
+def moved(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` copied to ``device`` with its strides and its address modulo :data:`_ALIGN` as they are: ``.to()``
+    would hand a view one element in (lesson 05's misaligned tensor) over as a fresh, aligned allocation."""
+    misalign = t.data_ptr() % _ALIGN if t.numel() else 0
+    if not misalign and t.is_contiguous():
+        return t.to(device, copy=True)
+    out = _placed(list(t.shape), list(t.stride()), t.dtype, t.element_size(), misalign, device)
+    out.copy_(t)
+    return out
 
 
 def _contiguous(shape: list) -> list:

@@ -387,7 +387,7 @@ def _incoming(obj, ch, ptrs):
     if isinstance(obj, dict):
         if "__cuda__" in obj or "__cpu__" in obj:
             t = obj.get("__cuda__", obj.get("__cpu__"))
-            t = t.to("cuda") if "__cuda__" in obj else t
+            t = wire.moved(t, "cuda") if "__cuda__" in obj else t  # a misaligned view stays one
             ptrs[t.data_ptr()] = int(obj["ptr"])
             return t
         if "__meta__" in obj:

@@ -33,6 +33,22 @@ def test_wire_roundtrip_without_pickle():
         wire.decode(head.replace(b'"misalign": 2', b'"misalign": 3'))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_tensor_moved_to_the_sandbox_device_keeps_its_layout_and_alignment(device):
+    """The notebook worker puts a tensor the grader holds on the GPU there too: a view one element in (lesson 05's
+    misaligned tensor, which build_launch must refuse) must not arrive as a fresh, aligned allocation."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    buf = torch.randn(80).to(torch.bfloat16)
+    for view in (buf[1:33], buf[3:35].view(4, 8).t(), buf[:32], buf[2:8].view(2, 3)):
+        sent = wire.decode(wire.encode({"v": view}))["v"]
+        back = wire.moved(sent, device)
+        assert back.device.type == device and back.data_ptr() != sent.data_ptr(), "a copy"
+        assert back.stride() == view.stride()
+        assert torch.equal(back.cpu(), view)
+        assert back.data_ptr() % 64 == view.data_ptr() % 64, (view.stride(), view.storage_offset())
+
+
 @pytest.fixture(scope="module")
 def cfg():
     box = SandboxConfig(mode="interpreter", memory_limit=1 << 30, output_cap=4096, shm_size=64 << 20)

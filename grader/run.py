@@ -64,7 +64,9 @@ class Progress:
                 sys.stderr.write(("\r" + line[:150].ljust(150)) if self.tty else line + "\n")
                 sys.stderr.flush()
 
-    def step(self, what: str, key: str | None = None) -> None:
+    def step(self, what: str, key: str | None = None, details: list[str] = ()) -> None:
+        """One more done; ``details`` (a submission's lost points) go under its line where stderr is a log, so a
+        batch cut off before its table still says why each finished submission lost what it lost."""
         with self.lock:
             self.running.pop(key or what, None)
             self.done += 1
@@ -79,7 +81,7 @@ class Progress:
                 if self.done == self.total:
                     sys.stderr.write("\n")
             else:
-                sys.stderr.write(line + "\n")
+                sys.stderr.write(line + "\n" + "".join(f"    {d}\n" for d in details))
             sys.stderr.flush()
 
 
@@ -120,7 +122,8 @@ def grade_class(grader: Grader, subs: list[Submission], sources: dict[str, dict]
                 free.put(slot)
             r.notes = list(sub.notes) + r.notes
         if bar:
-            bar.step(f"{key} {r.score:g}/{r.max_score:g}", key)
+            bar.step(f"{key} {r.score:g}/{r.max_score:g}", key,
+                     [f"{c.grade_id}: {c.gist(200)}" for c in r.cells if not c.passed])
         return r
 
     with ThreadPoolExecutor(max_workers=slots) as pool:

@@ -54,9 +54,10 @@ def test_live_line(capsys):
     bar.begin("alice/01_memory_hierarchy")
     time.sleep(0.7)
     bar.step("alice/01_memory_hierarchy 11/11", "alice/01_memory_hierarchy")
-    bar.step("bob/01 0/11")
+    bar.step("bob/01 0/11", details=["ex1-check: out of bounds"])
     err = capsys.readouterr().err
     assert "still running: alice/01_memory_hierarchy" in err
+    assert "bob/01 0/11\n    ex1-check: out of bounds\n" in err, "a log says why, as each submission finishes"
 
 
 def test_summary_line_says_what_is_wrong():

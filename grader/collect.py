@@ -134,8 +134,11 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
                                  f"{', '.join(older)}"]
             elif p.stem != lesson:
                 notes = notes + [f"found {lesson} under the name {p.name}"]
-            wrong = _other_lesson(nb, lesson, lessons) if nb is not None else ""
+            wrong, owner = _other_lesson(nb, lesson, lessons) if nb is not None else ("", None)
             if wrong:
+                if owner is not None and owner not in named:  # lesson 01 saved as 00_setup.ipynb: it is 01's
+                    wrong += f"; collected as {owner}"
+                    unmatched.append(p)
                 nb, notes = None, notes + [wrong]
             flag = flag_solutions(nb, lessons[lesson]) if nb is not None else ""
             if flag:
@@ -229,17 +232,22 @@ def flag_solutions(nb: dict, source: dict) -> str:
     return ""
 
 
-def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> str:
-    """Why a notebook named after ``lesson`` is not that lesson's notebook ("" if it may be)."""
+def _other_lesson(nb: dict, lesson: str, lessons: dict[str, dict]) -> tuple[str, str | None]:
+    """Why a notebook named after ``lesson`` is not that lesson's notebook ("" if it may be), and the lesson it is
+    (None if none clearly): one whose cells make up most of it, and it at least half of that lesson's cells (the
+    share by which collect places a notebook of any name)."""
     ids, want = grade_ids(nb), grade_ids(lessons[lesson])
     if not ids or not want:
-        return ""
+        return "", None
     unknown = ids - want
     if len(ids & want) >= 0.5 * min(len(want), len(ids)) or len(unknown) < len(ids) / 2:
-        return ""
+        return "", None
     best = max((x for x in lessons if x != lesson), key=lambda x: len(ids & grade_ids(lessons[x])), default=None)
-    which = f"; it is {best}'s" if best and len(ids & grade_ids(lessons[best])) > len(ids) / 2 else ""
-    return f"not the {lesson} notebook: {len(unknown)} of its {len(ids)} graded or locked cells are unknown{which}"
+    mine = len(ids & grade_ids(lessons[best])) if best else 0
+    which = f"; it is {best}'s" if mine > len(ids) / 2 else ""
+    owner = best if which and mine >= 0.5 * max(len(grade_ids(lessons[best])), 1) else None
+    return (f"not the {lesson} notebook: {len(unknown)} of its {len(ids)} graded or locked cells are unknown{which}",
+            owner)
 
 
 def _mtime(p: pathlib.Path) -> float | None:

@@ -396,3 +396,26 @@ def test_another_version_under_a_longer_name_is_named_not_graded(tmp_path, fixtu
     assert note in sub.notes
     extra = [n for s in workflow.submissions(root) for n in s.notes if n.startswith("ignored extra")]
     assert extra == ["ignored extra file(s): scratch.ipynb"]
+
+
+def test_a_lesson_saved_under_another_lessons_name_is_collected_as_its_own(tmp_path, fixture_source):
+    """Lesson 90's notebook saved as ``00_setup.ipynb`` (a learner's Save As slip) is 90's submission when no file
+    is named for 90; 00_setup is then missing, with a note saying where its name went. With a file named for 90
+    as well, nothing moves: 00_setup's file is only flagged."""
+    fx = "90_grader_fixture"
+    other = json.loads(json.dumps(fixture_source))
+    for i, cell in enumerate(other["cells"]):
+        cell.setdefault("metadata", {}).setdefault("nbgrader", {})["grade_id"] = f"other-{i}"
+    lessons = {fx: fixture_source, "00_setup": other}
+    d = tmp_path / "erin"
+    d.mkdir()
+    (d / "00_setup.ipynb").write_text(json.dumps(fixture_source))
+    subs = collect_student("erin", d, lessons)
+    assert subs[fx].notebook is not None and subs[fx].path.endswith("00_setup.ipynb")
+    assert any("found 90_grader_fixture under the name 00_setup.ipynb" in n for n in subs[fx].notes)
+    assert subs["00_setup"].notebook is None
+    assert subs["00_setup"].notes[-1].endswith(f"it is {fx}'s; collected as {fx}")
+    (d / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    subs = collect_student("erin", d, lessons)
+    assert subs[fx].path.endswith(f"{fx}.ipynb") and subs["00_setup"].notebook is None
+    assert subs["00_setup"].notes[-1].endswith(f"it is {fx}'s"), subs["00_setup"].notes

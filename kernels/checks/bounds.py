@@ -20,6 +20,7 @@ import linecache
 import os
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +29,7 @@ import triton.runtime.interpreter as _interp
 
 from ..viz import tracer as _tracer
 
-__all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "guard_launches"]
+__all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLanesWarning", "guard_launches"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
@@ -214,6 +215,11 @@ def run_checked(fn, names: dict[int, str] | None = None):
     return result, rec.found
 
 
+class UndefinedLanesWarning(UserWarning):
+    """A launch under :func:`guard_launches` stored NaN after a load without ``other=`` left lanes masked off
+    (they read NaN under the guard; compiled, whatever the register held)."""
+
+
 class OutOfBoundsError(RuntimeError):
     """A launch under :func:`guard_launches` reached memory outside its tensor arguments (those lanes did not run)."""
 
@@ -234,6 +240,9 @@ def _guarded_run(self, *args, **kwargs):
                                            "Those lanes were switched off, so nothing outside the tensors was "
                                            "touched; on a GPU such an access is an illegal address, or silently "
                                            "reads or overwrites other data."]))
+    for line in rec.found.undefined_lines():  # a NaN the learner would otherwise have to trace back alone
+        name = getattr(getattr(self, "fn", None), "__name__", "the kernel")
+        warnings.warn(f"{name}: {line}", UndefinedLanesWarning, stacklevel=2)
     return result
 
 
@@ -241,7 +250,9 @@ def guard_launches(on: bool = True) -> bool:
     """Bounds-check every kernel launch of this process under Triton's interpreter, as :func:`run_checked` does a
     check's: a load or store outside the launch's tensor arguments is switched off before it touches memory, and
     the launch then raises :class:`OutOfBoundsError` naming the tensor, the kind of access and the first program
-    and source line. A launch without such an access computes what it would unguarded (a little slower).
+    and source line. A launch without such an access computes what it would unguarded (a little slower), except
+    that the masked-off lanes of a float load without ``other=`` read NaN, as in the checks; where a store then
+    writes NaN, an :class:`UndefinedLanesWarning` names the load.
 
     The interpreter reads and writes raw host memory, so without this a masked-too-little store corrupts the heap
     and kills the notebook's kernel. Each lesson's setup cell calls it. ``on=False`` removes the guard. Compiled

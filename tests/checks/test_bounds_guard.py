@@ -1,12 +1,14 @@
 """``guard_launches`` (kernels/checks/bounds.py): a notebook's own launches under the interpreter are bounds-checked,
 so a learner's out-of-bounds store stops with an error naming it instead of corrupting the kernel's heap."""
 
+import warnings
+
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-from kernels.checks.bounds import OutOfBoundsError, guard_launches, run_checked
+from kernels.checks.bounds import OutOfBoundsError, UndefinedLanesWarning, guard_launches, run_checked
 from kernels.device import INTERPRET
 
 pytestmark = pytest.mark.skipif(not INTERPRET, reason="the guard hooks Triton's interpreter")
@@ -164,3 +166,16 @@ def test_undefined_lanes_that_no_store_keeps_are_not_named():
 def _copy_no_other(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_the_guard_warns_of_a_nan_stored_from_undefined_lanes(guard):
+    """In a notebook, a sum over lanes loaded without ``other=`` comes out NaN: the guard says which load."""
+    n = 13
+    x, out = torch.randn(n), torch.zeros(n + 1)
+    with pytest.warns(UndefinedLanesWarning, match=r"_sum_rows: `x = tl.load\(x_ptr \+ offs, mask=offs < n\)`"):
+        _sum_rows[(1,)](x, out, n, OTHER=False, BLOCK=16)
+    assert out[0].isnan()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _sum_rows[(1,)](x, out, n, OTHER=True, BLOCK=16)
+        _copy_no_other[(1,)](x, out, n, BLOCK=16)  # undefined lanes, never stored: nothing to say

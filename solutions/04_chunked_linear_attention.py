@@ -384,7 +384,10 @@ check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel, hidde
 # - **the tiles in flight**: per program, `Q_c` and `K_c` (`C × BK`) and `V_c` (`C × BV`) in shared memory, once
 #   per pipeline stage (`num_stages`), and the fp32 state (`BK × BV`) plus the `C × C` scores in registers,
 #   spread over `32 · num_warps` threads: an H200 block has 227 KiB of shared memory, a thread at most 255
-#   registers;
+#   registers. These are estimates: the compiler may stage more (an operand converted for `tl.dot` goes through
+#   shared memory too) or pipeline less, and needs registers for addresses and masks as well. The budget cell
+#   below also compiles your kernel for sm_90, no GPU needed, and prints what the compiler actually allocated;
+#   a block over 227 KiB fails to launch on a GPU, and spills (registers sent to local memory) are slow;
 # - **the programs**: `⌈V/BV⌉ · B · H` of them (128 at `BV = 64`) on 132 SMs.
 #
 # Set `CHUNK = dict(BT=…, BV=…, num_warps=…, num_stages=…)` (`BT`, `BV` of 16, 32, 64 or 128) and justify it in
@@ -395,9 +398,10 @@ check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel, hidde
 # %% nbgrader={"grade": false, "grade_id": "ex3-chunk", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
 # C = 64: a chain of 256 chunks instead of 1024 at C = 16, for 98 KFLOP per token instead of 73 (the tensor cores
-# still wait on memory). Two stages of 64 x 128 Q and K tiles and a 64 x 64 V tile are 80 KiB of shared memory;
-# the 128 x 64 fp32 state and the 64 x 64 scores are 96 registers per thread with 4 warps. BV = 64 keeps
-# 128 programs, about one per SM. BT = 128 would square the scores (128 per thread) and spill.
+# still wait on memory). Two stages of 64 x 128 Q and K tiles and a 64 x 64 V tile are 80 KiB of shared memory
+# by the estimate, 96 KiB as compiled (the state's bf16 copy for the dot is staged there too); the 128 x 64 fp32
+# state and the 64 x 64 scores are 96 registers per thread with 4 warps, 206 in all as compiled, no spills.
+# BV = 64 keeps 128 programs, about one per SM. BT = BV = 128 with three stages would need 320 KiB and spill.
 CHUNK = dict(BT=64, BV=64, num_warps=4, num_stages=2)
 ### END SOLUTION
 
@@ -408,14 +412,37 @@ def chunk_budget(c, T=16384, B=4, H=16, K=128, V=128, e=2):
     smem = c["num_stages"] * (2 * c["BT"] * BK + c["BT"] * c["BV"]) * e
     regs = (BK * c["BV"] + c["BT"] * c["BT"]) / (32 * c["num_warps"])
     print(f"BT={c['BT']}: a chain of {-(-T // c['BT'])} chunks; {2 * c['BT'] * (K + V) + 4 * K * V:,} FLOP per "
-          f"token; {smem / 1024:.0f} KiB of shared memory of 227; state and scores {regs:.0f} fp32 registers per "
-          f"thread of 255; {-(-V // c['BV']) * B * H} programs on 132 SMs")
+          f"token; estimated: {smem / 1024:.0f} KiB of shared memory of 227, state and scores {regs:.0f} fp32 "
+          f"registers per thread of 255; {-(-V // c['BV']) * B * H} programs on 132 SMs")
+
+
+def compiled_budget(c, T=16384, B=4, H=16, K=128, V=128):
+    """What the compiler for sm_90 (H100/H200) allocates for your kernel at the capstone's size with ``c``."""
+    from kernels.profile.compiler import compile_kernel  # lesson 06 shows more of what it reports
+
+    q = torch.empty(B, T, H, K, dtype=torch.bfloat16, device="meta")  # shapes and strides only, no memory
+    o = torch.empty(B, T, H, V, dtype=torch.bfloat16, device="meta")
+    strides = [*q.stride()[:3], *q.stride()[:3], *o.stride()[:3], *o.stride()[:3]]
+    got = compile_kernel(chunked_attention_kernel, (q, q, o, o, T, H, K, V, K ** -0.5, *strides),
+                         num_warps=c["num_warps"], num_stages=c["num_stages"], BT=c["BT"],
+                         BK=max(16, triton.next_power_of_2(K)), BV=c["BV"], PRECISION="ieee")
+    print(f"compiled for sm_90: {got.shared / 1024:.0f} KiB of shared memory, {got.registers} registers per "
+          f"thread, {got.spills} bytes of spills")
+    if got.shared > 227 * 1024:
+        print("  more shared memory than a block may have (227 KiB): this launch fails on a GPU")
+    if got.spills:
+        print("  it spills: registers go to local memory and back, which is slow")
 
 
 try:
     chunk_budget(CHUNK)
+    compiled_budget(CHUNK)
 except NameError:
     print("set CHUNK first")
+except KeyError as e:
+    print(f"CHUNK needs the keys BT, BV, num_warps and num_stages (missing {e})")
+except Exception as e:  # noqa: BLE001 (the kernel does not compile yet: its check says why)
+    print(f"your kernel does not compile for sm_90 yet: {str(e).strip().splitlines()[-1][:300]}")
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-speed", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("04_chunked_linear_attention.chunked_speed", CHUNK, chunked_attention_kernel)

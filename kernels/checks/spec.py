@@ -27,7 +27,11 @@ KINDS = ("kernel", "function", "value")
 
 
 class CheckFailed(AssertionError):
-    """A check did not pass; the message says what to fix."""
+    """A check did not pass; the message says what to fix. In a notebook it shows as the message alone: the
+    frames of the check's own code above it are nothing a learner can act on."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for how an exception is shown
+        return [f"{type(self).__name__}: {self}"]
 
 
 class NotGradedHere(Exception):

@@ -34,6 +34,66 @@ def intra_chunk(q, k, v, scale, chunk):
     return o
 
 
+def _variant(q, k, v, scale, chunk, *, mask="causal", carry=True, state_first=False, scaled="both"):
+    """The chunked forward in float64 with one mistake: the in-chunk ``mask`` ("causal", "strict": without the
+    diagonal, "none"), the state not carried (``carry``) or updated before the chunk's output uses it
+    (``state_first``), the scale on ``scaled`` ("both", "intra", "inter" or "none" of the two terms)."""
+    q, k, v = (x.double() for x in (q, k, v))
+    B, T, H, K = q.shape
+    S = q.new_zeros(B, H, K, v.shape[-1])
+    o = q.new_zeros(*v.shape)
+    a = scale if scaled in ("both", "inter") else 1.0
+    b = scale if scaled in ("both", "intra") else 1.0
+    for t0 in range(0, T, chunk):
+        qc, kc, vc = (x[:, t0:t0 + chunk] for x in (q, k, v))
+        s = torch.einsum("bthk,bshk->bhts", qc, kc)
+        s = s.tril() if mask == "causal" else s.tril(-1) if mask == "strict" else s
+        if carry and state_first:
+            S = S + torch.einsum("bthk,bthv->bhkv", kc, vc)
+        o[:, t0:t0 + chunk] = a * torch.einsum("bthk,bhkv->bthv", qc, S) + b * torch.einsum("bhts,bshv->bthv", s, vc)
+        if carry and not state_first:
+            S = S + torch.einsum("bthk,bthv->bhkv", kc, vc)
+    return o
+
+
+#: The mistakes :func:`_diagnose` tries: :func:`_variant`'s flags, and what to say.
+_MISTAKES = [
+    (dict(mask="none"), "no causal mask inside a chunk: each token also sees the later tokens of its chunk"),
+    (dict(mask="strict"), "the causal mask leaves out the diagonal: each token misses its own key and value "
+                          "(keep t >= s)"),
+    (dict(carry=False), "the state is never carried from one chunk to the next: only the in-chunk term is there"),
+    (dict(state_first=True), "the state takes in a chunk before that chunk's output uses it, so each chunk's own "
+                             "keys and values are counted twice: compute o from the state first, then update it"),
+    (dict(scaled="none"), "the scale is never applied"),
+    (dict(scaled="intra"), "only the in-chunk term is scaled, not the term from the state"),
+    (dict(scaled="inter"), "only the term from the state is scaled, not the in-chunk term"),
+]
+
+
+def _diagnose(chunk_of, carried: bool):
+    """An :attr:`Exercise.diagnose` naming the mistake whose output ``o`` matches the answer's far better than the
+    right one does, at the case's chunk size (``chunk_of(case)``); ``carried``: the exercise carries a state."""
+
+    def diagnose(inputs, got, case, ref):
+        o, want = got.get("o"), ref.get("o")
+        if o is None or want is None:
+            return None
+        off = (o - want.double()).norm()
+        for flags, why in _MISTAKES:
+            if not carried and ("carry" in flags or "state_first" in flags or flags.get("scaled") in ("intra",
+                                                                                                         "inter")):
+                continue
+            wrong = _variant(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], chunk_of(case),
+                             carry=carried and flags.get("carry", True),
+                             **{k: v for k, v in flags.items() if k != "carry"})
+            miss = (o - wrong).norm()
+            if miss <= 0.25 * off and miss <= 2e-2 * max(wrong.norm(), 1e-30):
+                return f"o: {why}"
+        return None
+
+    return diagnose
+
+
 def _tensor(layout, B, T, H, D, dt, gen):
     """One [B, T, H, D] input in the given storage: ``contiguous``; ``wide``, a view of a [B, T, H, D + 5] buffer
     (its own t and h strides); ``heads``, [B, H, T, D] storage seen as [B, T, H, D]."""
@@ -150,6 +210,7 @@ CHUNKED_TORCH = Exercise(
     ],
     points=(3, 2),
     forbid=("fla",),
+    diagnose=_diagnose(lambda case: case["chunk"], carried=True),
 )
 
 
@@ -244,6 +305,7 @@ INTRA_CHUNK = Exercise(
     visible=_cases(False),
     hidden=_cases(True),
     points=(3, 2),
+    diagnose=_diagnose(lambda case: case["BT"], carried=False),
 )
 
 CHUNKED_FWD = Exercise(
@@ -259,6 +321,7 @@ CHUNKED_FWD = Exercise(
     visible=_cases(False),
     hidden=_cases(True),
     points=(4, 3),
+    diagnose=_diagnose(lambda case: case["BT"], carried=True),
 )
 
 

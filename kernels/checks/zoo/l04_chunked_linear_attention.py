@@ -37,20 +37,20 @@ CHUNKED_TORCH = [
     scores = torch.einsum("bthk,bshk->bhts", q, k).tril()
     return scale * torch.einsum("bhts,bshv->bthv", scores, v)
 ''', fault="quadratic", why="causal attention without the softmax, as one T x T product"),
-    _torch("not-causal-in-chunk", ".tril()", "", fault="relative error", why="forgets the causal mask in a chunk"),
-    _torch("state-never-carried", "        state = state + kc.transpose(-1, -2) @ vc\n", "", fault="relative error",
+    _torch("not-causal-in-chunk", ".tril()", "", fault="no causal mask", why="forgets the causal mask in a chunk"),
+    _torch("state-never-carried", "        state = state + kc.transpose(-1, -2) @ vc\n", "", fault="never carried",
            why="never carries the state to the next chunk"),
     _torch("state-before-output", "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n"
            "        state = state + kc.transpose(-1, -2) @ vc\n",
            "        state = state + kc.transpose(-1, -2) @ vc\n"
            "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n",
-           fault="relative error", why="adds the chunk to the state before using it: counts the chunk twice"),
+           fault="counted twice", why="adds the chunk to the state before using it: counts the chunk twice"),
     _torch("float64-result", "    return o.transpose(1, 2)", "    return o.transpose(1, 2).double()", fault="dtype",
            why="returns float64 whatever the inputs were"),
     _torch("skips-last-chunk", "for t0 in range(0, T, chunk_size):", "for t0 in range(0, T - chunk_size, chunk_size):",
            fault="relative error|NaN", why="stops one chunk early, leaving the tail of o empty"),
     _torch("scale-on-state", "o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)",
-           "o[:, :, t0:t0 + chunk_size] = qc @ state + scale * scores @ vc", fault="relative error",
+           "o[:, :, t0:t0 + chunk_size] = qc @ state + scale * scores @ vc", fault="only the in-chunk term is scaled",
            why="scales only the intra-chunk term"),
     _torch("batch-head-loop", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
     B, T, H, K = q.shape
@@ -166,10 +166,10 @@ INTRA_CHUNK = [
            "tl.store(o_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt",
            fault="out of bounds|not written|relative error", why="stores o with v's strides"),
     _intra("not-causal", "    scores = tl.where(offs_c[:, None] >= offs_c[None, :], scores, 0.0)\n", "",
-           fault="relative error", why="no causal mask inside the chunk"),
+           fault="no causal mask", why="no causal mask inside the chunk"),
     _intra("drops-diagonal", "offs_c[:, None] >= offs_c[None, :]", "offs_c[:, None] > offs_c[None, :]",
-           fault="relative error", why="a strict mask: each token misses itself"),
-    _intra("no-scale", " * scale\n", "\n", fault="relative error", why="forgets the scale"),
+           fault="leaves out the diagonal", why="a strict mask: each token misses itself"),
+    _intra("no-scale", " * scale\n", "\n", fault="never applied", why="forgets the scale"),
     _intra("k-mask-by-block", "mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)",
            "mask_qk = offs_t[:, None] < T", fault="out of bounds",
            why="masks rows past T but not columns past K"),
@@ -202,12 +202,12 @@ def _tile(ptr, b_off, h_off, offs_t, stride_t, offs_d, T, D):
 
 FUSED_ENTRIES = [
     _fused("state-never-carried", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n", "",
-           fault="relative error", why="never updates the state: the intra-chunk kernel's result"),
+           fault="never carried", why="never updates the state: the intra-chunk kernel's result"),
     _fused("state-before-output", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n", "",
            "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n",
            "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n"
            "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n",
-           fault="relative error", why="adds the chunk to the state before the output reads it"),
+           fault="counted twice", why="adds the chunk to the state before the output reads it"),
     _fused("q-strides-for-k", "k_base = k_ptr + i_b * stride_kb + i_h * stride_kh",
            "k_base = k_ptr + i_b * stride_qb + i_h * stride_qh",
            "k = tl.load(k_base + offs_t[:, None] * stride_kt", "k = tl.load(k_base + offs_t[:, None] * stride_qt",
@@ -218,7 +218,7 @@ FUSED_ENTRIES = [
     _fused("skips-last-chunk", "for t0 in range(0, T, BT):", "for t0 in range(0, T - BT, BT):", fault="not written",
            why="stops one chunk early"),
     _fused("no-scale", "(o * scale).to(o_ptr.dtype.element_ty)", "o.to(o_ptr.dtype.element_ty)",
-           fault="relative error", why="forgets the scale"),
+           fault="never applied", why="forgets the scale"),
     Entry("04_chunked_linear_attention.chunked_fwd", "intra-kernel", edit(
         INTRA, "def intra_chunk_kernel(", "def chunked_attention_kernel("), fault="relative error|not written",
         why="exercise 2's intra-chunk kernel on the fused grid"),
@@ -227,7 +227,7 @@ FUSED_ENTRIES = [
            fault="not written|out of bounds|relative error",
            why="reads the V block from axis 1 and the head from axis 0"),
     _fused("causal-from-chunk-start", "causal = offs_c[:, None] >= offs_c[None, :]",
-           "causal = offs_c[:, None] >= 0", fault="relative error", why="a mask that lets every token see the chunk"),
+           "causal = offs_c[:, None] >= 0", fault="no causal mask", why="a mask that lets every token see the chunk"),
     _fused("state-plus-equals", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n",
            "        state += tl.dot(tl.trans(k), v, input_precision=PRECISION)\n", wrong=False,
            why="state += K^T V"),

@@ -42,6 +42,14 @@ def test_references_agree():
     torch.testing.assert_close(o, by_hand)
     # one chunk covering everything is the whole causal sum
     torch.testing.assert_close(intra_chunk(q, k, v, 0.3, 64), o)
+    # the mistakes' oracle, without a mistake, is the recurrence at any chunk size (T = 37 is no multiple)
+    from kernels.checks.lessons.l04_chunked_linear_attention import _MISTAKES, _variant
+
+    for chunk in (1, 5, 16, 64):
+        torch.testing.assert_close(_variant(q, k, v, 0.3, chunk), o)
+    torch.testing.assert_close(_variant(q, k, v, 0.3, 16, carry=False), intra_chunk(q, k, v, 0.3, 16))
+    for flags, _ in _MISTAKES:  # and each mistake changes the answer
+        assert not torch.allclose(_variant(q, k, v, 0.3, 16, **flags), o), flags
 
 
 @pytest.mark.parametrize("hidden", [False, True])

@@ -395,7 +395,8 @@ check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel, hidde
 #   registers. These are estimates: the compiler may stage more (an operand converted for `tl.dot` goes through
 #   shared memory too) or pipeline less, and needs registers for addresses and masks as well. The budget cell
 #   below also compiles your kernel for sm_90, no GPU needed, and prints what the compiler actually allocated;
-#   a block over 227 KiB fails to launch on a GPU, and spills (registers sent to local memory) are slow;
+#   a block over 227 KiB fails to launch on a GPU (the check refuses such a `CHUNK` on any machine), and spills
+#   (registers sent to local memory) are slow;
 # - **the programs**: `⌈V/BV⌉ · B · H` of them (128 at `BV = 64`) on 132 SMs.
 #
 # Set `CHUNK = dict(BT=…, BV=…, num_warps=…, num_stages=…)` (`BT`, `BV` of 16, 32, 64 or 128) and justify it in

@@ -11,10 +11,13 @@ import torch
 import triton
 from torch.overrides import TorchFunctionMode
 
+from ...compile import bind, specialise
 from ...device import pick
 from ...recurrent.reference import reference_recurrent_loop
 from ...testing import randn
+from ..provenance import Recorder, aot_compile
 from ..spec import Case, CheckFailed, Exercise, Performance, register, settings_problem
+from .l03_tiled_sram import SMEM_LIMIT
 
 __all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "CHUNKED_SPEED", "recurrent", "intra_chunk"]
 
@@ -345,11 +348,37 @@ def _chunk_rule(values, hidden):
     return None
 
 
+def _fits_the_capstone(recorder, chunk):
+    """In the sm_90 dry run (``recorder`` compiles instead of launching): compile the capstone's own launch, on
+    shape-only tensors, and refuse a CHUNK whose shared memory no H100/H200 program may have; the small case
+    the interpreter runs cannot show it, and on a GPU that launch fails with "out of resource"."""
+    c = _CAPSTONE
+    B, T, H, K, V = (c[n] for n in "BTHKV")
+    q = torch.empty(B, T, H, K, dtype=c.dtype, device="meta")
+    o = torch.empty(B, T, H, V, dtype=c.dtype, device="meta")
+    values = bind(recorder.jit_fn, (q, q, o, o, T, H, K, V, K ** -0.5, *_strides(q), *_strides(q), *_strides(o),
+                                    *_strides(o)),
+                  dict(BT=chunk["BT"], BK=max(16, triton.next_power_of_2(K)), BV=chunk["BV"], PRECISION="ieee"))
+    # what Triton's JIT assumes of this launch on a GPU (aligned pointers, strides that are multiples of 16): the
+    # loads it may then pipeline take one buffer a stage
+    sig, const, attrs = specialise(recorder.jit_fn, values, specialize=True)
+    got = aot_compile(recorder.jit_fn, sig, const, dict(num_warps=chunk["num_warps"], num_stages=chunk["num_stages"]),
+                      attrs)
+    shared = int(getattr(getattr(got, "metadata", None), "shared", 0) or 0)
+    if shared > SMEM_LIMIT:
+        raise CheckFailed(f"at the capstone's size ({c.label.removesuffix(' with your CHUNK')}) your kernel with "
+                          f"CHUNK={chunk} needs {shared / 1024:.0f} KiB of shared memory per program, and an H100 or "
+                          f"H200 program may have at most {SMEM_LIMIT // 1024} KiB: on a GPU that launch fails "
+                          "(out of resource). Use fewer stages or smaller BT or BV")
+
+
 def _speed_run(args, inputs, outputs, case):
     chunk, kernel = args
     why = _chunk_rule((chunk,), False)
     if why:  # refused before any launch, so the compile-ahead step says the same
         raise CheckFailed(why)
+    if isinstance(kernel, Recorder):
+        _fits_the_capstone(kernel, chunk)
     q, k, v, o = inputs["q"], inputs["k"], inputs["v"], outputs["o"]
     B, T, H, K = q.shape
     V = v.shape[-1]

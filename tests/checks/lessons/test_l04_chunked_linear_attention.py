@@ -8,6 +8,8 @@ from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 
 from kernels.checks.lessons.l04_chunked_linear_attention import intra_chunk, recurrent
 from kernels.checks.provenance import Rejected, check_function_static
+from kernels.checks.spec import CheckFailed
+from kernels.device import INTERPRET
 
 CELLS = solution_cells("04_chunked_linear_attention")
 TORCH = CELLS["ex1-torch"]
@@ -155,3 +157,18 @@ def test_capstone_verdict_asks_to_beat_the_target():
     if l04._fla() is None:
         assert l04._capstone_target({}, ex.performance.case, 0.25) == (
             0.625, "2.5x the HBM floor (fla-core is not installed here)")
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the sm_90 dry run is the interpreter's compile gate")
+def test_capstone_refuses_a_chunk_whose_shared_memory_no_gpu_has():
+    """The interpreter runs the capstone's small case only; its sm_90 dry run also compiles the capstone's own
+    launch as Triton's JIT would specialise it, and refuses a CHUNK that needs more than 227 KiB a program (on a
+    GPU that launch fails with "out of resource"); the lesson's CHUNK (96 KiB) passes."""
+    from kernels.checks.provenance import from_cells, verify_compiles
+
+    ks = from_cells(["import torch\nimport triton\nimport triton.language as tl\n", FUSED], "chunked_attention_kernel")
+    src = [None, {"entry": ks.entry, "text": ks.text}]
+    ex = "04_chunked_linear_attention.chunked_speed"
+    verify_compiles(ex, False, src, [TUNED, None])
+    with pytest.raises(CheckFailed, match=r"needs 320 KiB of shared memory per program.* at most 227 KiB"):
+        verify_compiles(ex, False, src, [dict(BT=128, BV=128, num_warps=4, num_stages=3), None])

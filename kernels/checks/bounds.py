@@ -233,15 +233,14 @@ def _guarded_run(self, *args, **kwargs):
     rec = _Bounds({})
     with _tracer._hooks(rec):
         result = _ORIGINAL_RUN[0](self, *args, **kwargs)
+    name = getattr(getattr(self, "fn", None), "__name__", "the kernel")
     if rec.found.strays:
-        name = getattr(getattr(self, "fn", None), "__name__", "the kernel")
         first, *more = rec.found.problems()  # the first line says what and where, for a cell that prints only it
         raise OutOfBoundsError("\n".join([f"{name}: {first}", *(f"- {line}" for line in more),
                                            "Those lanes were switched off, so nothing outside the tensors was "
                                            "touched; on a GPU such an access is an illegal address, or silently "
                                            "reads or overwrites other data."]))
     for line in rec.found.undefined_lines():  # a NaN the learner would otherwise have to trace back alone
-        name = getattr(getattr(self, "fn", None), "__name__", "the kernel")
         warnings.warn(f"{name}: {line}", UndefinedLanesWarning, stacklevel=2)
     return result
 

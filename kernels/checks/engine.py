@@ -262,8 +262,9 @@ def _checked(ex: Exercise, case: Case, launch, inputs: dict, outs: dict) -> tupl
     problems = found.problems()
     why = ex.traffic(found, case) if ex.traffic is not None and not problems else None
     notes = {TRAFFIC: [why]} if why else {}
-    if found.undefined_lines():
-        notes[UNDEFINED] = found.undefined_lines()
+    undefined = found.undefined_lines()
+    if undefined:
+        notes[UNDEFINED] = undefined
     return result, problems, notes
 
 
@@ -426,6 +427,7 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
         return [str(p) for p in result[PROBLEMS]]
     tol = tolerance(ex, case)
     problems = []
+    undefined_nan = False  # an output holds NaN, and loads without other= left lanes undefined
     for name, want in ref.items():
         if name in outs:
             p = outs[name]
@@ -436,13 +438,14 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
             if p.out.is_floating_point():
                 unwritten = torch.isnan(p.out)
                 if unwritten.any():
+                    n, first = int(unwritten.sum()), _first(unwritten)
                     if result.get(UNDEFINED):  # NaN from a store of the undefined lanes, or never written
-                        problems.append(f"{name}: {int(unwritten.sum())} of {p.out.numel()} elements are NaN, first "
-                                        f"at {_first(unwritten)}: computed from those undefined lanes, or never "
-                                        "written")
+                        undefined_nan = True
+                        problems.append(f"{name}: {n} of {p.out.numel()} elements are NaN, first at {first}: "
+                                        "computed from those undefined lanes, or never written")
                     else:
-                        problems.append(f"{name}: output not written: {int(unwritten.sum())} of {p.out.numel()} "
-                                        f"elements still hold the NaN poison, first at {_first(unwritten)}")
+                        problems.append(f"{name}: output not written: {n} of {p.out.numel()} elements still hold "
+                                        f"the NaN poison, first at {first}")
                     continue
             msg = _compare(name, p.out, want, tol, scale=ref.scale.get(name, 0.0))
         elif name in result:
@@ -469,8 +472,7 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
             problems.append(msg)
     if not problems and result.get(TRAFFIC):
         problems += [str(p) for p in result[TRAFFIC]]
-    if result.get(UNDEFINED) and any(isinstance(p.out, torch.Tensor) and p.out.is_floating_point()
-                                     and not torch.isfinite(p.out).all() for p in outs.values()):
+    if undefined_nan:
         problems = [str(p) for p in result[UNDEFINED]] + problems  # the cause first, then the NaN it left
     return problems
 

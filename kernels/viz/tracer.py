@@ -436,17 +436,20 @@ def _hooks(rec: _Recorder):
             interpreted[jit_fn.fn] = _interp.InterpretedFunction(jit_fn.fn)
         return interpreted[jit_fn.fn]
 
+    undefined_seen = [False]  # a store's NaN can only come from undefined lanes once some were loaded
+
     def load(ptrs, mask, other, *a, **k):
         m = rec.access("load", ptrs, mask)
         if other is None:
             other = _undefined(ptrs)
             if other is not None and not m.all():
+                undefined_seen[0] = True
                 rec.undefined(int(m.size - m.sum()))
         return orig_load(ptrs, _interp.TensorHandle(m, mask.dtype), other, *a, **k)
 
     def store(ptrs, value, mask, *a, **k):
         m = rec.access("store", ptrs, mask)
-        if _nan_lanes(value, m):
+        if undefined_seen[0] and _nan_lanes(value, m):
             rec.stored_nan()
         return orig_store(ptrs, value, _interp.TensorHandle(m, mask.dtype), *a, **k)
 

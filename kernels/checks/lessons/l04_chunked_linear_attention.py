@@ -59,17 +59,20 @@ def _variant(q, k, v, scale, chunk, *, mask="causal", carry=True, state_first=Fa
     return o
 
 
-#: The mistakes :func:`_diagnose` tries: :func:`_variant`'s flags, and what to say.
+#: The mistakes :func:`_diagnose` tries: :func:`_variant`'s flags, what to say, and whether the mistake needs a
+#: carried state (the intra-chunk kernel has none).
 _MISTAKES = [
-    (dict(mask="none"), "no causal mask inside a chunk: each token also sees the later tokens of its chunk"),
+    (dict(mask="none"), "no causal mask inside a chunk: each token also sees the later tokens of its chunk", False),
     (dict(mask="strict"), "the causal mask leaves out the diagonal: each token misses its own key and value "
-                          "(keep t >= s)"),
-    (dict(carry=False), "the state is never carried from one chunk to the next: only the in-chunk term is there"),
+                          "(keep t >= s)", False),
+    (dict(carry=False), "the state is never carried from one chunk to the next: only the in-chunk term is there",
+     True),
     (dict(state_first=True), "the state takes in a chunk before that chunk's output uses it, so each chunk's own "
-                             "keys and values are counted twice: compute o from the state first, then update it"),
-    (dict(scaled="none"), "the scale is never applied"),
-    (dict(scaled="intra"), "only the in-chunk term is scaled, not the term from the state"),
-    (dict(scaled="inter"), "only the term from the state is scaled, not the in-chunk term"),
+                             "keys and values are counted twice: compute o from the state first, then update it",
+     True),
+    (dict(scaled="none"), "the scale is never applied", False),
+    (dict(scaled="intra"), "only the in-chunk term is scaled, not the term from the state", True),
+    (dict(scaled="inter"), "only the term from the state is scaled, not the in-chunk term", True),
 ]
 
 
@@ -82,13 +85,12 @@ def _diagnose(chunk_of, carried: bool):
         if o is None or want is None:
             return None
         off = (o - want.double()).norm()
-        for flags, why in _MISTAKES:
-            if not carried and ("carry" in flags or "state_first" in flags or flags.get("scaled") in ("intra",
-                                                                                                         "inter")):
+        chunk = chunk_of(case)
+        for flags, why, stateful in _MISTAKES:
+            if stateful and not carried:
                 continue
-            wrong = _variant(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], chunk_of(case),
-                             carry=carried and flags.get("carry", True),
-                             **{k: v for k, v in flags.items() if k != "carry"})
+            wrong = _variant(inputs["q"], inputs["k"], inputs["v"], inputs["scale"], chunk,
+                             **{"carry": carried, **flags})
             miss = (o - wrong).norm()
             if miss <= 0.25 * off and miss <= 2e-2 * max(wrong.norm(), 1e-30):
                 return f"o: {why}"
@@ -219,23 +221,30 @@ CHUNKED_TORCH = Exercise(
 
 # ---- exercises 2 and 3: the kernels ----------------------------------------------------------------------------
 
+def _block(D):
+    """The one block covering a head dimension ``D`` (tl.dot needs at least 16)."""
+    return max(16, triton.next_power_of_2(D))
+
+
 def _blocks(case):
-    K, V = case["K"], case["V"]
-    return case["BT"], max(16, triton.next_power_of_2(K)), case.get("BV", max(16, triton.next_power_of_2(V)))
+    return case["BT"], _block(case["K"]), case.get("BV", _block(case["V"]))
 
 
 def _strides(x):
     return x.stride(0), x.stride(1), x.stride(2)
 
 
-def _launch(kernel, grid, inputs, o, case):
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+def _args(q, k, v, o, scale):
+    """A chunk kernel's arguments before its constexprs, in the exercises' signature (:data:`_KERNEL_SIG`)."""
     B, T, H, K = q.shape
-    V = v.shape[-1]
+    return (q, k, v, o, T, H, K, v.shape[-1], scale, *_strides(q), *_strides(k), *_strides(v), *_strides(o))
+
+
+def _launch(kernel, grid, inputs, o, case):
     BT, BK, BV = _blocks(case)
-    kernel[grid](q, k, v, o, T, H, K, V, inputs["scale"], *_strides(q), *_strides(k), *_strides(v), *_strides(o),
-                 BT=BT, BK=BK, BV=BV, PRECISION=case.precision or "ieee",
-                 **({"num_warps": case["num_warps"]} if case.get("num_warps") else {}))
+    warps = {"num_warps": case["num_warps"]} if case.get("num_warps") else {}
+    kernel[grid](*_args(inputs["q"], inputs["k"], inputs["v"], o, inputs["scale"]), BT=BT, BK=BK, BV=BV,
+                 PRECISION=case.precision or "ieee", **warps)
 
 
 def _intra_run(args, inputs, outputs, case):
@@ -356,9 +365,8 @@ def _fits_the_capstone(recorder, chunk):
     B, T, H, K, V = (c[n] for n in "BTHKV")
     q = torch.empty(B, T, H, K, dtype=c.dtype, device="meta")
     o = torch.empty(B, T, H, V, dtype=c.dtype, device="meta")
-    values = bind(recorder.jit_fn, (q, q, o, o, T, H, K, V, K ** -0.5, *_strides(q), *_strides(q), *_strides(o),
-                                    *_strides(o)),
-                  dict(BT=chunk["BT"], BK=max(16, triton.next_power_of_2(K)), BV=chunk["BV"], PRECISION="ieee"))
+    values = bind(recorder.jit_fn, _args(q, q, o, o, K ** -0.5),
+                  dict(BT=chunk["BT"], BK=_block(K), BV=chunk["BV"], PRECISION="ieee"))
     # what Triton's JIT assumes of this launch on a GPU (aligned pointers, strides that are multiples of 16): the
     # loads it may then pipeline take one buffer a stage
     sig, const, attrs = specialise(recorder.jit_fn, values, specialize=True)
@@ -379,14 +387,11 @@ def _speed_run(args, inputs, outputs, case):
         raise CheckFailed(why)
     if isinstance(kernel, Recorder):
         _fits_the_capstone(kernel, chunk)
-    q, k, v, o = inputs["q"], inputs["k"], inputs["v"], outputs["o"]
+    q, v = inputs["q"], inputs["v"]
     B, T, H, K = q.shape
-    V = v.shape[-1]
-    BK = max(16, triton.next_power_of_2(K))
-    kernel[(triton.cdiv(V, chunk["BV"]), B * H)](
-        q, k, v, o, T, H, K, V, inputs["scale"], *_strides(q), *_strides(k), *_strides(v), *_strides(o),
-        BT=chunk["BT"], BK=BK, BV=chunk["BV"], PRECISION=case.precision or "ieee", num_warps=chunk["num_warps"],
-        num_stages=chunk["num_stages"])
+    kernel[(triton.cdiv(v.shape[-1], chunk["BV"]), B * H)](
+        *_args(q, inputs["k"], v, outputs["o"], inputs["scale"]), BT=chunk["BT"], BK=_block(K), BV=chunk["BV"],
+        PRECISION=case.precision or "ieee", num_warps=chunk["num_warps"], num_stages=chunk["num_stages"])
 
 
 def _package_forward(args, inputs, outputs, case):

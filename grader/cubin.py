@@ -61,16 +61,17 @@ def precheck(session, ex, call, kernels: list, values: list, request: list, item
         session.drop("kernel")  # its part is done: nothing of it stays beside the launch
 
 
-def relay(session, launcher, m: dict, kernels: list, deadline: float) -> None:
+def relay(session, launcher, m: dict, kernels: list) -> None:
     """One specialisation the launch worker needs: compiled in the ``compile`` worker (started on the first
-    request of a problem, with the graded kernels' sources), checked here, sent on as a cubin or an error."""
+    request of a problem, with the graded kernels' sources) within the compile's own limit, checked here, sent on
+    as a cubin or an error."""
     try:
         cw = session.workers.get("compile")
         if cw is None or not cw.alive():
             cw = session.worker("compile")
             cw.send({"op": "cubin", "kernels": kernels})
         cw.send({"op": "spec", "kernel": int(m.get("kernel", 0)), "spec": m.get("spec") or {}})
-        reply = cw.recv(session.budget(max(1.0, min(session.s.compile_timeout, deadline - time.time()))),
+        reply = cw.recv(session.budget(session.s.compile_timeout),
                         what="compiling the kernel for the GPU")
         if reply.get("error"):
             launcher.send({"op": "cubin", "error": str(reply["error"])[:4000]})

@@ -126,6 +126,7 @@ class Grader:
         self.master = self.settings.seed if self.settings.seed is not None else engine.draw_seed()
         self.cubin = self.sandbox.mode == "gpu" and self.settings.cubin
         self.gpu = GpuLock()
+        self.targets: dict[str, tuple[float, str]] = {}  # speed targets measured once (engine.warm_performance)
         try:
             self.isolation = self._probe()
         except SetupError:
@@ -151,7 +152,9 @@ class Grader:
             if kind == "kernel" and mode == "gpu":
                 w.send({"op": "warm"})
                 try:
-                    files = w.recv(300, what="warming Triton's cache", cap=128 << 20).get("files") or {}
+                    warm = w.recv(300, what="warming Triton's cache", cap=256 << 20)
+                    files = warm.get("files") or {}
+                    self.targets = {k: (float(v[0]), str(v[1])) for k, v in (warm.get("targets") or {}).items()}
                 except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause
                     raise SetupError(f"a sandboxed GPU worker (uid {w.uid}, {how}) cannot compile and launch a "
                                      f"Triton kernel: {e}. It printed:\n" + "\n".join(w.output_tail(25))
@@ -501,6 +504,7 @@ class _Session:
             traffic = found
         w = self.worker("launch" if cubin else "kernel")
         w.send({"op": "kernel", "exercise": ex.id, "kernels": kernels, "values": values, "cases": request,
+                "target": self.g.targets.get(ex.id),
                 "cubin": cubin})
         label, k = None, 0
         deadline = time.time() + self.s.problem_timeout
@@ -519,8 +523,10 @@ class _Session:
             ev = m.get("event")
             if ev == "case":
                 label = m.get("label")
-            elif ev == "compile" and cubin:
-                _cubin.relay(self, w, m, kernels, deadline)
+            elif ev == "compile" and cubin:  # the compile has a limit of its own: the problem's clock stops
+                asked = time.time()
+                _cubin.relay(self, w, m, kernels)
+                deadline += time.time() - asked
             elif ev == "result":
                 run = runs[k]
                 k += 1
@@ -533,6 +539,7 @@ class _Session:
                     else:
                         plan.judge(run, outs, m.get("result") or {})
             elif ev == "timing":
+                label = m.get("label") or label
                 asked = time.time()
                 self.g.gpu.upgrade()
                 self.phase("gpu_wait", asked)

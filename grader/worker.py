@@ -249,7 +249,8 @@ def _serve_kernel(ch: _Channel, req: dict) -> None:
             if ch.recv().get("op") != "go":
                 return
             try:
-                timing = time_performance(ex, args, int(item["time"]))
+                target = req.get("target")
+                timing = time_performance(ex, args, int(item["time"]), tuple(target) if target else None)
             except BaseException as e:
                 ch.send({"event": "error", "label": ex.performance.case.label, "error": _error(e),
                          "cuda": _cuda_broken(e)})
@@ -545,11 +546,7 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
         if kind == "stop":
             return
         if kind == "warm":
-            from kernels.memory.copy import copy_memory
-
-            copy_memory(torch.ones(4096, device="cuda"))
-            _sync()
-            ch.send({"event": "warm", "files": _tree("/tmp/.triton")})
+            _serve_warm(ch)
         elif kind == "kernel":
             _serve_kernel(ch, req)
         elif kind == "compile":
@@ -579,6 +576,24 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
             _serve_notebook(ch, req)
             return
         _sync()
+
+
+def _serve_warm(ch: _Channel) -> None:
+    """GPU mode, once per grading run, before any submission: compile a kernel, run every speed-graded
+    exercise's baseline (:func:`kernels.checks.engine.warm_performance`), send the Triton cache they filled (every
+    later worker starts from a copy) and the speed targets measured after it."""
+    from kernels.checks.engine import warm_performance
+    from kernels.memory.copy import copy_memory
+
+    copy_memory(torch.ones(4096, device="cuda"))
+    files = {}
+
+    def snapshot():
+        _sync()
+        files.update(_tree("/tmp/.triton"))
+
+    targets = warm_performance(between=snapshot)
+    ch.send({"event": "warm", "files": files, "targets": targets})
 
 
 def _tree(root: str, cap: int = 64 << 20) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 __all__ = ["KINDS", "Case", "Performance", "Exercise", "CheckFailed", "NotGradedHere", "register", "get",
-           "lesson_exercises", "settings_problem", "wrong_call"]
+           "all_exercises", "lesson_exercises", "settings_problem", "wrong_call"]
 
 #: What a student passes to ``check``, argument by argument:
 #: ``kernel`` a ``@triton.jit`` function defined at the top level of the notebook;
@@ -68,8 +68,9 @@ class Performance:
     """A speed requirement, graded on a GPU only (under the interpreter it is reported as not graded).
 
     ``baseline(args, inputs, outputs, case)`` runs the version to beat (the naive kernel, or a torch op) the same
-    way ``Exercise.run`` runs the student's. The student's median time must satisfy
-    ``baseline_ms / student_ms >= min_speedup`` (``min_speedup=0.4``: at least 40% of the baseline's speed), and
+    way ``Exercise.run`` runs the student's, without using ``args`` (the grader runs it once ahead of the class,
+    with none, to warm the caches: :func:`kernels.checks.engine.warm_performance`). The student's median time must
+    satisfy ``baseline_ms / student_ms >= min_speedup`` (``min_speedup=0.4``: at least 40% of the baseline's speed), and
     may not beat the hardware floor ``max(bytes / bandwidth, flops / rate)`` (``floor(case) -> (bytes, flops)``)
     by more than ``slack``: that means skipped work or a timing bug. ``case`` is the timed size (a GPU size).
     ``target(inputs, case, floor_ms) -> (ms, what)``, if given, is a time the student's median must also beat,
@@ -251,6 +252,18 @@ def _import_lesson(lesson: str) -> bool:
             if e.name not in (name, "kernels.checks.lessons." + name):
                 raise
     return False
+
+
+def all_exercises() -> list[Exercise]:
+    """Every exercise of the course's lessons (``kernels.checks.lessons``), each lesson imported."""
+    import pkgutil
+
+    from . import lessons
+
+    for info in pkgutil.iter_modules(lessons.__path__):
+        if re.match(r"^l\d\d_", info.name):
+            importlib.import_module(f"{lessons.__name__}.{info.name}")
+    return [ex for k, ex in sorted(_REGISTRY.items()) if re.match(r"^\d\d_", k)]
 
 
 def lesson_exercises(lesson: str) -> dict[str, Exercise]:

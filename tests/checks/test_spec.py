@@ -17,3 +17,52 @@ from kernels.checks.spec import settings_problem
 def test_settings_problem_names_the_first_fault(value, words):
     why = settings_problem("CHUNK", value, ("BT", "BV"))
     assert why is None if words is None else words in why, why
+
+
+def test_every_speed_graded_exercise_is_found():
+    from kernels.checks.spec import all_exercises
+
+    timed = {ex.id for ex in all_exercises() if ex.performance is not None}
+    assert {"01_memory_hierarchy.copy_speed", "04_chunked_linear_attention.chunked_speed",
+            "07_backward.backward_speed"} <= timed, timed
+
+
+def test_warm_performance_runs_each_baseline_once_and_measures_the_targets(monkeypatch):
+    """What the grader does once per class on a GPU: each speed-graded exercise's baseline on its timed case (its
+    compiles then cached for every worker), and the target measured there; a baseline or a target that fails is
+    left to the check, which reports it."""
+    import torch
+
+    from kernels.checks import engine, spec
+
+    calls = []
+
+    def inputs(case, gen):
+        return {"x": torch.randn(case["n"], generator=gen)}
+
+    def make(name, baseline, target=None):
+        case = spec.Case(f"n={name}", dict(n=37))
+        return spec.Exercise(id=f"98_warm.{name}", args=("kernel",), signature="k(x_ptr, out_ptr, n)",
+                             description="", make_inputs=inputs, run=lambda *a: None,
+                             outputs=lambda case, inputs: {"out": ((case["n"],), torch.float32)},
+                             reference=lambda inputs, case: {"out": inputs["x"]}, visible=[case],
+                             performance=spec.Performance(case=case, baseline=baseline, min_speedup=0.5,
+                                                          floor=lambda case: (8 * case["n"], 0), target=target))
+
+    def copy(args, inputs, outputs, case):
+        calls.append((args, outputs["out"].shape))
+        outputs["out"].copy_(inputs["x"])
+
+    def broken(*args):
+        raise RuntimeError("no such kernel")
+
+    def twice(inputs, case, floor):
+        calls.append("target")
+        return 2 * floor, "twice"
+
+    exercises = [make("plain", copy), make("targeted", copy, twice),
+                 make("broken", broken, broken)]
+    monkeypatch.setattr(spec, "all_exercises", lambda: exercises)
+    monkeypatch.setattr(engine, "_floor_ms", lambda perf: (0.25, 1e12))
+    assert engine.warm_performance(between=lambda: calls.append("between")) == {"98_warm.targeted": (0.5, "twice")}
+    assert calls == [((), (37,)), ((), (37,)), "between", "target"]  # the targets after the cache's snapshot

@@ -2,7 +2,7 @@
 walking chunks backwards, and the ``torch.autograd.Function`` tying a forward to them.
 
 Layout as in lesson 04: q, k [B, T, H, K], v, do [B, T, H, V]; causal, unnormalised, no states. References are
-float64 autograd of the token-by-token recurrence. The torch exercise runs under a torch-function counter that
+float64 autograd of quadratic attention. The torch exercise runs under a torch-function counter that
 refuses autograd (the exercise is to write the gradients) and a token-by-token or quadratic answer; the autograd
 exercise must route its gradient through a custom ``torch.autograd.Function`` that saves only its inputs and whose
 backward launches Triton kernels (at least two: dq, then dk and dv), not torch code.
@@ -17,17 +17,23 @@ from ...device import pick
 from ...gradcall import call_and_backward, leaves
 from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
-from .l04_chunked_linear_attention import _Counter, _tensor, recurrent
+from .l04_chunked_linear_attention import _Counter, _tensor
 
 __all__ = ["BACKWARD_TORCH", "DQ", "DKDV", "AUTOGRAD", "BACKWARD_SPEED", "gradients"]
 
 
 def gradients(q, k, v, do, scale) -> dict:
-    """``dq, dk, dv`` of ``Σ o · do`` by float64 autograd of the recurrence (float64 in, float64 out)."""
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    """``o`` and ``dq, dk, dv`` of ``Σ o · do`` by float64 autograd of quadratic attention,
+    ``o = scale · (Q Kᵀ ⊙ M) V`` with ``M`` the causal mask (float64 in, float64 out): a formulation neither the
+    chunked answers nor the recurrence share, and on a CPU twenty times faster than autograd of the token
+    loop (B=2 T=1000 H=8 K=V=128 on two cores: 0.55 s against 12)."""
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    T = q.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     with torch.enable_grad():
-        o = recurrent(*leaves, scale)
-        grads = torch.autograd.grad(o, leaves, do)
+        scores = torch.einsum("bthk,bshk->bhts", q, k).masked_fill(~causal, 0.0)
+        o = scale * torch.einsum("bhts,bshv->bthv", scores, v)
+        grads = torch.autograd.grad(o, (q, k, v), do)
     return {"o": o.detach(), "dq": grads[0], "dk": grads[1], "dv": grads[2]}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import pathlib
 import sys
 import time
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     order = {e.id: i for i, e in enumerate(chosen)}
     if args.jobs > 1 and len(rest) > 1:
         # one entry a task: a few entries (the GPU's illegal-address ones) take far longer than the rest
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        # the float64 references run on the CPU: torch's threads shared out, not each worker taking every core
+        threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        with multiprocessing.get_context("spawn").Pool(args.jobs, _threads, (threads,)) as pool:
             for part in pool.imap_unordered(grade_ids, [[i] for i in rest]):
                 rows += part
                 if len(rows) % 10 == 0 or len(rows) == len(rest):
@@ -70,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} entries ({report['wrong']} wrong here, {report['right']} right) in {report['seconds']} s; "
           f"{len(bad)} not as expected; report: {args.out}")
     return 1 if bad else 0
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
 
 
 def _report(out: pathlib.Path, rows: list[dict], order: dict, t0: float, finished: bool) -> dict:

@@ -9,6 +9,7 @@ import torch
 from lessonkit import assert_fails as fails
 from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 
+from kernels.checks.lessons.l04_chunked_linear_attention import recurrent
 from kernels.checks.lessons.l07_backward import gradients
 from kernels.checks.provenance import Rejected, check_function_static
 from kernels.linear_attention.reference import reference_backward
@@ -19,13 +20,14 @@ DQ = CELLS["ex2-dq"]
 DKDV = CELLS["ex3-dkdv"]
 AUTOGRAD = zoo_source("07_backward.backward_torch", "autograd")
 
-def test_reference_is_autograd_of_the_recurrence():
-    q, k = torch.randn(2, 1, 29, 2, 6, dtype=torch.float64)
-    v, do = torch.randn(2, 1, 29, 2, 5, dtype=torch.float64)
+def test_reference_agrees_with_the_packages_chunked_reference():
+    q, k = torch.randn(2, 2, 29, 3, 6, dtype=torch.float64)
+    v, do = torch.randn(2, 2, 29, 3, 5, dtype=torch.float64)
     mine = gradients(q, k, v, do, 0.3)
     theirs = reference_backward(q, k, v, do, 0.3, chunk_size=8)
     for name, b in zip(("dq", "dk", "dv"), theirs):
         torch.testing.assert_close(mine[name], b)
+    torch.testing.assert_close(mine["o"], recurrent(q, k, v, 0.3))
 
 
 @pytest.mark.parametrize("hidden", [False, True])

@@ -84,9 +84,10 @@ def test_problem_sets_filters_and_budget(tmp_path, monkeypatch):
     assert saved["complete"] and saved["set"] == "general"
     assert {r["normalize"] for r in saved["rows"]} == {True} and len(saved["rows"]) == 2
     for r in saved["rows"]:
-        for name in ("chunk_linear_attn", "norm on tensor cores", "try norm-wide"):  # the normaliser three ways
+        for name in ("chunk_linear_attn", "norm on tensor cores"):  # the normaliser two ways
             entry = r["versions"][name]
             assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, (name, entry)
+        assert "is the default" in r["versions"]["try norm-wide"]["reason"]  # adopted: not timed twice
     with pytest.raises(ValueError, match="not a parameter"):
         bench.run("linear_attention", problem_set="general", where=bench.parse_where("colour=red"), out=tmp_path)
     with pytest.raises(ValueError, match="no problem set"):

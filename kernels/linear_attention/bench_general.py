@@ -184,6 +184,8 @@ def _trying(name: str):
             return _ours(*args, **kw)
 
     def skip(p: Problem) -> str | None:
+        if name in dispatch.ADOPTED:
+            return f"{name} is the default (dispatch.ADOPTED)"
         prm = p.params
         kind = "16" if prm["dtype"] != "float32" else dispatch.PRECISIONS[prm["precision"] or "highest"]
         key = (max(64, 1 << (prm["K"] - 1).bit_length()), kind)

@@ -118,9 +118,11 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
 }
 TRYING = ""
-#: Candidates the H200 found right on every family they change and faster on every row they were timed on: their
-#: changes are made in ONE_PASS and CHAINED (PERF.md says which run decided).
-ADOPTED: tuple[str, ...] = ()
+#: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
+#: their changes are made in ONE_PASS and CHAINED (PERF.md says which run decided). "norm-wide": an H100's
+#: la-check (27 cases of it, every family) and targets benchmark, 2026-12-06: 0.48 ms against 0.79 at bf16 D=128
+#: T=16k, 1.20 against 1.92 at D=256. "fp32-kt" was slower on both its rows there, and stays a candidate.
+ADOPTED: tuple[str, ...] = ("norm-wide",)
 
 
 def _adopt(names: tuple[str, ...]) -> None:
@@ -250,10 +252,13 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
 def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = None) -> Launch:
     """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
     B, T, H, K = q.shape
-    if INTERPRET or not q.is_cuda:
-        launch = dataclasses.replace(_INTERPRETER, precision=float32_precision(), norm_mma=_norm_mma())
-        kind = launch.precision if q.dtype == torch.float32 else "16"
-        change = CANDIDATES[TRYING].get((max(64, next_power_of_2(K)), kind), {}) if TRYING else {}
-        return dataclasses.replace(launch, **{f: x for f, x in change.items() if f != "BV"})  # small tiles kept
+    if INTERPRET or not q.is_cuda:  # small tiles, with the kernel's forms the GPU's launch would take
+        kind = float32_precision() if q.dtype == torch.float32 else "16"
+        change = {}
+        for name in ADOPTED + ((TRYING,) if TRYING else ()):
+            change.update(CANDIDATES[name].get((max(64, next_power_of_2(K)), kind), {}))
+        launch = dataclasses.replace(_INTERPRETER, precision=float32_precision(),
+                                     **{f: x for f, x in change.items() if f != "BV"})
+        return dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
     N = B if lengths is None else len(lengths)
     return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))

@@ -196,6 +196,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
         democlass.write_class(folder, {k: (sources[k], releases[k]) for k in sources}, klass)
         collected = collect_folder(folder, sources)
         subs = [collected[st.name][lesson] for st in klass for lesson in sources if lesson in st.expect]
+        settings.warm_lessons = tuple(sorted({s.lesson for s in subs}))
         grader = Grader(settings)
         uid_base = grader.sandbox.uid_base
         built = time.time() - t0

@@ -55,6 +55,8 @@ class Settings:
     hide: list[str] = field(default_factory=list)  # kept for callers; workers see only an allowlist (bubblewrap)
     # on a GPU, launch and time the cubin the sandbox compiled, from a worker that never runs the student's Python
     cubin: bool = os.environ.get("GRADER_CUBIN", "1") != "0"
+    # on a GPU, the lessons whose speed checks' baselines and targets are run once before grading (None: all)
+    warm_lessons: tuple[str, ...] | None = None
 
 
 class GpuLock:
@@ -150,9 +152,20 @@ class Grader:
                        startup_timeout=300)
             how = w.isolation
             if kind == "kernel" and mode == "gpu":
-                w.send({"op": "warm"})
+                lessons = self.settings.warm_lessons
+                w.send({"op": "warm", "lessons": None if lessons is None else list(lessons)})
                 try:
-                    warm = w.recv(300, what="warming Triton's cache", cap=256 << 20)
+                    try:
+                        warm = w.recv(420, what="warming Triton's cache with the speed checks' baselines",
+                                      cap=256 << 20)
+                    except WorkerDied as e:  # a baseline or a target broke or hung: without them, as before
+                        print(f"grader: the speed checks' warm-up failed ({e}); each timed check measures its "
+                              "own baseline and target", file=sys.stderr)
+                        w.close()
+                        w = Worker(self.sandbox, uid=self.sandbox.uid_base, mode=m, kind=kind, name="probe-warm",
+                                   startup_timeout=300)
+                        w.send({"op": "warm", "performance": False})
+                        warm = w.recv(300, what="warming Triton's cache", cap=256 << 20)
                     files = warm.get("files") or {}
                     self.targets = {k: (float(v[0]), str(v[1])) for k, v in (warm.get("targets") or {}).items()}
                 except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause
@@ -510,55 +523,62 @@ class _Session:
         deadline = time.time() + self.s.problem_timeout
         exclusive = False
         cap = self.g.sandbox.message_cap + max(_output_bytes(ex, r) for r in runs)
-        while True:
-            try:
-                m = w.recv(self.budget(max(1.0, deadline - time.time())),
-                           what=f"on case {label!r}" if label else "", cap=cap)
-            except WorkerDied as e:
-                if exclusive:
-                    self.g.gpu.downgrade()
-                self.drop("launch" if cubin else "kernel")
-                status = "timeout" if "stopped after" in str(e) else "crashed"
-                return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
-            ev = m.get("event")
-            if ev == "case":
-                label = m.get("label")
-            elif ev == "compile" and cubin:  # the compile has a limit of its own: the problem's clock stops
-                asked = time.time()
-                _cubin.relay(self, w, m, kernels)
-                deadline += time.time() - asked
-            elif ev == "result":
-                run = runs[k]
-                k += 1
-                if traffic.get(run.index) and isinstance(m.get("result"), dict):
-                    m["result"][engine.TRAFFIC] = traffic[run.index]
-                if not plan.failed:
-                    outs, problems = self._outputs(plan, run, m)
-                    if problems:
-                        plan.fail_run(run, problems)
-                    else:
-                        plan.judge(run, outs, m.get("result") or {})
-            elif ev == "timing":
-                label = m.get("label") or label
-                asked = time.time()
-                self.g.gpu.upgrade()
-                self.phase("gpu_wait", asked)
-                exclusive = True
-                w.send({"op": "go"})
-                deadline = max(deadline, time.time() + self.s.problem_timeout)
-            elif ev == "timed":
-                if exclusive:
-                    self.g.gpu.downgrade()
-                    exclusive = False
-                plan.judge_timing(m.get("timing"))
-            elif ev == "error":
-                if exclusive:
-                    self.g.gpu.downgrade()
-                if m.get("cuda"):
+        try:
+            while True:
+                try:
+                    m = w.recv(self.budget(max(1.0, deadline - time.time())),
+                               what=f"on case {label!r}" if label else "", cap=cap)
+                except WorkerDied as e:
                     self.drop("launch" if cubin else "kernel")
-                return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))
-            elif ev == "done":
-                break
+                    if exclusive:
+                        self.g.gpu.downgrade()
+                        exclusive = False
+                    status = "timeout" if "stopped after" in str(e) else "crashed"
+                    return CheckResult(ex.id, call.hidden, False, status, [f"{ex.id}: {e}"])
+                ev = m.get("event")
+                if ev == "case":
+                    label = m.get("label")
+                elif ev == "compile" and cubin:  # the compile has a limit of its own: the problem's clock stops
+                    asked = time.time()
+                    _cubin.relay(self, w, m, kernels)
+                    deadline += time.time() - asked
+                elif ev == "result":
+                    run = runs[k]
+                    k += 1
+                    if traffic.get(run.index) and isinstance(m.get("result"), dict):
+                        m["result"][engine.TRAFFIC] = traffic[run.index]
+                    if not plan.failed:
+                        outs, problems = self._outputs(plan, run, m)
+                        if problems:
+                            plan.fail_run(run, problems)
+                        else:
+                            plan.judge(run, outs, m.get("result") or {})
+                elif ev == "timing":
+                    label = m.get("label") or label
+                    asked = time.time()
+                    self.g.gpu.upgrade()
+                    self.phase("gpu_wait", asked)
+                    exclusive = True
+                    w.send({"op": "go"})
+                    deadline = max(deadline, time.time() + self.s.problem_timeout)
+                elif ev == "timed":
+                    if exclusive:
+                        self.g.gpu.downgrade()
+                        exclusive = False
+                    plan.judge_timing(m.get("timing"))
+                elif ev == "error":
+                    if exclusive:
+                        self.g.gpu.downgrade()
+                        exclusive = False
+                    if m.get("cuda"):
+                        self.drop("launch" if cubin else "kernel")
+                    return CheckResult(ex.id, call.hidden, False, "failed", self._error_lines(ex, label, m))
+                elif ev == "done":
+                    break
+        finally:
+            if exclusive:  # left while timing (the submission's budget used up): the worker may still be timing
+                self.drop("launch" if cubin else "kernel")
+                self.g.gpu.downgrade()
         return _result(plan)
 
     def run_function(self, plan, call, values) -> CheckResult:

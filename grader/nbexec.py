@@ -127,7 +127,7 @@ class SandboxExecute(NbGraderPreprocessor):
         release = {"cells": [c for c in source["cells"] if not c["metadata"]["nbgrader"]["solution"]]}
         submission = json.loads(json.dumps(nb))
         paths = [p for p in os.environ.get("GRADER_LESSON_PATHS", "").split(os.pathsep) if p]
-        grader = Grader(Settings(lesson_paths=paths))
+        grader = Grader(Settings(lesson_paths=paths, warm_lessons=(info["assignment"],)))
         try:
             result = grader.grade(info["student"], info["assignment"], submission, source, release)
         finally:

@@ -274,7 +274,7 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
             source, rel = lessons[lesson]
             subs.append(Submission(a.name, lesson, with_cells(rel, **cells), []))
             expected[(a.name, lesson)] = a.expect[lesson]["gpu" if ON_GPU else "interpreter"]
-    grader = Grader(Settings())
+    grader = Grader(Settings(warm_lessons=tuple(sorted({s.lesson for s in subs}))))
     built = time.time() - t0
     results = grade_class(grader, subs, {k: v[0] for k, v in lessons.items()}, {k: v[1] for k, v in lessons.items()},
                           slots=slots, progress=progress)

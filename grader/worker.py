@@ -17,6 +17,7 @@ It never sees a reference output, a hidden test's source, the gradebook or anoth
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -546,7 +547,7 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
         if kind == "stop":
             return
         if kind == "warm":
-            _serve_warm(ch)
+            _serve_warm(ch, req)
         elif kind == "kernel":
             _serve_kernel(ch, req)
         elif kind == "compile":
@@ -578,21 +579,28 @@ def _child(cfg: dict, conn_fd: int, out_fd: int) -> None:
         _sync()
 
 
-def _serve_warm(ch: _Channel) -> None:
-    """GPU mode, once per grading run, before any submission: compile a kernel, run every speed-graded
-    exercise's baseline (:func:`kernels.checks.engine.warm_performance`), send the Triton cache they filled (every
-    later worker starts from a copy) and the speed targets measured after it."""
+def _serve_warm(ch: _Channel, req: dict) -> None:
+    """GPU mode, once per grading run, before any submission: compile a kernel; unless ``performance`` is false,
+    run the speed-graded exercises' baselines of ``lessons`` (:func:`kernels.checks.engine.warm_performance`);
+    send the Triton cache they filled (every later worker starts from a copy) and the speed targets measured
+    after it."""
     from kernels.checks.engine import warm_performance
     from kernels.memory.copy import copy_memory
 
     copy_memory(torch.ones(4096, device="cuda"))
-    files = {}
+    _sync()
+    files, targets = {}, {}
 
     def snapshot():
-        _sync()
+        with contextlib.suppress(Exception):  # a baseline that broke the device: the cache is still good
+            _sync()
         files.update(_tree("/tmp/.triton"))
 
-    targets = warm_performance(between=snapshot)
+    if req.get("performance", True):
+        lessons = req.get("lessons")
+        targets = warm_performance(between=snapshot, lessons=None if lessons is None else set(lessons))
+    else:
+        snapshot()
     ch.send({"event": "warm", "files": files, "targets": targets})
 
 

@@ -389,6 +389,7 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     graded_as = how_graded(settings.seed, MODE, speed_policy)
     todo, skipped = to_grade(root, subs, graded_as, redo=redo)
     settings.hide = [*settings.hide, str(root.resolve())]
+    settings.warm_lessons = tuple(sorted({s.lesson for s in todo}))
     grader = Grader(settings) if todo else None
     results = grade_class(grader, todo, sources, releases, slots=slots, progress=progress) if todo else []
     policy.apply(results, speed_policy)

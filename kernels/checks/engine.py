@@ -718,20 +718,21 @@ def _floor_ms(perf: Performance) -> tuple[float, float]:
     return max(nbytes / bw * 1e3, flops / rate * 1e3 if rate else 0.0), bw
 
 
-def warm_performance(seed: int = 0, budget: float = 200.0, between=None) -> dict[str, tuple[float, str]]:
+def warm_performance(seed: int = 0, budget: float = 200.0, between=None, lessons=None) -> dict[str, tuple[float, str]]:
     """Run each speed-graded exercise's baseline once on its timed case, so that what it compiles (the package's
     kernels, torch's) is in the caches before any submission is timed; call ``between()``; then measure each
     exercise's target time (another library's kernel, which may autotune for a minute at a new shape): exercise
     id -> (ms, what). What the grader does once per class on a GPU, where every submission's worker has seconds,
     not minutes, to time its kernel (``between`` takes the cache's snapshot without the other library's tuning
-    binaries). An exercise whose baseline or target fails here, or that ``budget`` seconds leave no time to
-    start, is left to measure them itself."""
+    binaries). ``lessons``: only their exercises (default: every lesson's). An exercise whose baseline or target
+    fails here, or that ``budget`` seconds leave no time to start, is left to measure them itself."""
     import time
 
     from .spec import all_exercises
 
     start = time.monotonic()
-    timed = [ex for ex in all_exercises() if ex.performance is not None]
+    timed = [ex for ex in all_exercises() if ex.performance is not None
+             and (lessons is None or ex.id.split(".", 1)[0] in lessons)]
 
     def each(step):
         for ex in timed:
@@ -749,7 +750,7 @@ def warm_performance(seed: int = 0, budget: float = 200.0, between=None) -> dict
                 pass
             finally:
                 inputs = outs = None
-                if torch.cuda.is_available():
+                with contextlib.suppress(Exception):  # a baseline that broke the device: the next step says so
                     torch.cuda.empty_cache()
 
     def baseline(ex, perf, inputs, outs):

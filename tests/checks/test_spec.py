@@ -66,3 +66,4 @@ def test_warm_performance_runs_each_baseline_once_and_measures_the_targets(monke
     monkeypatch.setattr(engine, "_floor_ms", lambda perf: (0.25, 1e12))
     assert engine.warm_performance(between=lambda: calls.append("between")) == {"98_warm.targeted": (0.5, "twice")}
     assert calls == [((), (37,)), ((), (37,)), "between", "target"]  # the targets after the cache's snapshot
+    assert engine.warm_performance(lessons={"97_other"}) == {} and len(calls) == 4  # only the lessons graded

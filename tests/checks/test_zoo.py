@@ -65,3 +65,19 @@ def test_the_entries_only_a_gpu_times_compile_for_sm90():
     proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--compile", *only], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_the_command_grades_in_worker_processes(tmp_path):
+    """``python -m kernels.checks.zoo --jobs 2``, as the GPU batch runs it: the entries go to spawned workers (each
+    with its share of the CPU threads) and the report says what each got."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "zoo.json"
+    proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--lesson", "00_setup", "--only", "stride-128",
+                           "--only", "no-mask", "--jobs", "2", "--out", str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["finished"] and report["entries"] >= 2 and not report["bad"], report

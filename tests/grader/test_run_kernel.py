@@ -74,3 +74,24 @@ def test_a_timeout_names_the_timed_case(monkeypatch, timed):
     s.g.gpu.readers = 1  # the slot holds the GPU shared, as grading does
     text = "\n".join(s.run_kernel(plan, call, [{"entry": "add_kernel", "text": ""}], [None]).lines)
     assert ("n=2**28 fp32 (timed)" in text) == timed and ("'n=1000'" in text) != timed, text
+
+
+def test_a_budget_used_up_while_timing_gives_the_gpu_back(monkeypatch):
+    """The submission's budget running out while its kernel holds the GPU alone (a compile during the timing, say)
+    ends the problem and the worker, and hands the GPU back: before, every other slot then waited for ever."""
+    worker = _Scripted([{"event": "case", "label": "n=1000"}, {"event": "timing", "label": "n=2**28 (timed)"}])
+    s = _session(monkeypatch, worker, 2.0)
+    s.g.gpu.readers = 1
+    dropped = []
+    monkeypatch.setattr(s, "drop", dropped.append)
+
+    def budget(want):
+        if s.g.gpu.writer:
+            raise grade._Fail("timeout", "the submission's time budget is used up")
+        return want
+
+    monkeypatch.setattr(s, "budget", budget)
+    plan, call = _plan()
+    with pytest.raises(grade._Fail):
+        s.run_kernel(plan, call, [{"entry": "add_kernel", "text": ""}], [None])
+    assert not s.g.gpu.writer and s.g.gpu.readers == 1 and dropped == ["launch"]

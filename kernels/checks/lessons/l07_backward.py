@@ -2,10 +2,11 @@
 walking chunks backwards, and the ``torch.autograd.Function`` tying a forward to them.
 
 Layout as in lesson 04: q, k [B, T, H, K], v, do [B, T, H, V]; causal, unnormalised, no states. References are
-float64 autograd of quadratic attention. The torch exercise runs under a torch-function counter that
-refuses autograd (the exercise is to write the gradients) and a token-by-token or quadratic answer; the autograd
-exercise must route its gradient through a custom ``torch.autograd.Function`` that saves only its inputs and whose
-backward launches Triton kernels (at least two: dq, then dk and dv), not torch code.
+float64 autograd of quadratic attention (the package's oracle as one chunk). The torch exercise runs under a
+torch-function counter that refuses autograd (the exercise is to write the gradients) and a token-by-token or
+quadratic answer; the autograd exercise must route its gradient through a custom ``torch.autograd.Function`` that
+saves only its inputs and whose backward launches Triton kernels (at least two: dq, then dk and dv), not torch
+code.
 """
 
 import math
@@ -15,6 +16,7 @@ import triton
 
 from ...device import pick
 from ...gradcall import call_and_backward, leaves
+from ...linear_attention.reference import reference_backward, reference_linear_attention
 from ...testing import randn
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 from .l04_chunked_linear_attention import _Counter, _tensor
@@ -23,18 +25,14 @@ __all__ = ["BACKWARD_TORCH", "DQ", "DKDV", "AUTOGRAD", "BACKWARD_SPEED", "gradie
 
 
 def gradients(q, k, v, do, scale) -> dict:
-    """``o`` and ``dq, dk, dv`` of ``Σ o · do`` by float64 autograd of quadratic attention,
-    ``o = scale · (Q Kᵀ ⊙ M) V`` with ``M`` the causal mask (float64 in, float64 out): a formulation neither the
-    chunked answers nor the recurrence share, and on a CPU twenty times faster than autograd of the token
-    loop (B=2 T=1000 H=8 K=V=128 on two cores: 0.55 s against 12)."""
-    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    T = q.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    with torch.enable_grad():
-        scores = torch.einsum("bthk,bshk->bhts", q, k).masked_fill(~causal, 0.0)
-        o = scale * torch.einsum("bhts,bshv->bthv", scores, v)
-        grads = torch.autograd.grad(o, (q, k, v), do)
-    return {"o": o.detach(), "dq": grads[0], "dk": grads[1], "dv": grads[2]}
+    """``o`` and ``dq, dk, dv`` of ``Σ o · do`` by float64 autograd of the package's oracle run as one chunk, that
+    is quadratic attention ``o = scale · (Q Kᵀ ⊙ M) V`` (float64 in, float64 out): a formulation neither the
+    chunked answers nor the recurrence share, and on a CPU over ten times faster than autograd of the token loop
+    (B=2 T=1000 H=8 K=V=128 on two cores: 0.9 s against 12)."""
+    whole = max(q.shape[1], 1)
+    dq, dk, dv, _ = reference_backward(q, k, v, do, scale, chunk_size=whole)
+    o, _ = reference_linear_attention(q, k, v, scale, normalize=False, chunk_size=whole)
+    return {"o": o, "dq": dq, "dk": dk, "dv": dv}
 
 
 def _inputs(case, gen):

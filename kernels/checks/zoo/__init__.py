@@ -27,8 +27,8 @@ from ...device import INTERPRET, MODE
 from .. import engine, provenance
 from ..spec import get
 
-__all__ = ["Entry", "OBJECTS", "entries", "build", "grade_entry", "grade_ids", "compile_entry", "judge",
-           "has_hidden"]
+__all__ = ["Entry", "OBJECTS", "entries", "build", "grade_entry", "grade_ids", "share_threads",
+           "compile_entry", "judge", "has_hidden"]
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them (the catalog's).
 OBJECTS = exercise_objects()
@@ -118,6 +118,15 @@ def grade_entry(entry: Entry) -> dict:
     row["problems"] = judge(entry, row)
     row["ok"] = not row["problems"]
     return row
+
+
+def share_threads(jobs: int) -> None:
+    """A worker process's share of the CPUs this process may use, as torch's threads: the float64 references run on
+    the CPU, and ``jobs`` workers each taking every core's threads ran far slower than one at a time."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(max(1, cpus // max(1, jobs)))
 
 
 def grade_ids(ids: list[str]) -> list[dict]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import pathlib
 import sys
 import time
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import kernels  # noqa: F401
     from kernels.checks.spec import get
-    from kernels.checks.zoo import entries, grade_ids
+    from kernels.checks.zoo import entries, grade_ids, share_threads
 
     t0 = time.time()
     chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
@@ -49,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     order = {e.id: i for i, e in enumerate(chosen)}
     if args.jobs > 1 and len(rest) > 1:
         # one entry a task: a few entries (the GPU's illegal-address ones) take far longer than the rest
-        # the float64 references run on the CPU: torch's threads shared out, not each worker taking every core
-        threads = max(1, (os.cpu_count() or 1) // args.jobs)
-        with multiprocessing.get_context("spawn").Pool(args.jobs, _threads, (threads,)) as pool:
+        with multiprocessing.get_context("spawn").Pool(args.jobs, share_threads, (args.jobs,)) as pool:
             for part in pool.imap_unordered(grade_ids, [[i] for i in rest]):
                 rows += part
                 if len(rows) % 10 == 0 or len(rows) == len(rest):
@@ -73,12 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} entries ({report['wrong']} wrong here, {report['right']} right) in {report['seconds']} s; "
           f"{len(bad)} not as expected; report: {args.out}")
     return 1 if bad else 0
-
-
-def _threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(n)
 
 
 def _report(out: pathlib.Path, rows: list[dict], order: dict, t0: float, finished: bool) -> dict:

@@ -605,17 +605,23 @@ def _serve_warm(ch: _Channel, req: dict) -> None:
 
 
 def _tree(root: str, cap: int = 64 << 20) -> dict:
-    """The files under ``root`` (relative path -> bytes as a uint8 tensor), for the grader to seed later workers."""
+    """The files under ``root`` (relative path -> bytes as a uint8 tensor), for the grader to seed later workers:
+    each top-level folder (one Triton cache entry: a kernel's binaries and metadata) whole or not at all, until
+    ``cap`` bytes; an entry cut in half would be found by a later worker and fail to load."""
     out, total = {}, 0
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            data = open(p, "rb").read()
-            total += len(data)
-            if total > cap:
-                return out
-            out[os.path.relpath(p, root)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
-                torch.empty(0, dtype=torch.uint8)
+    for top in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        entry = {}
+        for d, _, files in os.walk(os.path.join(root, top)):
+            for f in files:
+                p = os.path.join(d, f)
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                entry[os.path.relpath(p, root)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data \
+                    else torch.empty(0, dtype=torch.uint8)
+        size = sum(t.numel() for t in entry.values())
+        if total + size <= cap:
+            out.update(entry)
+            total += size
     return out
 
 

@@ -95,3 +95,16 @@ def test_a_budget_used_up_while_timing_gives_the_gpu_back(monkeypatch):
     with pytest.raises(grade._Fail):
         s.run_kernel(plan, call, [{"entry": "add_kernel", "text": ""}], [None])
     assert not s.g.gpu.writer and s.g.gpu.readers == 1 and dropped == ["launch"]
+
+
+def test_the_cache_snapshot_keeps_each_entry_whole(tmp_path):
+    """The warmed Triton cache seeds every later worker: an entry (a folder) goes whole or not at all, so a
+    snapshot at its size limit never leaves a kernel's metadata without its binary."""
+    from grader.worker import _tree
+
+    for name, sizes in (("a", (10, 30)), ("b", (50, 5)), ("c", (20,))):
+        (tmp_path / name).mkdir()
+        for i, n in enumerate(sizes):
+            (tmp_path / name / f"f{i}").write_bytes(bytes(n))
+    got = _tree(str(tmp_path), cap=70)
+    assert sorted(got) == ["a/f0", "a/f1", "c/f0"] and got["a/f1"].numel() == 30

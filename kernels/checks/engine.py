@@ -734,8 +734,8 @@ def warm_performance(seed: int = 0, budget: float = 200.0, between=None, lessons
     timed = [ex for ex in all_exercises() if ex.performance is not None
              and (lessons is None or ex.id.split(".", 1)[0] in lessons)]
 
-    def each(step):
-        for ex in timed:
+    def each(step, exercises):
+        for ex in exercises:
             if time.monotonic() - start > budget:
                 return
             perf = ex.performance
@@ -759,13 +759,12 @@ def warm_performance(seed: int = 0, budget: float = 200.0, between=None, lessons
     targets = {}
 
     def target(ex, perf, inputs, outs):
-        if perf.target is not None:
-            targets[ex.id] = tuple(perf.target(inputs, perf.case, _floor_ms(perf)[0]))
+        targets[ex.id] = tuple(perf.target(inputs, perf.case, _floor_ms(perf)[0]))
 
-    each(baseline)
+    each(baseline, timed)
     if between is not None:
         between()
-    each(target)
+    each(target, [ex for ex in timed if ex.performance.target is not None])
     return targets
 
 

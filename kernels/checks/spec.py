@@ -255,15 +255,10 @@ def _import_lesson(lesson: str) -> bool:
 
 
 def all_exercises() -> list[Exercise]:
-    """Every exercise of the course's lessons (``kernels.checks.lessons``), each lesson imported."""
-    import pkgutil
+    """Every exercise of the course's lessons (the catalog's), each lesson imported."""
+    from ..catalog import lesson_ids
 
-    from . import lessons
-
-    for info in pkgutil.iter_modules(lessons.__path__):
-        if re.match(r"^l\d\d_", info.name):
-            importlib.import_module(f"{lessons.__name__}.{info.name}")
-    return [ex for k, ex in sorted(_REGISTRY.items()) if re.match(r"^\d\d_", k)]
+    return [ex for lesson in lesson_ids() for ex in lesson_exercises(lesson).values()]
 
 
 def lesson_exercises(lesson: str) -> dict[str, Exercise]:

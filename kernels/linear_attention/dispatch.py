@@ -253,11 +253,12 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
     """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
     B, T, H, K = q.shape
     if INTERPRET or not q.is_cuda:  # small tiles, with the kernel's forms the GPU's launch would take
-        kind = float32_precision() if q.dtype == torch.float32 else "16"
+        precision = float32_precision()
+        kind = precision if q.dtype == torch.float32 else "16"
         change = {}
         for name in ADOPTED + ((TRYING,) if TRYING else ()):
             change.update(CANDIDATES[name].get((max(64, next_power_of_2(K)), kind), {}))
-        launch = dataclasses.replace(_INTERPRETER, precision=float32_precision(),
+        launch = dataclasses.replace(_INTERPRETER, precision=precision,
                                      **{f: x for f, x in change.items() if f != "BV"})
         return dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
     N = B if lengths is None else len(lengths)

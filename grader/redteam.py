@@ -27,13 +27,17 @@ class Attack:
     name: str
     what: str
     cells: dict  # lesson -> {grade_id: source}, on top of the release
-    expect: dict  # lesson -> {"interpreter": score, "gpu": score}
+    expect: dict  # lesson -> {"interpreter": score, "gpu": score}; a score may be a tuple of the scores accepted
     why: str = ""  # a regex one of its failed cells' messages must match (the reason it scores what it does)
     why_gpu: str = ""  # the same on a GPU, where it differs
 
 
-def _both(score: float, gpu: float | None = None) -> dict:
+def _both(score: float, gpu: float | tuple | None = None) -> dict:
     return {"interpreter": score, "gpu": score if gpu is None else gpu}
+
+
+def _accepts(want, score: float) -> bool:
+    return any(abs(score - w) <= 1e-9 for w in (want if isinstance(want, tuple) else (want,)))
 
 
 _ADD_HEAD = '''@triton.jit
@@ -212,9 +216,10 @@ def attacks() -> list[Attack]:
     out.append(Attack("skip_if_filled", "the fused kernel skips its work when its output already holds numbers "
                       "(outputs left filled between timed launches would time nothing): every timed launch starts "
                       "from poisoned outputs, so it does the work and no time is forged; on a GPU its check of the "
-                      "output costs it the speed requirement (1.6x the naive kernel on the H200, 2x asked)",
+                      "output may cost it the speed requirement, which depends on the card (1.6x the naive kernel on "
+                      "the H200: 5 points, too slow; over the 2x asked on the H100: 7, earned with the work done)",
                       {"02_naive_hbm_loops": {"fused_kernel": timing["skip_if_filled"]}},
-                      {"02_naive_hbm_loops": _both(7.0, 5.0)}, why_gpu="too slow"))
+                      {"02_naive_hbm_loops": _both(7.0, (5.0, 7.0))}, why_gpu="too slow"))
     naive = _UNIVERSAL_NAIVE
     out.append(Attack("universal", "every kernel and function of both lessons reaches around the grader (the "
                       "handle branch for kernels, the reference by import, frames and gc for functions, the checks "
@@ -285,18 +290,25 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     mismatches = []
     for r in results:
         failed = [c.message for c in r.cells if c.score < c.points]
-        wrong = abs(r.score - expected[(r.student, r.lesson)]) > 1e-9
-        reason = why[r.student] and not any(re.search(why[r.student], m) for m in failed)
+        want = expected[(r.student, r.lesson)]
+        wrong = not _accepts(want, r.score)
+        # a reason is asked of the lowest score accepted (a higher one accepted has lost no points for it)
+        lowest = min(want) if isinstance(want, tuple) else want
+        reason = why[r.student] and abs(r.score - lowest) <= 1e-9 and not any(
+            re.search(why[r.student], m) for m in failed)
         if wrong or reason:
             mismatches.append({"student": r.student, "lesson": r.lesson, "score": r.score,
                                "want": expected[(r.student, r.lesson)], "want_reason": why[r.student] if reason else "",
                                "messages": [m[:400] for m in failed][:4]})
+    # the table marks a score that is not accepted; with several accepted, it names the first
+    shown = {k: (r.score if _accepts(v, r.score) else (v[0] if isinstance(v, tuple) else v))
+             for r in results for k, v in [((r.student, r.lesson), expected[(r.student, r.lesson)])]}
     summary = {"mode": MODE, "seconds": time.time() - t0, "setup_s": built,
                "scores": {f"{r.student}/{r.lesson}": r.score for r in results},
                "messages": {f"{r.student}/{r.lesson}": {c.grade_id: c.message[:400] for c in r.cells
                                                                      if c.score < c.points}
                             for r in results},
-               "mismatches": mismatches, "table": table(results, expected, MODE)}
+               "mismatches": mismatches, "table": table(results, shown, MODE)}
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(json.dumps(summary, indent=1, default=str) + "\n")

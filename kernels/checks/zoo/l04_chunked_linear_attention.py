@@ -158,7 +158,9 @@ INTRA_CHUNK = [
            "                mask=mask_vo, other=0.0)\n", "                )\n",
            fault="out of bounds", why="masks only the store: the loads read past T, K and V"),
     _intra("v-without-other", "                mask=mask_vo, other=0.0)\n", "                mask=mask_vo)\n",
-           fault="without `other=`", why="v's rows past T are masked but undefined: 0 x undefined is not 0 in the dot"),
+           fault="without `other=`", where=("interpreter",),
+           why="v's rows past T are masked but undefined: 0 x undefined is not 0 in the dot (compiled by Triton 3.6 "
+               "they read 0, so on the H100 it passes; the interpreter's checks read NaN)"),
     _intra("q-strides-for-k", _K_LOAD,
            "k = tl.load(k_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],",
            fault="out of bounds|relative error", why="addresses k with q's strides"),

@@ -226,7 +226,7 @@ def run_demo(out: pathlib.Path, *, slots: int = 2, lessons: list[str] | None = N
     summary = {"mode": MODE, "nbgrader": with_nbgrader, "where": describe(),
                "isolation": sorted({r.isolation for r in results if r.isolation}),
                "selection": selection, "students": len(klass), "submissions": len(subs), "slots": slots,
-               "build_s": built,
+               "build_s": built, "warm_s": Grader.last_warm_s,
                "grade_s": graded, "solution_seconds_by_lesson": {r.lesson: r.seconds for r in full},
                "solution_total_s": full_s, "solution_phases_s": phases, "mismatches": bad,
                "leftover_processes": left,

@@ -109,6 +109,9 @@ def _output_bytes(ex, run) -> int:
 class Grader:
     """One grading run: a sandbox root, settings and ``slots`` parallel worker uids."""
 
+    #: the seconds the latest GPU warm-up in this process took (the demo's report names them)
+    last_warm_s = 0.0
+
     def __init__(self, settings: Settings | None = None, *, root: pathlib.Path | None = None):
         self.settings = settings or Settings()
         bwrap_path()  # a SetupError naming the fix, before anything else
@@ -129,6 +132,7 @@ class Grader:
         self.cubin = self.sandbox.mode == "gpu" and self.settings.cubin
         self.gpu = GpuLock()
         self.targets: dict[str, tuple[float, str]] = {}  # speed targets measured once (engine.warm_performance)
+        self.warm_s = 0.0  # seconds the GPU warm-up took (baselines compiled and run, targets measured)
         try:
             self.isolation = self._probe()
         except SetupError:
@@ -153,6 +157,7 @@ class Grader:
             how = w.isolation
             if kind == "kernel" and mode == "gpu":
                 lessons = self.settings.warm_lessons
+                warm_t0 = time.time()
                 w.send({"op": "warm", "lessons": None if lessons is None else list(lessons)})
                 try:
                     try:
@@ -166,6 +171,7 @@ class Grader:
                                    startup_timeout=300)
                         w.send({"op": "warm", "performance": False})
                         warm = w.recv(300, what="warming Triton's cache", cap=256 << 20)
+                    self.warm_s = Grader.last_warm_s = time.time() - warm_t0
                     files = warm.get("files") or {}
                     self.targets = {k: (float(v[0]), str(v[1])) for k, v in (warm.get("targets") or {}).items()}
                 except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause
@@ -511,7 +517,9 @@ class _Session:
         traffic: dict = {}
         if cubin:  # the kernel's Python runs only in the interpreter's pre-check and the compile, never here
             items = [{"index": r.index, "case": r.case, "seed": r.seed} for r in runs]
+            t0 = time.time()
             found = _cubin.precheck(self, ex, call, kernels, values, request, items)
+            self.phase("precheck", t0)
             if isinstance(found, CheckResult):
                 return found
             traffic = found
@@ -541,6 +549,7 @@ class _Session:
                 elif ev == "compile" and cubin:  # the compile has a limit of its own: the problem's clock stops
                     asked = time.time()
                     _cubin.relay(self, w, m, kernels)
+                    self.phase("compile", asked)
                     deadline += time.time() - asked
                 elif ev == "result":
                     run = runs[k]

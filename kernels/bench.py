@@ -304,8 +304,10 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 ms = time_ms(_rotating(v, p, inputs))
                 entry.update(status="ok", ms=ms, x_floor=ms / max(floor_hbm, floor_flop),
                              gbps=p.bytes / (ms * 1e-3) / 1e9)
-            except torch.cuda.OutOfMemoryError:
-                entry = {"status": "skipped", "reason": "out of memory"}
+            except torch.cuda.OutOfMemoryError as e:  # what it asked for and what the device held say why
+                entry = {"status": "skipped", "reason": "out of memory",
+                         "detail": " ".join(str(e).split())[:400],
+                         "allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2)}
             except Exception as e:  # one failing version must not cost the rest of the run
                 entry = {"status": "ERROR", "reason": f"{type(e).__name__}: {e}"[:500]}
                 print(f"{p.label} / {v.name}: {entry['reason']}", flush=True)

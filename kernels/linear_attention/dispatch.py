@@ -113,9 +113,13 @@ NORM_MMA_PARTS = "both"
 #: ``q · S``), the key sum as ``kᵀ · e₀``: no spills at D=128 and D=256 (84 and 200 bytes on the CUDA cores).
 #: "fp32-kt": kᵀ loaded a second time in the layout the state update reads, so that every tile of an fp32 chunk
 #: is loaded asynchronously (the default loads k into registers and writes it to shared memory twice a chunk).
+#: "d256-bv64", "d256-bt32": 16-bit D=256 with the chunk's scores ``q · kᵀ`` recomputed for 4 V blocks instead
+#: of 8, or over chunks of 32 tokens (half their cost a token, on mma.sync); PERF.md, "D=256 in 16 bits".
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
+    "d256-bv64": {(256, "16"): dict(BV=64)},
+    "d256-bt32": {(256, "16"): dict(BT=32)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

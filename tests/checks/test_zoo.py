@@ -81,3 +81,54 @@ def test_the_command_grades_in_worker_processes(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["finished"] and report["entries"] >= 2 and not report["bad"], report
+
+
+#: The zoo's copies of a lesson's solution (constant in the lesson's zoo module -> the solution's functions and
+#: classes it holds): each wrong entry is an edit of one, so a copy that drifts from the solution tests an answer
+#: nobody would write from today's lesson.
+SOLUTION_COPIES = {
+    "02_naive_hbm_loops": {"NAIVE": ["naive_kernel"], "FUSED": ["fused_kernel"]},
+    "03_tiled_sram": {"TILED": ["tiled_matmul_kernel"]},
+    "04_chunked_linear_attention": {"TORCH": ["chunked_attention_torch"], "INTRA": ["intra_chunk_kernel"],
+                                    "FUSED": ["chunked_attention_kernel"]},
+    "05_ptx_export_rust": {"PREDICT": ["predict_launch"], "PRELUDE": ["evaluate"], "BUILD": ["build_launch"]},
+    "07_backward": {"TORCH": ["chunked_backward_torch"], "DQ": ["dq_kernel"], "DKDV": ["dkdv_kernel"],
+                    "FORWARD": ["forward_kernel"],
+                    "LAUNCHERS": ["strides", "pow2", "launch_dq", "launch_dkdv", "precision_for", "chunked_forward"],
+                    "FUNCTION": ["ChunkedLinearAttention", "linear_attention"]},
+}
+
+
+def _definitions(source: str) -> dict:
+    """name -> the AST of each function and class defined in ``source``, docstrings left out (comments and
+    layout are not in an AST)."""
+    import ast
+
+    out = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+            out[node.name] = ast.dump(node)
+    return out
+
+
+@pytest.mark.parametrize("lesson", sorted(SOLUTION_COPIES))
+def test_zoo_copies_match_the_solution(lesson):
+    import importlib
+
+    from grader.layout import SOLUTIONS
+
+    text = "\n".join(line for line in (SOLUTIONS / f"{lesson}.py").read_text().splitlines()
+                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    solution = _definitions(text)
+    module = importlib.import_module(f"kernels.checks.zoo.l{lesson}")
+    for constant, names in SOLUTION_COPIES[lesson].items():
+        copy = _definitions(getattr(module, constant))
+        for name in names:
+            assert name in solution, f"solutions/{lesson}.py no longer defines {name}"
+            assert copy.get(name) == solution[name], (
+                f"the zoo's {constant} (kernels/checks/zoo/l{lesson}.py) holds a {name} that is not the solution's "
+                "(comments, docstrings and layout aside): update the copy, then the edits of its entries")

@@ -60,7 +60,7 @@ def evaluate(text, env):
             return int(_OPS[type(node.ops[0])](ev(node.left), ev(node.comparators[0])))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
             return _FUNCS[node.func.id](*(ev(a) for a in node.args))
-        raise ValueError(f"{text!r} is not a manifest expression")
+        raise ValueError(f"{text!r} is not a manifest expression ({ast.dump(node)[:60]})")
 
     return ev(ast.parse(text.strip(), mode="eval").body)
 
@@ -103,7 +103,8 @@ BUILD = '''def build_launch(manifest, sizes, tensors, scalars, alloc):
             if t.numel() < need:
                 raise ValueError(f"{name} holds {t.numel()} elements; {p['numel']} = {need} needed")
             if t.data_ptr() % p["align"]:
-                raise ValueError(f"{name} is not {p['align']}-byte aligned")
+                raise ValueError(f"{name} starts at an address that is not a multiple of {p['align']} bytes (a view "
+                                 "such as x[1:]); the kernel was compiled assuming it is")
             args.append(("u64", t.data_ptr()))
         else:
             if p.get("value") is None:
@@ -172,7 +173,10 @@ BUILD_LAUNCH = [
            fault="alloc", why="counts the programs along x only"),
     _build("solution", wrong=False, why="the lesson's launch"),
     _build("no-alignment-check", '            if t.data_ptr() % p["align"]:\n'
-           '                raise ValueError(f"{name} is not {p[\'align\']}-byte aligned")\n', "", fault="accepted",
+           '                raise ValueError(f"{name} starts at an address that is not a multiple of {p[\'align\']} '
+           'bytes (a view "\n'
+           '                                 "such as x[1:]); the kernel was compiled assuming it is")\n',
+           "", fault="accepted",
            why="launches a tensor that starts off the 16 bytes the kernel was compiled to assume"),
     _build("refuses-misaligned", '            if t.data_ptr() % p["align"]:',
            '            if t.data_ptr() & (p["align"] - 1):', wrong=False,

@@ -200,10 +200,11 @@ def recurrent_linear_attention(q, k, v, scale=None, initial_state=None, output_f
 
 
 def reference_backward(q, k, v, do, scale=None, initial_state=None, dht=None, cu_seqlens=None, *,
-                       recurrent: bool = False, chunk_size: int = 64):
+                       recurrent: bool = False, chunk_size: int = 64, with_output: bool = False):
     """Gradients of the unnormalised attention by float64 autograd: ``(dq, dk, dv, dh0)`` for the loss
     ``Σ o·do + Σ final_state·dht`` (``dh0`` None without an initial state). ``recurrent=True`` differentiates the
-    token-by-token loop (slow: small sizes), otherwise the chunked oracle."""
+    token-by-token loop (slow: small sizes), otherwise the chunked oracle. ``with_output=True`` appends the float64
+    output ``o`` of the same forward (no second forward pass for a caller that needs both)."""
     leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
     h0 = None if initial_state is None else initial_state.detach().double().requires_grad_()
     with torch.enable_grad():
@@ -215,4 +216,5 @@ def reference_backward(q, k, v, do, scale=None, initial_state=None, dht=None, cu
         if dht is not None:
             loss = loss + (ht * dht.double()).sum()
         grads = torch.autograd.grad(loss, leaves + ([h0] if h0 is not None else []))
-    return (*grads[:3], grads[3] if h0 is not None else None)
+    out = (*grads[:3], grads[3] if h0 is not None else None)
+    return (*out, o.detach()) if with_output else out

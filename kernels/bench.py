@@ -288,10 +288,10 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                 continue
             entry: dict = {}
             try:
-                got = v.output(v.fn(**inputs))
+                got = v.fn(**inputs)
                 _sync()
-                if ref is not None:
-                    err = rel_error(got, ref)
+                if ref is not None:  # a row too big to check is run once, its outputs not gathered for a comparison
+                    err = rel_error(v.output(got), ref)
                     entry["rel_error"] = err
                     if not err <= p.tol:
                         row["versions"][v.name] = {"status": "WRONG", **entry}

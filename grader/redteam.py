@@ -30,6 +30,9 @@ class Attack:
     expect: dict  # lesson -> {"interpreter": score, "gpu": score}; a score may be a tuple of the scores accepted
     why: str = ""  # a regex one of its failed cells' messages must match (the reason it scores what it does)
     why_gpu: str = ""  # the same on a GPU, where it differs
+    # a speed cell (grade id) whose timing must show the work done when a score above the lowest accepted is given:
+    # at least a quarter of the baseline's time (a kernel that skipped its work takes about a launch)
+    timed: str = ""
 
 
 def _both(score: float, gpu: float | tuple | None = None) -> dict:
@@ -38,6 +41,19 @@ def _both(score: float, gpu: float | tuple | None = None) -> dict:
 
 def _accepts(want, score: float) -> bool:
     return any(abs(score - w) <= 1e-9 for w in (want if isinstance(want, tuple) else (want,)))
+
+
+def _forged(result, grade_id: str) -> str:
+    """Why the timing of speed cell ``grade_id`` in ``result`` does not show the work done ("" when it does)."""
+    perfs = [ch.perf for c in result.cells if c.grade_id == grade_id for ch in c.checks if ch.perf]
+    timed = [p for p in perfs if p.get("student_ms") and p.get("baseline_ms")]
+    if not timed:
+        return f"{grade_id} passed without a timing in its result"
+    p = timed[0]
+    if p["student_ms"] < p["baseline_ms"] / 4:
+        return (f"{grade_id} timed {p['student_ms']:.4f} ms, under a quarter of the baseline's {p['baseline_ms']:.4f}: "
+                "the timed launches skipped the work")
+    return ""
 
 
 _ADD_HEAD = '''@triton.jit
@@ -219,7 +235,7 @@ def attacks() -> list[Attack]:
                       "output may cost it the speed requirement, which depends on the card (1.6x the naive kernel on "
                       "the H200: 5 points, too slow; over the 2x asked on the H100: 7, earned with the work done)",
                       {"02_naive_hbm_loops": {"fused_kernel": timing["skip_if_filled"]}},
-                      {"02_naive_hbm_loops": _both(7.0, (5.0, 7.0))}, why_gpu="too slow"))
+                      {"02_naive_hbm_loops": _both(7.0, (5.0, 7.0))}, why_gpu="too slow", timed="check_fused_speed"))
     naive = _UNIVERSAL_NAIVE
     out.append(Attack("universal", "every kernel and function of both lessons reaches around the grader (the "
                       "handle branch for kernels, the reference by import, frames and gc for functions, the checks "
@@ -287,6 +303,7 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     import re
 
     why = {a.name: (a.why_gpu if ON_GPU and a.why_gpu else a.why) for a in klass}
+    timed = {a.name: a.timed for a in klass}
     mismatches = []
     for r in results:
         failed = [c.message for c in r.cells if c.score < c.points]
@@ -296,10 +313,11 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
         lowest = min(want) if isinstance(want, tuple) else want
         reason = why[r.student] and abs(r.score - lowest) <= 1e-9 and not any(
             re.search(why[r.student], m) for m in failed)
-        if wrong or reason:
+        forged = _forged(r, timed[r.student]) if ON_GPU and timed[r.student] and r.score > lowest + 1e-9 else ""
+        if wrong or reason or forged:
             mismatches.append({"student": r.student, "lesson": r.lesson, "score": r.score,
                                "want": expected[(r.student, r.lesson)], "want_reason": why[r.student] if reason else "",
-                               "messages": [m[:400] for m in failed][:4]})
+                               "forged": forged, "messages": [m[:400] for m in failed][:4]})
     # the table marks a score that is not accepted; with several accepted, it names the first
     shown = {k: (r.score if _accepts(v, r.score) else (v[0] if isinstance(v, tuple) else v))
              for r in results for k, v in [((r.student, r.lesson), expected[(r.student, r.lesson)])]}

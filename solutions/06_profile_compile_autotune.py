@@ -254,8 +254,11 @@ check("06_profile_compile_autotune.slow_instruction", SLOW_INSTRUCTION)
 # The instruction tells you *what* the compiler did; the kernel's source tells you *why*. Look at the planted
 # kernel's decorator: it asks Triton not to specialise on its sizes and strides, so the compiler may not assume
 # that a row starts 16-byte aligned or that the innermost stride is 1, and it must load element by element. (The
-# habit comes from kernels that see a new sequence length on every call and want one binary for all of them; for
-# a *stride* it is expensive.)
+# habit comes from kernels that see a new sequence length on every call and want one binary for all of them. Here
+# it is expensive for every argument it names: an unspecialised stride hides the unit inner stride, and an
+# unspecialised size hides that it is a multiple of 16, which is what lets the compiler prove that a row of `a`
+# starts aligned and that the `K` mask covers whole 16-byte vectors; row K = 4100 of the compile table above shows
+# the cost.)
 #
 # Write `fixed_matmul_kernel` with the planted kernel's signature and launch, `c = a @ b` with an fp32
 # accumulator, `c` in `a`'s dtype, that the compiler can vectorise. The check runs it on partial tiles, a
@@ -488,8 +491,10 @@ check("06_profile_compile_autotune.autotune_space", SPACE, hidden=True)
 # - A compile has five readable stages. TTGIR shows the layouts and the software pipeline, PTX the memory
 #   instructions by space and width, SASS the machine code; `ptxas -v` gives registers and spills, the metadata
 #   the shared memory. All of it comes without a GPU by compiling ahead of time for `sm_90`.
-# - Shared memory of a pipelined matmul is `num_stages × (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N) × bytes`;
-#   `num_warps` changes registers per thread, not shared memory.
+# - Shared memory of the pipelined matmul, for tiles of 64 or more a side at 4 or 8 warps, is one buffer per stage
+#   for each operand's tile; `num_warps` changes registers per thread, not shared memory. Smaller tiles or fewer
+#   warps take other layouts (the compiler may share or leave out a buffer), so read the figure from the compile's
+#   metadata rather than a formula.
 # - Vectorised, asynchronous loads need proof: 16-byte alignment and a unit inner stride, which Triton's JIT
 #   learns from the arguments (multiples of 16, values of 1). Take that knowledge away (`do_not_specialize` on a
 #   stride, an export without hints, a size that is not a multiple of 16) and loads become one element wide.

@@ -488,6 +488,25 @@ def toolchain_missing(ex: Exercise) -> str | None:
     return None
 
 
+def _not_plain(v, where: str = "the value") -> tuple[str, object]:
+    """The first part of ``v`` that is not plain data, and where it is (``the value[2]``, ``the value['k']``)."""
+    if isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            try:
+                json.dumps(x)
+            except (TypeError, ValueError):
+                return _not_plain(x, f"{where}[{i}]")
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                return f"a key of {where}", k
+            try:
+                json.dumps(x)
+            except (TypeError, ValueError):
+                return _not_plain(x, f"{where}[{k!r}]")
+    return where, v
+
+
 def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
     """A value argument must be plain data; then the exercise's rule decides."""
     for v in values:
@@ -496,7 +515,11 @@ def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
         try:
             json.dumps(v)
         except (TypeError, ValueError):
-            return f"a value must be plain data (numbers, strings, lists, dicts); got a {type(v).__name__}"
+            where, bad = _not_plain(v)
+            return (f"a value must be plain data (numbers, strings, lists, dicts); {where} has type "
+                    f"{type(bad).__module__}.{type(bad).__qualname__}".replace("builtins.", "")
+                    + (" (write each configuration as a dict of its keyword arguments)"
+                       if type(bad).__name__ == "Config" else ""))
     if ex.rule is None:
         return None
     return ex.rule(values, hidden)

@@ -34,7 +34,32 @@ def test_shared_hints_name_the_mistake():
     assert "num_stages - 1" in l06._shared_hint(cfg, 2 * want // 3, want)
     assert "output tile" in l06._shared_hint(cfg, 3 * 64 * 128 * 4, want)
     assert "num_warps does not change it" in l06._shared_hint(cfg, 4 * want, want)
-    assert l06._shared_hint(cfg, 12345, want) == "a stage holds one tile of a and one of b"
+    assert l06._shared_hint(cfg, 12345, want) == l06._TILES
+
+
+def test_shared_hints_probe_the_formula():
+    """One value can fit two mistakes (at the lesson's 128 x 128 x 64 tiles, fp32 bytes and the output tile give
+    the same number): the answer's function, called at other configurations, tells which it is."""
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)
+    want = 3 * (128 * 64 + 64 * 128) * 2
+
+    def output(m, n, k, w, s):
+        return s * m * n * 4
+
+    def fp32(m, n, k, w, s):
+        return s * (m * k + k * n) * 4
+
+    def plus_output(m, n, k, w, s):
+        return s * (m * k + k * n) * 2 + m * n * 2
+
+    def per_warp(m, n, k, w, s):
+        return s * (m * k + k * n) * 2 * w // 4
+
+    assert output(128, 128, 64, 8, 3) == fp32(128, 128, 64, 8, 3)
+    assert "output tile" in l06._shared_hint(cfg, output(128, 128, 64, 8, 3), want, output)
+    assert "4 bytes per element" in l06._shared_hint(cfg, fp32(128, 128, 64, 8, 3), want, fp32)
+    assert "output tile" in l06._shared_hint(cfg, plus_output(128, 128, 64, 8, 3), want, plus_output)
+    assert "num_warps does not change it" in l06._shared_hint(cfg, per_warp(128, 128, 64, 8, 3), want, per_warp)
 
 
 def test_shared_pool_fits_and_varies():
@@ -47,7 +72,7 @@ def test_shared_pool_fits_and_varies():
 @pytest.mark.parametrize("answer, words", [
     ("ld.global.b16", None), ("LDG.E.U16", None), ("  @%p7 ld.global.b16 %rs1, [ %rd9 + 0 ];", None),
     ("st.global.b16", ["a store"]), ("ld.global.v4.b32", ["does not occur", "ld instructions"]),
-    ("wgmma.fence.sync.aligned", ["in the fixed one"]), ("LDGSTS.E.BYPASS.128", ["does not occur"]),
+    ("wgmma.fence.sync.aligned", ["in the fixed one"]), ("LDGSTS.E.BYPASS.128", ["only in the fixed kernel"]),
     ("", ["must be a string"]), (None, ["must be a string"]),
 ])
 def test_slow_instruction(answer, words):

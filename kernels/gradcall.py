@@ -51,11 +51,23 @@ class Launches:
         return False
 
 
+def _tensors(value, depth: int = 0) -> list:
+    """The tensors in ``value``: itself, or inside lists, tuples and dicts (a few levels deep)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v, depth + 1)]
+    if depth < 3 and isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v, depth + 1)]
+    return []
+
+
 def call_and_backward(fn, args, kwargs, requires, grad_output):
     """Call ``fn(*args, **kwargs)`` (``args`` made by :func:`leaves`), say what its output's gradient node is and
     which of the inputs it saved, then run its backward with ``grad_output``: a dict of ``output``, ``grads`` (of
     the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom`` (a ``torch.autograd.Function``'s
-    node), ``saved`` (each saved tensor's input index or None, and shape) and ``launches_backward`` (the Triton
+    node), ``saved`` (each tensor it saved or kept on its context: the input's index or None, the shape, and
+    where: ``ctx.save_for_backward`` or ``ctx.NAME``) and ``launches_backward`` (the Triton
     launches its backward made; None when it did not run or nothing could count them); or whatever ``fn``
     returned, when it is not a tensor (the check names what came back instead). ``grad_output`` is expanded to the
     output's shape: one of size 1 along a dimension reaches the backward with stride 0 there, as ``o.sum(-1)``'s
@@ -67,10 +79,20 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
         node = out.grad_fn
         custom = isinstance(node, torch.autograd.function.BackwardCFunction)
         saved = []
+
+        def note(t, where):
+            if len(saved) >= 64:  # enough to judge; a context holding thousands of tensors is not sent back whole
+                return
+            same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
+            saved.append({"input": same[0] if same else None, "shape": list(t.shape), "where": where})
+
         for t in (node.saved_tensors if custom else ()):
             if t is not None:
-                same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
-                saved.append({"input": same[0] if same else None, "shape": list(t.shape)})
+                note(t, "ctx.save_for_backward")
+        # tensors kept as the context's own attributes (ctx.o = o, ctx.states = [...]) are saved as surely
+        for name, value in (vars(node).items() if custom else ()):
+            for t in _tensors(value):
+                note(t, f"ctx.{name}")
         launches = None
         if custom and all(t["input"] is not None for t in saved):  # else the check refuses it unrun
             with Launches() as counter:

@@ -399,8 +399,9 @@ check("07_backward.dkdv", dkdv_kernel, hidden=True)
 #   tiles run at less than half the speed (lesson 04's forward on an H200: 1.29 ms at chunk 16, 0.55 ms at 64).
 #
 # `linear_attention(q, k, v, scale)` (given) is what the check calls. It checks the output and the gradients
-# against float64 autograd of the recurrence, that the gradient comes from your Function, that the Function
-# saved nothing but the inputs, and that its backward launched your two kernels (exercise 1's torch backward
+# against float64 autograd of the recurrence (at a scale of 0.3, and with the `do` of `o.sum(-1)`), that the
+# gradient comes from your Function, that the Function saved nothing but the inputs (on `ctx` by any name), and
+# that its backward launched your two kernels (exercise 1's torch backward
 # gives the same gradients, but it is not what this exercise builds). On a GPU, the last check times your two
 # kernels at the table's size (B = 4, H = 16, T = 4096, D = 128, bf16) against the package's two passes, which
 # split `dH` over several programs per head: yours must reach 0.3x their speed. The benchmark below puts both

@@ -77,8 +77,15 @@ class Stray:
                          f"{tuple(self.shape)}, strides {tuple(self.stride)})")
         pid, src, off = self.first
         at = f"program {pid}" + (f", in `{src}`" if src else "")
+        # an expanded view (stride 0 along a dimension) holds fewer elements than its shape says: a kernel that
+        # assumes a unit last stride walks off its storage
+        broadcast = [d for d, (n, st) in enumerate(zip(self.shape, self.stride)) if st == 0 and n > 1]
+        held = "" if not broadcast else (
+            f"; `{self.tensor}` is an expanded view, stride 0 along dimension {broadcast[0]} (shape "
+            f"{tuple(self.shape)}, strides {tuple(self.stride)}), so its storage holds only {top + 1} elements: "
+            "make it contiguous before launching a kernel that assumes a unit last stride")
         return (f"{self.tensor}: out of bounds: the kernel {verb} {' and '.join(parts)} (it has {self.numel}; the "
-                f"first at element offset {off}, {at}); check that access's mask and strides")
+                f"first at element offset {off}, {at}); check that access's mask and strides" + held)
 
 
 @dataclass

@@ -111,8 +111,10 @@ class BackwardSweeps(View):
         mat.set_xlabel("s (key / value token)")
         mat.set_ylabel("t (query / output token)")
         errs = [float((g - a).abs().max() / a.abs().max()) for g, a in zip(grads, self.autograd)]
-        return (f"BT={chunk}: {n} chunks. Step {i}: the dq program uses S entering chunk {i}, then adds K_{i}ᵀ V_{i}; "
-                f"the dk/dv program uses dH from chunks {j + 1}..{n - 1} for chunk {j}, then adds "
+        held_s = "S = 0 (no chunk before 0)" if i == 0 else f"S from chunks 0..{i - 1}"
+        held_dh = f"dH = 0 (no chunk after {j})" if j == n - 1 else f"dH from chunks {j + 1}..{n - 1}"
+        return (f"BT={chunk}: {n} chunks. Step {i}: the dq program uses {held_s} for chunk {i}, then adds "
+                f"K_{i}ᵀ V_{i}; the dk/dv program uses {held_dh} for chunk {j}, then adds "
                 f"scale · Q_{j}ᵀ dO_{j}. Chunked gradients vs autograd of the recurrence (float64), max relative "
                 f"difference: dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}.")
 

@@ -237,7 +237,9 @@ def test_backward_sweeps_gradients_match_autograd():
     """The chunked gradients the view draws are autograd's, and each program's chunk is named in the caption."""
     view = viz.backward_sweeps(T=50, chunk=16)
     view.set(step=1)
-    assert "dq program uses S entering chunk 1" in view.caption and "for chunk 2" in view.caption
+    assert "dq program uses S from chunks 0..0 for chunk 1" in view.caption and "for chunk 2" in view.caption
+    view.set(step=0)  # the first step: nothing carried yet in either sweep, no empty range of chunks
+    assert "S = 0 (no chunk before 0)" in view.caption and "dH = 0 (no chunk after 3)" in view.caption, view.caption
     for part in ("dq", "dk", "dv"):
         err = float(view.caption.split(f"{part} ")[-1].split(",")[0].rstrip("."))
         assert err < 1e-12, view.caption

@@ -110,9 +110,11 @@ _MISTAKES = (
                                         "from the tokens s <= t"),
     (dict(forwards=True), ("dk", "dv"), "what dH gives when the chunks are walked first to last: dH holds the chunks "
                                         "after c, so walk from the last chunk to the first"),
+    (dict(scale_twice=True), ("dq",), "what dq gives when its carried term is scaled twice: S = Σ K_cᵀ V_c carries "
+                                      "no scale, so apply scale once, to dO_c S_[c]ᵀ (as to the chunk's own term)"),
     (dict(scale_twice=True), ("dq", "dk", "dv"), "what the carried state gives when it is scaled twice: scale "
-                                                 "multiplies every term once, and dH already carries it (dH += "
-                                                 "scale · Q_cᵀ dO_c)"),
+                                                 "multiplies every term once; in dq it is applied to dO_c S_[c]ᵀ (S "
+                                                 "carries none), and dH already carries it (dH += scale · Q_cᵀ dO_c)"),
     (dict(strict=True), ("dq", "dk", "dv"), "what a mask without its diagonal gives (rows > columns): causal "
                                             "attention lets a token attend to itself, so the mask keeps the diagonal "
                                             "(rows >= columns for dq, rows <= columns for dk and dv)"),
@@ -133,6 +135,22 @@ def _listed(names):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _short_chunk_only(got: dict, args: list, chunks, close) -> str | None:
+    """When the gradients ``got`` are those of the first ``T // c · c`` tokens alone (the gradients of that shorter
+    problem there, anything after), for a chunk size ``c`` the answer may use: a loop over ``T // c`` chunks,
+    which never reaches a last, short chunk."""
+    T = args[0].shape[1]
+    for c in chunks:
+        start = T // c * c
+        if 0 < start < T:
+            short = _chunked(*(x[:, :start] for x in args[:4]), args[4], c)
+            if all(close(g[:, :start].to(torch.float64), short[n]) for n, g in got.items()):
+                return (f"{_listed(list(got))}: what the first {start} tokens alone give: the last, short chunk "
+                        f"({T - start} of {c} tokens) is never walked; loop over ceil(T / {c}) chunks, the last "
+                        "one masked to T")
+    return None
+
+
 def _diagnose_at(chunks):
     """An :attr:`Exercise.diagnose` trying every mistake at each chunk size ``chunks(case)`` may use: names the
     mistake when the gradients that are wrong all match it (the comparison itself reports only the numbers)."""
@@ -146,6 +164,9 @@ def _diagnose_at(chunks):
         if not off or any(n not in grads for n in off):  # a wrong forward (o) is not a backward mistake
             return None
         args = [inputs[n] for n in ("q", "k", "v")] + [inputs["do"].expand(*inputs["v"].shape), inputs["scale"]]
+        tail = _short_chunk_only({n: got[n] for n in off}, args, chunks(case), close)
+        if tail:
+            return tail
         for flags, names, why in _MISTAKES:
             if all(n in names for n in off):
                 for chunk in chunks(case):
@@ -221,7 +242,8 @@ BACKWARD_TORCH = Exercise(
         Case("B=1 T=77 H=2 K=8 V=8 chunk 16 float32", dict(B=1, T=77, H=2, K=8, V=8, chunk=16)),
     ],
     hidden=[
-        Case("B=1 T=1 H=1 K=4 V=4 chunk 16 float64", dict(B=1, T=1, H=1, K=4, V=4, chunk=16), torch.float64),
+        Case("B=1 T=1 H=1 K=4 V=4 chunk 16 float64", dict(B=1, T=1, H=1, K=4, V=4, chunk=16), torch.float64,
+             purpose="is one token, shorter than a chunk: the last, short chunk is the only one"),
         Case("B=2 T=128 H=2 K=12 V=20 chunk 32 (exact multiple) scale 0.3 float64",
              dict(B=2, T=128, H=2, K=12, V=20, chunk=32, scale=0.3), torch.float64,
              purpose="is a whole number of chunks and scales by 0.3, not K^-1/2: use the scale you are given"),
@@ -379,7 +401,9 @@ def _autograd_run(args, inputs, outputs, case):
                           "autograd calls your backward")
     for t in r["saved"]:
         if t["input"] is None:
-            raise CheckFailed(f"your Function saved a tensor of shape {tuple(t['shape'])} that is not one of q, k, "
+            where = t.get("where", "ctx.save_for_backward")
+            how = "saved" if where == "ctx.save_for_backward" else f"kept on its context as {where}"
+            raise CheckFailed(f"your Function {how} a tensor of shape {tuple(t['shape'])} that is not one of q, k, "
                               "v: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
                               "states chunk by chunk")
     launches = r.get("launches_backward")
@@ -403,14 +427,19 @@ AUTOGRAD = Exercise(
     run=_autograd_run,
     reference=_reference(("o", "dq", "dk", "dv")),
     diagnose=_diagnose_at(lambda case: (16, 32, 64)),  # the chunk is the answer's own
-    visible=[Case("B=2 T=45 H=2 K=16 V=32 fp32", dict(B=2, T=45, H=2, K=16, V=32), precision="ieee")],
+    visible=[Case("B=2 T=45 H=2 K=16 V=32 fp32, scale 0.3", dict(B=2, T=45, H=2, K=16, V=32, scale=0.3),
+                  precision="ieee",
+                  purpose="scales by 0.3, not K^-1/2: pass the backward the scale the forward was given"),
+             Case("B=1 T=40 H=2 K=16 V=24 fp32, do as the backward of o.sum(-1) hands it down",
+                  dict(B=1, T=40, H=2, K=16, V=24, do_rows=True), precision="ieee",
+                  purpose="hands your backward a do of stride 0 along V (one value per row, expanded): make it "
+                          "contiguous before launching kernels that assume a unit last stride")],
     hidden=[Case("B=1 T=70 H=3 K=24 V=16 fp32, q/k/v views of one buffer, scale 0.3",
                  dict(B=1, T=70, H=3, K=24, V=16, strided=True, scale=0.3), precision="ieee",
                  purpose="scales by 0.3, not K^-1/2: pass the backward the scale the forward was given"),
-            Case("B=1 T=40 H=2 K=16 V=24 fp32, do as the backward of o.sum(-1) hands it down",
-                 dict(B=1, T=40, H=2, K=16, V=24, do_rows=True), precision="ieee",
-                 purpose="hands your backward a do of stride 0 along V (one value per row, expanded): make it "
-                         "contiguous before launching kernels that assume a unit last stride"),
+            Case("B=2 T=33 H=1 K=16 V=40 fp32, do as the backward of o.sum(-1) hands it down",
+                 dict(B=2, T=33, H=1, K=16, V=40, do_rows=True), precision="ieee",
+                 purpose="hands your backward a do of stride 0 along V: make it contiguous"),
             Case("B=1 T=130 H=2 K=32 V=32 fp16", dict(B=1, T=130, H=2, K=32, V=32), torch.float16)],
     points=(3, 2),
     forbid=("fla",),

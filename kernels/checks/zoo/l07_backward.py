@@ -46,6 +46,9 @@ _DKDV_TORCH = ('''        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-
 ''')
 
 BACKWARD_TORCH = [
+    _torch("drops-last-chunk", "    starts = list(range(0, T, chunk_size))\n",
+           "    starts = [i * chunk_size for i in range(T // chunk_size)]\n", fault="the last, short chunk",
+           why="walks T // chunk_size chunks: the tokens of a last, short chunk are never written"),
     _torch("autograd", source='''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     with torch.enable_grad():
@@ -184,6 +187,9 @@ DQ_ENTRIES = [
         why="adds the chunk to the state before reading it: the chunk counts twice, once unmasked"),
     _dq("no-scale", "(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)",
         fault="without scale", why="forgets the scale"),
+    _dq("carried-scaled-twice", "dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)",
+        "dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION) * scale", fault="carries no scale",
+        why="scales dO Sᵀ as it is computed, and the store scales all of dq again"),
     _dq("scale-twice", "dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)",
         "dq = tl.dot((p * scale).to(k.dtype), k, dq, input_precision=PRECISION)", fault="scaled twice",
         why="scales the intra-chunk scores and then the whole sum again"),
@@ -468,17 +474,23 @@ AUTOGRAD = [
     _fn("saves-the-output", "ctx.save_for_backward(q, k, v)", "ctx.save_for_backward(q, k, v, o)",
         "q, k, v = ctx.saved_tensors", "q, k, v, _ = ctx.saved_tensors", fault="saved a tensor",
         why="keeps o for the backward, which never needs it"),
+    _fn("output-on-ctx", "        ctx.scale = scale\n", "        ctx.scale = scale\n        ctx.o = o\n",
+        fault="kept on its context as ctx.o",
+        why="keeps o on the context instead of save_for_backward: saved all the same"),
+    _fn("states-on-ctx", "        ctx.scale = scale\n",
+        "        ctx.scale = scale\n        ctx.states = [k.transpose(-1, -2) @ v]\n",
+        fault="kept on its context as ctx.states", why="keeps a state for the backward in a list on the context"),
     _fn("dk-dv-swapped", "return dq, dk, dv, None", "return dq, dv, dk, None", fault="gradient",
         why="returns the gradients in the wrong order"),
     _fn("scale-forgotten", "dq = launch_dq(k, v, do, ctx.scale,", "dq = launch_dq(k, v, do, 1.0,",
         fault="without scale", why="launches the dq kernel without the scale"),
-    _fn("do-as-it-comes", "        do = do.contiguous()\n", "", fault="NaN or inf|relative error", visible=False,
+    _fn("do-as-it-comes", "        do = do.contiguous()\n", "", fault="expanded view|NaN or inf|relative error",
         why="launches on do as autograd hands it, which after o.sum(-1) has stride 0 along V"),
     _fn("a-gradient-too-few", "return dq, dk, dv, None", "return dq, dk, dv", fault="incorrect number of gradients",
         why="returns no gradient for scale"),
     _fn("scale-from-K", "dq = launch_dq(k, v, do, ctx.scale,", "dq = launch_dq(k, v, do, q.shape[-1] ** -0.5,",
         "dk, dv = launch_dkdv(q, k, v, do, ctx.scale,", "dk, dv = launch_dkdv(q, k, v, do, q.shape[-1] ** -0.5,",
-        fault="relative error", visible=False, why="takes the usual K^-1/2 in the backward for the scale it was given"),
+        fault="relative error", why="takes the usual K^-1/2 in the backward for the scale it was given"),
     _fn("backward-in-torch", _LAUNCH_DQ + _LAUNCH_DKDV,
         "        dq, dk, dv = chunked_backward_torch(q, k, v, do, ctx.scale, chunk_size=chunk)\n",
         fault="launched no Triton kernel",

@@ -191,14 +191,15 @@ def test_launches_are_counted_during_the_block_only():
 
 def test_hidden_cases_catch_a_guessed_scale_and_a_do_taken_as_it_comes():
     """The hidden cases scale by 0.3 rather than K^-1/2, and hand the Function's backward a do with stride 0 along V
-    (as the backward of ``o.sum(-1)`` does), which kernels assuming a unit last stride misread."""
+    (as the backward of ``o.sum(-1)`` does), which kernels assuming a unit last stride misread; the autograd
+    exercise's visible check does both too (its text promises them)."""
     guessed = edit(TORCH, "    V = v.shape[-1]\n", "    V = v.shape[-1]\n    scale = K ** -0.5\n")
     fn = function(guessed, "chunked_backward_torch", {"torch": torch})
     assert grade("07_backward.backward_torch", fn).passed
     fails(grade("07_backward.backward_torch", fn, hidden=True), "relative error", "scales by 0.3")
     ns = _lesson_namespace()
     as_it_comes = function(edit(CELLS["ex4-function"], "        do = do.contiguous()\n", ""), "linear_attention", ns)
-    assert grade("07_backward.autograd", as_it_comes).passed
+    fails(grade("07_backward.autograd", as_it_comes), "stride 0 along V")
     fails(grade("07_backward.autograd", as_it_comes, hidden=True), "stride 0 along V")
 
 

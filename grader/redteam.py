@@ -39,10 +39,6 @@ def _both(score: float, gpu: float | tuple | None = None) -> dict:
     return {"interpreter": score, "gpu": score if gpu is None else gpu}
 
 
-def _accepts(want, score: float) -> bool:
-    return any(abs(score - w) <= 1e-9 for w in (want if isinstance(want, tuple) else (want,)))
-
-
 def _forged(result, grade_id: str) -> str:
     """Why the timing of speed cell ``grade_id`` in ``result`` does not show the work done ("" when it does)."""
     perfs = [ch.perf for c in result.cells if c.grade_id == grade_id for ch in c.checks if ch.perf]
@@ -305,22 +301,22 @@ def run(*, only: list[str] | None = None, report: pathlib.Path | None = None, sl
     why = {a.name: (a.why_gpu if ON_GPU and a.why_gpu else a.why) for a in klass}
     timed = {a.name: a.timed for a in klass}
     mismatches = []
+    shown = {}  # for the table, which marks a score not accepted (with several accepted, naming the first)
     for r in results:
         failed = [c.message for c in r.cells if c.score < c.points]
         want = expected[(r.student, r.lesson)]
-        wrong = not _accepts(want, r.score)
+        accepted = want if isinstance(want, tuple) else (want,)
+        wrong = not any(abs(r.score - w) <= 1e-9 for w in accepted)
+        shown[(r.student, r.lesson)] = accepted[0] if wrong else r.score
         # a reason is asked of the lowest score accepted (a higher one accepted has lost no points for it)
-        lowest = min(want) if isinstance(want, tuple) else want
+        lowest = min(accepted)
         reason = why[r.student] and abs(r.score - lowest) <= 1e-9 and not any(
             re.search(why[r.student], m) for m in failed)
         forged = _forged(r, timed[r.student]) if ON_GPU and timed[r.student] and r.score > lowest + 1e-9 else ""
         if wrong or reason or forged:
-            mismatches.append({"student": r.student, "lesson": r.lesson, "score": r.score,
-                               "want": expected[(r.student, r.lesson)], "want_reason": why[r.student] if reason else "",
-                               "forged": forged, "messages": [m[:400] for m in failed][:4]})
-    # the table marks a score that is not accepted; with several accepted, it names the first
-    shown = {k: (r.score if _accepts(v, r.score) else (v[0] if isinstance(v, tuple) else v))
-             for r in results for k, v in [((r.student, r.lesson), expected[(r.student, r.lesson)])]}
+            mismatches.append({"student": r.student, "lesson": r.lesson, "score": r.score, "want": want,
+                               "want_reason": why[r.student] if reason else "", "forged": forged,
+                               "messages": [m[:400] for m in failed][:4]})
     summary = {"mode": MODE, "seconds": time.time() - t0, "setup_s": built,
                "scores": {f"{r.student}/{r.lesson}": r.score for r in results},
                "messages": {f"{r.student}/{r.lesson}": {c.grade_id: c.message[:400] for c in r.cells

@@ -97,25 +97,16 @@ def cases() -> dict[str, Case]:
                            ("fp16", 64, 256, 512), ("fp32-high", 128, 128, 256)):
         out.append(Case(True, dtype, K, V, "small", states=True, L=L, seed=i))
         i += 1
-    # every case a candidate launch change applies to, again with it (dispatch.CANDIDATES): the tensor-core
-    # normaliser with a 64-column q · z operand on every 16-bit normalising case, the second kᵀ load on fp32 TF32
-    # (an adopted one is the default, which the plain cases check)
-    from kernels.linear_attention.dispatch import ADOPTED
-
-    base = list(out)
-    if "norm-wide" not in ADOPTED:
-        out += [dataclasses.replace(c, tried="norm-wide") for c in base if c.norm and c.dtype in ("bf16", "fp16")]
-    if "fp32-kt" not in ADOPTED:
-        out += [dataclasses.replace(c, tried="fp32-kt") for c in base
-                if c.dtype == "fp32-high" and max(c.K, c.V) <= 128]
-    # any other candidate: every case whose launch it changes (the dispatch's key: K's tile and the dtype's kind)
-    from kernels.linear_attention.dispatch import CANDIDATES, next_power_of_2
+    # every case a candidate launch change applies to, again with it (dispatch.CANDIDATES, dispatch.applies): the
+    # tensor-core normaliser with a 64-column q · z operand on every 16-bit normalising case, the second kᵀ load on
+    # fp32 TF32, the D=256 tiles (an adopted one is the default, which the plain cases check)
+    from kernels.linear_attention.dispatch import ADOPTED, CANDIDATES, applies
 
     kinds = {"bf16": "16", "fp16": "16", "fp32-high": "tf32", "fp32-highest": "tf32x3"}
-    for name, changes in CANDIDATES.items():
-        if name not in ADOPTED and name not in ("norm-wide", "fp32-kt"):
-            out += [dataclasses.replace(c, tried=name) for c in base
-                    if (max(64, next_power_of_2(c.K)), kinds[c.dtype]) in changes]
+    base = list(out)
+    for name in CANDIDATES:
+        if name not in ADOPTED:
+            out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm)]
     # the other tensor-core forms on a few families: the key sum alone (the product the H200 computed right), and
     # q · z as zᵀ qᵀ (z the register operand); "both" and "qz" (a 16-column q · z operand) gave wrong outputs
     for dtype, K, V, shape, L in (("bf16", 128, 128, "large", 0), ("bf16", 128, 128, "small", 512),

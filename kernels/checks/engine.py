@@ -762,7 +762,6 @@ def warm_performance(seed: int = 0, budget: float = 200.0, between=None, lessons
             if time.monotonic() - start > budget:
                 return
             perf = ex.performance
-            inputs = outs = None
             try:
                 cpu = case_inputs(ex, perf.case, seed)
                 inputs, _ = _pad(cpu)

@@ -188,10 +188,9 @@ def _trying(name: str):
             return f"{name} is the default (dispatch.ADOPTED)"
         prm = p.params
         kind = "16" if prm["dtype"] != "float32" else dispatch.PRECISIONS[prm["precision"] or "highest"]
-        key = (max(64, 1 << (prm["K"] - 1).bit_length()), kind)
-        if key not in dispatch.CANDIDATES[name]:
+        if not dispatch.applies(name, prm["K"], kind, True):
             return f"{name} changes nothing in this row"
-        if "norm_mma" in dispatch.CANDIDATES[name][key] and not prm["normalize"]:
+        if not dispatch.applies(name, prm["K"], kind, prm["normalize"]):
             return "no normaliser in this row"
         return None
 

@@ -22,7 +22,7 @@ from .lookback import LOOKBACK_COST, one_pass_fills
 
 __all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
            "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "contiguous_strides",
-           "PlanCache", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES"]
+           "PlanCache", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES", "applies"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
@@ -165,6 +165,14 @@ def trying(name: str):
         yield
     finally:
         TRYING = old
+
+
+def applies(name: str, K: int, kind: str, normalize: bool) -> bool:
+    """Whether candidate ``name`` (:data:`CANDIDATES`) changes the launch of a call with head size ``K``, inputs of
+    ``kind`` ("16", or fp32's dot precision) and the normaliser or not: it changes that key (K's tile, kind), and a
+    change of the normaliser's form only where there is a normaliser."""
+    change = CANDIDATES[name].get((max(64, next_power_of_2(K)), kind))
+    return change is not None and (normalize or "norm_mma" not in change)
 
 
 def settings() -> tuple:

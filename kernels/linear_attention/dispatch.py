@@ -126,7 +126,9 @@ TRYING = ""
 #: their changes are made in ONE_PASS and CHAINED (PERF.md says which run decided). "norm-wide": an H100's
 #: la-check (27 cases of it, every family) and targets benchmark, 2026-12-06: 0.48 ms against 0.79 at bf16 D=128
 #: T=16k, 1.20 against 1.92 at D=256. "fp32-kt" was slower on both its rows there, and stays a candidate.
-ADOPTED: tuple[str, ...] = ("norm-wide",)
+#: "d256-bv64": the same H100, 2026-12-06 (26 la-check cases; K=V=256 B2H8 T=16k bf16): 0.815 ms against 0.944
+#: raw, 1.035 against 1.195 normalising. "d256-bt32" was slower on both (1.50, 1.68), and stays a candidate.
+ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64")
 
 
 def _adopt(names: tuple[str, ...]) -> None:

@@ -63,6 +63,24 @@ def test_torch_mistakes_are_named():
           "dk: what the carried state gives when it is scaled twice")
 
 
+def test_unwritten_last_chunk_is_named_whatever_the_memory_held():
+    """A backward that never walks the last, short chunk leaves those rows as torch.empty_like found them: NaN
+    here, on a GPU whatever the allocator held (1e307 was seen; its square overflows a plain norm, which must not
+    make the rows look right)."""
+    def check(src):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}))
+
+    drops = edit(TORCH, "    starts = list(range(0, T, chunk_size))\n",
+                 "    starts = [i * chunk_size for i in range(T // chunk_size)]\n")
+    def left(fill):
+        return edit(drops, "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
+                    f"[torch.full_like(x, {fill}) for x in (q, k, v)]")
+
+    for fill in ("2.2e307", "0.0"):
+        fails(check(left(fill)), "the last, short chunk")
+    fails(check(left("float('nan')")), "never written", "ends in a chunk of 22 tokens")
+
+
 def test_torch_answer_may_not_call_autograd_or_the_package():
     src = "import torch\nfrom kernels.linear_attention import chunk_linear_attn\n" + TORCH.replace(
         "    ### BEGIN SOLUTION", "    chunk_linear_attn(q, k, v)")

@@ -239,6 +239,7 @@ for stage in ("ptx", "sass"):
 print(f"planted: {bad.summary()}")
 
 # %% nbgrader={"grade": false, "grade_id": "ex2-answer", "locked": false, "schema_version": 3, "solution": true}
+SLOW_INSTRUCTION = None  # until your answer below sets it (the check then says it is missing)
 ### BEGIN SOLUTION
 # The loads of the A and B tiles: one fp16 element per instruction (64 per thread per iteration), into registers,
 # then stored to shared memory one element at a time; the fixed kernel copies 16 bytes per cp.async, pipelined.
@@ -458,6 +459,7 @@ scatter
 # which tiles reuse data best, how many stages fit, how many warps the accumulator needs.
 
 # %% nbgrader={"grade": false, "grade_id": "ex4-space", "locked": false, "schema_version": 3, "solution": true}
+SPACE = None  # until your answer below sets it (the check then says it is missing)
 ### BEGIN SOLUTION
 # 128-wide tiles reuse each loaded element 128 times (lesson 03); 3-4 stages of them fit (96-192 KiB); 8 warps keep
 # the 128 x 256 accumulator at 128 fp32 registers per thread; one 64 x 128 config for contrast.
@@ -469,12 +471,12 @@ SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "ex4-compile", "locked": true, "schema_version": 3, "solution": false}
-try:
+if SPACE is None:
+    print("set SPACE in the cell above first")
+else:
     for cfg, c in zip(SPACE, compiler.compile_many([dict(kernel=planted._fixed_matmul_kernel, args=launch_args(),
                                                          **cfg) for cfg in SPACE])):
         print(f"{c.registers!s:>4s} registers, {c.spills!s:>3s} B spilled, {c.shared:7d} B shared  {cfg}")
-except NameError:
-    print("set SPACE first")
 
 # %% nbgrader={"grade": true, "grade_id": "ex4-check", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 check("06_profile_compile_autotune.autotune_space", SPACE)

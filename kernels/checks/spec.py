@@ -202,6 +202,8 @@ def wrong_call(fn: str, params: tuple[str, ...], calls: Sequence[tuple], got: Se
 def settings_problem(name: str, value: Any, keys: tuple[str, ...]) -> str | None:
     """Why ``value``, the notebook's launch settings ``name``, is not a dict of exactly ``keys`` holding positive
     integers (None when it is): the first test of a ``value`` exercise's rule."""
+    if value is None:
+        return f"{name} is still None: set it in its cell (a dict with keys {', '.join(keys)})"
     if not isinstance(value, dict):
         return f"{name} must be a dict with keys {', '.join(keys)}; got a {type(value).__name__}"
     missing = [k for k in keys if k not in value]

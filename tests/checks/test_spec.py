@@ -13,6 +13,7 @@ from kernels.checks.spec import settings_problem
     (dict(BT=True, BV=32), "BT=True must be a positive integer"),
     (dict(BT=64, BV=0), "BV=0 must be a positive integer"),
     (dict(BT=64.0, BV=32), "BT=64.0 must be a positive integer"),
+    (None, "CHUNK is still None: set it in its cell (a dict with keys BT, BV)"),
 ])
 def test_settings_problem_names_the_first_fault(value, words):
     why = settings_problem("CHUNK", value, ("BT", "BV"))

@@ -56,3 +56,21 @@ def test_the_sync_check_catches_a_hand_edited_student_copy(tmp_path):
     (tmp_path / f"{name}.ipynb").write_text(edited)
     with pytest.raises(OutOfSync, match=name):
         build([name], check=True, course=tmp_path)
+
+
+@pytest.mark.parametrize("name", lesson_ids())
+def test_a_value_answer_is_defined_before_it_is_answered(name):
+    """A check of a value the learner sets (``check("…", TILES, …)``) runs in the cell after the answer's, whose
+    stub raises NotImplementedError first: the stub cell defines the name as None before that, so the check names
+    what is missing instead of the notebook stopping at a NameError."""
+    import re
+
+    stu = student_notebook(name)
+    checked, defined = set(), set()
+    for c in stu.cells:
+        if c.cell_type != "code":
+            continue
+        checked |= set(re.findall(r'check\("[^"]+", ([A-Z][A-Z_]*)[,)]', c.source))
+        before_stub = c.source.split("raise NotImplementedError()", 1)[0]  # what runs before a stub raises
+        defined |= set(re.findall(r"^([A-Z][A-Z_]*) = ", before_stub, re.M))
+    assert checked <= defined, f"{name}: {sorted(checked - defined)} checked but undefined where the stub raises"

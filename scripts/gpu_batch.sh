@@ -36,11 +36,23 @@ if [ -d .gpu-wheels ]; then
       2>&1 || echo "wheel install failed"; } | grep -v "already exists. Specify --upgrade" || true
   chmod -R a+rX /tmp/site  # a machine whose image umask was 077 may have installed them root-only earlier
   echo "umask $(umask); $(ls -ld /tmp/site)"
+fi
+# a warm machine keeps what an earlier call installed: a call may leave .gpu-wheels/ behind (the carried tree's
+# 64 MiB do not hold it beside .dask-wheels/) and still find the stack
+if [ -d /tmp/site ]; then
   export PYTHONPATH=/tmp/site:$ROOT
   export PATH=/tmp/site/bin:$PATH
   export JUPYTER_PATH=/tmp/site/share/jupyter  # nbconvert's templates (feedback HTML) came with the wheels' data
 else
   export PYTHONPATH=$ROOT
+fi
+# the grader's sandbox is bubblewrap, unpacked from the Debian package carried in .gpu-wheels/ (kept by a warm machine):
+# every grading stage (grade, dask, multi) needs it
+if ! command -v bwrap >/dev/null; then
+  if [ ! -x /tmp/bwrap/usr/bin/bwrap ]; then
+    for deb in .gpu-wheels/bubblewrap_*.deb; do [ -f "$deb" ] && dpkg-deb -x "$deb" /tmp/bwrap; done
+  fi
+  [ -x /tmp/bwrap/usr/bin/bwrap ] && export PATH=/tmp/bwrap/usr/bin:$PATH
 fi
 if compgen -G ".whl/*.whl" > /dev/null; then  # fla-core for the comparisons; its one extra need, einops, is on the image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fla .whl/*.whl 2>&1 \
@@ -129,7 +141,8 @@ run_stage() {  # stage name, time limit in seconds
          tail -3 "$log" ;;
     # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json
     lesson06) timeout "$limit" python3 scripts/gpu_lesson06.py --budget $(( limit - 20 )) ${LESSON06_ARGS:-} || echo "lesson06 failed ($?)" ;;
-    # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times); `multi`: one
+    # Dask: the demo class through LocalCUDACluster vs the default executor (same scores, times; DASK_ARGS, e.g.
+    # "--students solution release --lessons 00_setup 02_naive_hbm_loops", narrow it); `multi`: one
     # class on 1, 2 and all GPUs of the host. Dask's wheels (and dask-cuda's) from .dask-wheels/, put last on the path.
     dask|multi) (
         if compgen -G ".dask-wheels/*.whl" > /dev/null; then
@@ -139,7 +152,8 @@ run_stage() {  # stage name, time limit in seconds
           export PYTHONPATH=$PYTHONPATH:/tmp/dask
         fi
         script=scripts/gpu_dask.py; [ "$name" = multi ] && script=scripts/gpu_multi.py
-        timeout "$limit" python3 "$script" > "$log" 2>&1; echo "$name exit $?"
+        # shellcheck disable=SC2086
+        timeout "$limit" python3 "$script" ${DASK_ARGS:-} > "$log" 2>&1; echo "$name exit $?"
         grep -vE "^grading \[" "$log" | tail -25 ) ;;
     *) echo "unknown stage $name" ;;
   esac

@@ -33,11 +33,13 @@ from kernels.device import MODE, ON_GPU, describe  # noqa: E402
 SUBSET = ["solution", "release", "zoo_copy_off_by_one", "slow", "race", "skip_work"]
 
 
-def build(work: pathlib.Path, students: list[str] | None, copies: int = 0) -> tuple[pathlib.Path, dict]:
-    """The demo class collected into ``work/course``; returns it and the expected scores in this mode."""
+def build(work: pathlib.Path, students: list[str] | None, copies: int = 0,
+          lessons: list[str] | None = None) -> tuple[pathlib.Path, dict]:
+    """The demo class collected into ``work/course`` (its ``lessons`` only, if given); returns it and the expected
+    scores in this mode."""
     from grader.demo import class_sources, collect_class, course_lessons, demo_class, expected_scores, write_class
 
-    real = course_lessons(None)
+    real = course_lessons(lessons)
     sources = class_sources(real)
     klass = demo_class(real, copies=copies, students=students)
     root = work / "course"
@@ -113,6 +115,8 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "grader" / "demo-dask"))
     ap.add_argument("--all", action="store_true", help="the whole demo class (default: a subset, see SUBSET)")
     ap.add_argument("--students", nargs="*")
+    ap.add_argument("--lessons", nargs="*", help="course lessons to include (default: all; lesson 07's solution "
+                    "alone takes minutes to grade on a GPU)")
     ap.add_argument("--slots", type=int, default=3 if ON_GPU else 1, help="slots per GPU / worker threads")
     ap.add_argument("--workers", type=int, default=1 if ON_GPU else 2)
     ap.add_argument("--seed", type=int, default=20261204)
@@ -127,7 +131,7 @@ def main() -> int:
         return 3
     work = pathlib.Path(args.work)
     t0 = time.time()
-    root, expected = build(work, None if args.all else (args.students or SUBSET))
+    root, expected = build(work, None if args.all else (args.students or SUBSET), lessons=args.lessons)
     built = time.time() - t0
     a, b = copy_course(root, "default"), copy_course(root, "dask")
     t0 = time.time()

@@ -4,7 +4,7 @@ Every student but two submits the grader's fixture lesson (``grader/fixture_less
 kernel, a strided kernel, a torch function and a value with a GPU speed requirement; 13 points), changed in one
 way. ``solution`` submits every lesson's solution and must score 100%; ``release`` submits every untouched
 student notebook and must score 0; the ``zoo_*`` students each submit one course lesson with a wrong answer from
-the zoo (``kernels/checks/zoo``). Expected scores are per mode, because some cases only exist on a GPU (a hung
+the zoo (``grader/zoo``). Expected scores are per mode, because some cases only exist on a GPU (a hung
 kernel is an infinite loop in the interpreter; a race that the interpreter, running one program at a time,
 hides; speed requirements, which the interpreter reports as not graded).
 """
@@ -222,7 +222,7 @@ def students(real_lessons: dict[str, float], speed: dict[str, float] | None = No
     return out + _zoo_students(real_lessons, speed)
 
 
-# A sample of the zoo (kernels/checks/zoo, where CI grades every entry): each student submits one lesson, the
+# A sample of the zoo (grader/zoo, where CI grades every entry): each student submits one lesson, the
 # solution with one or two cells replaced by zoo answers. (student, lesson, {cell: zoo answer or source}, points
 # lost in the interpreter and on a GPU, what it shows). A student who loses points on a GPU only is graded there
 # only: under the interpreter the lesson would cost its grading time to show a full score.
@@ -244,8 +244,9 @@ _SPEED_CELL_FAILS = {"zoo_copy_off_by_one"}
 
 
 def _zoo_students(real_lessons: dict[str, float], speed: dict[str, float]) -> list[DemoStudent]:
-    from kernels.checks.zoo import entries
     from kernels.device import ON_GPU
+
+    from .zoo import entries
 
     answers = {(e.exercise, e.name): e.source for e in entries()}
     out = []

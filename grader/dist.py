@@ -2,10 +2,10 @@
 
 The hand-out (``dist/student/`` by default) holds:
 
-- ``kernels/``: the course package the notebooks import (checks, plots, benchmarks, reference maths), less what
-  would answer the exercises: the check zoo (``kernels/checks/zoo``: plausible answers, right ones among them)
-  and each package kernel that is itself the
-  answer to an exercise (:data:`ANSWERS`), whose body is replaced by a ``NotImplementedError`` naming the lesson;
+- ``kernels/``: the course package the notebooks import (checks, plots, benchmarks, reference maths), less each
+  package kernel that is itself the answer to an exercise (:data:`ANSWERS`), whose body is replaced by a
+  ``NotImplementedError`` naming the lesson (the check zoo, whose right answers are the solutions', is the
+  grader's: ``grader/zoo``, never in the hand-out);
 - ``notebooks/``: the student notebooks of ``course/`` (nbgrader's release: solutions and hidden tests removed),
   whose last cells say how to hand the notebook in (the score the repository's last cell gives needs the hidden
   checks, which stay with the instructor);
@@ -36,8 +36,9 @@ ANSWERS = {
     "kernels/matmul/tiled.py": [("_tiled_matmul_kernel", "03_tiled_sram")],
     "kernels/linear_attention/chunked.py": [("_chunked_linear_attention_kernel", "04_chunked_linear_attention")],
 }
-#: folders of the package that the hand-out leaves out
-EXCLUDED = ("kernels/checks/zoo",)
+#: folders of the package that the hand-out leaves out (none now: the zoo, whose entries are edits of the
+#: solutions, lives in grader/, which the hand-out never holds)
+EXCLUDED: tuple[str, ...] = ()
 
 _PYPROJECT = '''[build-system]
 requires = ["setuptools>=68"]

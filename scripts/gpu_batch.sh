@@ -135,8 +135,8 @@ run_stage() {  # stage name, time limit in seconds
     course-student) timeout "$limit" python3 scripts/gpu_course.py --copy student || echo "course-student failed ($?)" ;;
     course-full) timeout "$limit" python3 scripts/gpu_course.py --full --copy solution ${COURSE_LESSONS:-} || echo "course-full failed ($?)" ;;
     grade) timeout "$limit" bash scripts/gpu_grader.sh || echo "grader failed ($?)" ;;
-    # every zoo entry's visible and hidden check on the GPU (kernels/checks/zoo), the speed-graded ones alone at the end
-    zoo) timeout "$limit" python3 -m kernels.checks.zoo --jobs "${ZOO_JOBS:-14}" ${ZOO_ARGS:-} --out "${ZOO_OUT:-results/gpu/zoo.json}" \
+    # every zoo entry's visible and hidden check on the GPU (grader/zoo), the speed-graded ones alone at the end
+    zoo) timeout "$limit" python3 -m grader.zoo --jobs "${ZOO_JOBS:-14}" ${ZOO_ARGS:-} --out "${ZOO_OUT:-results/gpu/zoo.json}" \
            > "$log" 2>&1; echo "zoo exit $?"; grep -E "^BAD" -A2 "$log" | head -60
          tail -3 "$log" ;;
     # lesson 06: its tests (GPU ones included), its zoo on the GPU, the solution notebook; results/gpu/lesson06.json

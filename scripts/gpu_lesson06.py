@@ -59,7 +59,7 @@ def run_zoo(jobs: int, left) -> dict:
     report = OUT / "zoo-lesson06.json"
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--lesson", LESSON, "--jobs", str(jobs),
+        proc = subprocess.run([sys.executable, "-m", "grader.zoo", "--lesson", LESSON, "--jobs", str(jobs),
                                "--out", str(report)], cwd=ROOT, capture_output=True, text=True,
                               timeout=max(10, left() - 10), env=_env())
     except subprocess.TimeoutExpired as e:

@@ -1,4 +1,4 @@
-"""The zoo (``kernels/checks/zoo``): every plausible-wrong answer fails its checks with a message naming the
+"""The zoo (``grader/zoo``): every plausible-wrong answer fails its checks with a message naming the
 fault, every plausible-right one passes, under the interpreter (the GPU batch's ``zoo`` stage runs the same entries
 on the H200 and writes ``results/gpu/zoo.json``)."""
 
@@ -6,8 +6,8 @@ import collections
 
 import pytest
 
+from grader.zoo import OBJECTS, entries, grade_entry
 from kernels.checks.spec import get
-from kernels.checks.zoo import OBJECTS, entries, grade_entry
 
 ENTRIES = entries()
 
@@ -62,20 +62,20 @@ def test_the_entries_only_a_gpu_times_compile_for_sm90():
     timed = sorted({e.exercise for e in ENTRIES if get(e.exercise).performance is not None})
     assert {"01_memory_hierarchy.copy_speed", "06_profile_compile_autotune.fixed_speed"} <= set(timed), timed
     only = [a for exercise in timed for a in ("--only", f"{exercise}/")]
-    proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--compile", *only], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "grader.zoo", "--compile", *only], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_the_command_grades_in_worker_processes(tmp_path):
-    """``python -m kernels.checks.zoo --jobs 2``, as the GPU batch runs it: the entries go to spawned workers (each
+    """``python -m grader.zoo --jobs 2``, as the GPU batch runs it: the entries go to spawned workers (each
     with its share of the CPU threads) and the report says what each got."""
     import json
     import subprocess
     import sys
 
     out = tmp_path / "zoo.json"
-    proc = subprocess.run([sys.executable, "-m", "kernels.checks.zoo", "--lesson", "00_setup", "--only", "stride-128",
+    proc = subprocess.run([sys.executable, "-m", "grader.zoo", "--lesson", "00_setup", "--only", "stride-128",
                            "--only", "no-mask", "--jobs", "2", "--out", str(out)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -83,52 +83,21 @@ def test_the_command_grades_in_worker_processes(tmp_path):
     assert report["finished"] and report["entries"] >= 2 and not report["bad"], report
 
 
-#: The zoo's copies of a lesson's solution (constant in the lesson's zoo module -> the solution's functions and
-#: classes it holds): each wrong entry is an edit of one, so a copy that drifts from the solution tests an answer
-#: nobody would write from today's lesson.
-SOLUTION_COPIES = {
-    "02_naive_hbm_loops": {"NAIVE": ["naive_kernel"], "FUSED": ["fused_kernel"]},
-    "03_tiled_sram": {"TILED": ["tiled_matmul_kernel"]},
-    "04_chunked_linear_attention": {"TORCH": ["chunked_attention_torch"], "INTRA": ["intra_chunk_kernel"],
-                                    "FUSED": ["chunked_attention_kernel"]},
-    "05_ptx_export_rust": {"PREDICT": ["predict_launch"], "PRELUDE": ["evaluate"], "BUILD": ["build_launch"]},
-    "07_backward": {"TORCH": ["chunked_backward_torch"], "DQ": ["dq_kernel"], "DKDV": ["dkdv_kernel"],
-                    "FORWARD": ["forward_kernel"],
-                    "LAUNCHERS": ["strides", "pow2", "launch_dq", "launch_dkdv", "precision_for", "chunked_forward"],
-                    "FUNCTION": ["ChunkedLinearAttention", "linear_attention"]},
-}
-
-
-def _definitions(source: str) -> dict:
-    """name -> the AST of each function and class defined in ``source``, docstrings left out (comments and
-    layout are not in an AST)."""
+def test_the_zoo_edits_the_solution_itself():
+    """A lesson's zoo starts from its solution as ``solutions/`` holds it today (``zoo.solution``): the definitions
+    named, with their decorators, in the file's order, without comments or solution markers; a name the solution
+    does not define is an error, not an empty base."""
     import ast
 
-    out = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-            out[node.name] = ast.dump(node)
-    return out
+    from grader.zoo import solution
 
-
-@pytest.mark.parametrize("lesson", sorted(SOLUTION_COPIES))
-def test_zoo_copies_match_the_solution(lesson):
-    import importlib
-
-    from grader.layout import SOLUTIONS
-
-    text = "\n".join(line for line in (SOLUTIONS / f"{lesson}.py").read_text().splitlines()
-                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
-    solution = _definitions(text)
-    module = importlib.import_module(f"kernels.checks.zoo.l{lesson}")
-    for constant, names in SOLUTION_COPIES[lesson].items():
-        copy = _definitions(getattr(module, constant))
-        for name in names:
-            assert name in solution, f"solutions/{lesson}.py no longer defines {name}"
-            assert copy.get(name) == solution[name], (
-                f"the zoo's {constant} (kernels/checks/zoo/l{lesson}.py) holds a {name} that is not the solution's "
-                "(comments, docstrings and layout aside): update the copy, then the edits of its entries")
+    base = solution("07_backward", "launch_dq", "dq_kernel")  # named out of order: the file's order comes back
+    assert base.startswith("@triton.jit\ndef dq_kernel(") and "\ndef launch_dq(" in base
+    assert base.index("def dq_kernel(") < base.index("def launch_dq(")
+    assert "#" not in base and "### " not in base
+    defined = {n.name for n in ast.parse(base).body if isinstance(n, ast.FunctionDef)}
+    assert defined == {"dq_kernel", "launch_dq"}
+    prelude = solution("05_ptx_export_rust", "ast", "operator", "_OPS", "evaluate")
+    assert prelude.startswith("import ast") and "_OPS = {" in prelude and "def evaluate(" in prelude
+    with pytest.raises(LookupError, match="defines no no_such_kernel"):
+        solution("02_naive_hbm_loops", "naive_kernel", "no_such_kernel")

@@ -42,7 +42,7 @@ def test_no_solution_code(dist):
         blocks += [(f.stem, b) for b in (_squeeze(m.group(1)) for m in _BLOCK.finditer(f.read_text())) if len(b) >= 40]
     assert len(blocks) >= 12
     names = {p.relative_to(dist).as_posix() for p in dist.rglob("*")}
-    left_out = ("solutions", "grader", "tests", "kernels/checks/zoo")
+    left_out = ("solutions", "grader", "tests")
     assert not any(n.startswith(left_out) for n in names)
     assert "notebooks/00_setup.ipynb" in names and "kernels/checks/engine.py" in names
     problems = []

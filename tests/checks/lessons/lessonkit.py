@@ -29,8 +29,8 @@ def edit(source: str, old: str, new: str) -> str:
 
 
 def zoo_source(exercise_id: str, name: str) -> str:
-    """The source of the zoo's answer ``name`` to ``exercise_id`` (kernels/checks/zoo), the one copy of it."""
-    from kernels.checks.zoo import entries
+    """The source of the zoo's answer ``name`` to ``exercise_id`` (grader/zoo), the one copy of it."""
+    from grader.zoo import entries
 
     lesson = exercise_id.split(".")[0]
     return next(e.source for e in entries(lesson) if (e.exercise, e.name) == (exercise_id, name))

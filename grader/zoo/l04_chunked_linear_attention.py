@@ -1,22 +1,11 @@
 """Lesson 04's zoo: the chunked form in torch, the intra-chunk kernel, the fused chunked forward."""
 
-from . import Entry
+from . import Entry, solution
 from .l02_naive_hbm_loops import edit
 
 __all__ = ["ENTRIES"]
 
-TORCH = '''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
-    B, T, H, K = q.shape
-    q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    state = q.new_zeros(B, H, K, v.shape[-1])
-    o = torch.empty_like(v)
-    for t0 in range(0, T, chunk_size):
-        qc, kc, vc = (x[:, :, t0:t0 + chunk_size] for x in (q, k, v))
-        scores = (qc @ kc.transpose(-1, -2)).tril()
-        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)
-        state = state + kc.transpose(-1, -2) @ vc
-    return o.transpose(1, 2)
-'''
+TORCH = solution("04_chunked_linear_attention", "chunked_attention_torch")
 
 
 def _torch(name, *pairs, source=None, **kw):
@@ -88,57 +77,9 @@ def {name}(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
            BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
 '''
 
-INTRA = _KHEAD.format(name="intra_chunk_kernel") + '''    i_c = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_v = tl.program_id(2)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    offs_c = tl.arange(0, BT)
-    offs_t = i_c * BT + offs_c
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
-    mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
-    q = tl.load(q_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],
-                mask=mask_qk, other=0.0)
-    k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],
-                mask=mask_qk, other=0.0)
-    v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt + offs_v[None, :],
-                mask=mask_vo, other=0.0)
-    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-    scores = tl.where(offs_c[:, None] >= offs_c[None, :], scores, 0.0)
-    o = tl.dot(scores.to(v.dtype), v, input_precision=PRECISION) * scale
-    tl.store(o_ptr + i_b * stride_ob + i_h * stride_oh + offs_t[:, None] * stride_ot + offs_v[None, :],
-             o.to(o_ptr.dtype.element_ty), mask=mask_vo)
-'''
+INTRA = solution("04_chunked_linear_attention", "intra_chunk_kernel")
 
-FUSED = _KHEAD.format(name="chunked_attention_kernel") + '''    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
-    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
-    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
-    o_base = o_ptr + i_b * stride_ob + i_h * stride_oh
-    offs_c = tl.arange(0, BT)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    causal = offs_c[:, None] >= offs_c[None, :]
-    state = tl.zeros((BK, BV), dtype=tl.float32)
-    for t0 in range(0, T, BT):
-        offs_t = t0 + offs_c
-        mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
-        mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
-        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_qk, other=0.0)
-        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_qk, other=0.0)
-        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_vo, other=0.0)
-        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)
-        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)
-        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
-        tl.store(o_base + offs_t[:, None] * stride_ot + offs_v[None, :], (o * scale).to(o_ptr.dtype.element_ty),
-                 mask=mask_vo)
-        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
-'''
+FUSED = solution("04_chunked_linear_attention", "chunked_attention_kernel")
 
 
 def _intra(name, *pairs, **kw):

@@ -1,37 +1,98 @@
 """The zoo: plausible answers to every exercise, wrong and right, and what the checks must say about each.
 
-Every lesson's module here (``lNN_<topic>.py``, beside ``kernels/checks/lessons/lNN_<topic>.py``) lists
+Every lesson's module here (``lNN_<topic>.py``, named as ``kernels/checks/lessons/lNN_<topic>.py``) lists
 :class:`Entry` objects: notebook cell source for an exercise's objects, as a student could write it from the
-lesson's text. A wrong entry must fail the hidden check, and the visible check too where the text promises a case
-that shows the fault, with a message naming the fault class (``fault``); a right entry must pass both. Some faults
-only exist in one mode (a speed cheat is graded on a GPU only): ``where`` names the modes in which an entry is
-wrong, and elsewhere it must pass.
+lesson's text, most of them edits of the lesson's solution as ``solutions/`` holds it (:func:`solution`). The zoo
+is the instructor's: it lives beside the grader, out of the package a learner installs. A wrong entry must fail
+the hidden check, and the visible check too where the text promises a case that shows the fault, with a message
+naming the fault class (``fault``); a right entry must pass both. Some faults only exist in one mode (a speed
+cheat is graded on a GPU only): ``where`` names the modes in which an entry is wrong, and elsewhere it must pass.
 
-``tests/checks/test_zoo.py`` grades every entry under the interpreter in CI; ``python -m kernels.checks.zoo``
+``tests/checks/test_zoo.py`` grades every entry under the interpreter in CI; ``python -m grader.zoo``
 grades them in the current mode (on the GPU machine: ``scripts/gpu_batch.sh zoo``) and writes a JSON report.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (kernels is imported first)
 
+import kernels as _kernels  # noqa: F401  (first: it decides GPU or interpreter before Triton is imported)
+import ast
+import functools
 import importlib
+import io
 import math
 import time
+import tokenize
 import types
 from dataclasses import dataclass
 
 import torch
 import triton
 
-from ...catalog import exercise_objects, lesson_ids
-from ...device import INTERPRET, MODE
-from .. import engine, provenance
-from ..spec import get
+from kernels.catalog import exercise_objects, lesson_ids
+from kernels.checks import engine, provenance
+from kernels.checks.spec import get
+from kernels.device import INTERPRET, MODE
 
-__all__ = ["Entry", "OBJECTS", "entries", "build", "grade_entry", "grade_ids", "share_threads",
-           "compile_entry", "judge", "has_hidden"]
+__all__ = ["Entry", "OBJECTS", "solution", "solution_value", "entries", "build", "grade_entry", "grade_ids",
+           "share_threads", "compile_entry", "judge", "has_hidden"]
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them (the catalog's).
 OBJECTS = exercise_objects()
+
+
+def _defined(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return set()
+
+
+def _without_comments(source: str) -> str:
+    """``source`` without its comments; a line that held only a comment goes too (blank lines stay)."""
+    cut = {t.start[0]: t.start[1] for t in tokenize.generate_tokens(io.StringIO(source).readline)
+           if t.type == tokenize.COMMENT}
+    out = []
+    for n, line in enumerate(source.splitlines(keepends=True), 1):
+        if n in cut:
+            line = line[:cut[n]].rstrip()
+            if not line.strip():
+                continue
+            line += "\n"
+        out.append(line)
+    return "".join(out)
+
+
+@functools.cache
+def solution(lesson: str, *names: str) -> str:
+    """The top-level statements of ``solutions/<lesson>.py`` that define ``names`` (functions and classes with their
+    decorators, assigned names, imports), in the file's order, one blank line apart, without comments or solution
+    markers: the base that a lesson's entries edit, so that the zoo always starts from the lesson's solution."""
+    from ..layout import SOLUTIONS
+
+    text = "".join(line for line in (SOLUTIONS / f"{lesson}.py").read_text().splitlines(keepends=True)
+                   if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    lines = text.splitlines(keepends=True)
+    parts, found = [], set()
+    for node in ast.parse(text).body:
+        hit = _defined(node) & set(names)
+        if hit:
+            start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+            parts.append(_without_comments("".join(lines[start - 1:node.end_lineno])))
+            found |= hit
+    missing = sorted(set(names) - found)
+    if missing:
+        raise LookupError(f"solutions/{lesson}.py defines no {', '.join(missing)} at its top level")
+    return "\n".join(parts)
+
+
+def solution_value(lesson: str, name: str):
+    """The value a top-level ``name = <literal>`` of ``solutions/<lesson>.py`` assigns (its solution markers
+    removed): an answer that is data, such as lesson 05's Rust source."""
+    (node,) = ast.parse(solution(lesson, name)).body
+    return ast.literal_eval(node.value)
 
 _PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
 
@@ -139,7 +200,7 @@ def compile_entry(entry: Entry, folder: str) -> str | None:
     """Compile every launch of the entry's visible and hidden checks for sm_90 (:func:`kernels.checks.dry_run.dry_run`,
     in a process whose Triton compiles); the error, or ``None``. What a notebook's check does first under the
     interpreter, and what a GPU does before it runs anything."""
-    from ..dry_run import dry_run
+    from kernels.checks.dry_run import dry_run
 
     ex = get(entry.exercise)
     kernels, values = [], []

@@ -1,4 +1,4 @@
-"""``python -m kernels.checks.zoo``: grade every zoo entry in this mode and write a JSON report.
+"""``python -m grader.zoo``: grade every zoo entry in this mode and write a JSON report.
 
 Entries are graded by ``--jobs`` worker processes (compiling the kernels dominates on a GPU), except those of the
 speed-graded exercises, which run afterwards in this process, one at a time, with the GPU to themselves. The exit
@@ -25,7 +25,7 @@ def _environment() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.checks.zoo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m grader.zoo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/gpu/zoo.json"))
     parser.add_argument("--jobs", type=int, default=1, help="worker processes for the entries not timed")
     parser.add_argument("--lesson", action="append", help="only this lesson (repeatable)")
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return _compile(args) if _triton_compiles() else _compile_fresh(sys.argv[1:] if argv is None else argv)
 
     import kernels  # noqa: F401
+    from grader.zoo import entries, grade_ids, share_threads
     from kernels.checks.spec import get
-    from kernels.checks.zoo import entries, grade_ids, share_threads
 
     t0 = time.time()
     chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
@@ -87,7 +87,7 @@ def _report(out: pathlib.Path, rows: list[dict], order: dict, t0: float, finishe
 
 def _triton_compiles() -> bool:
     """Whether Triton's own ``@jit`` helpers were built compiled in this process. Triton decides when it is first
-    imported, and ``python -m kernels.checks.zoo`` imports it through this package after ``kernels`` has set
+    imported, and ``python -m grader.zoo`` imports it through this package after ``kernels`` has set
     TRITON_INTERPRET=1 (without a GPU): its helpers are then interpreted functions, and every compile fails."""
     import triton.language.standard as standard
     from triton.runtime.jit import JITFunction
@@ -99,7 +99,7 @@ def _compile_fresh(argv: list[str]) -> int:
     """Run ``--compile`` in a fresh compile process (:func:`kernels.compile.run_compiled`)."""
     from kernels.compile import run_compiled
 
-    return run_compiled("kernels.checks.zoo", argv, capture=False).returncode
+    return run_compiled("grader.zoo", argv, capture=False).returncode
 
 
 def _compile(args) -> int:
@@ -108,7 +108,7 @@ def _compile(args) -> int:
     from kernels.compile import enter_compile_mode
 
     enter_compile_mode()
-    from kernels.checks.zoo import compile_entry, entries
+    from grader.zoo import compile_entry, entries
 
     chosen = [e for lesson in (args.lesson or [None]) for e in entries(lesson)
               if (not args.only or any(o in e.id for o in args.only)) and e.wrong_here("interpreter") is False]

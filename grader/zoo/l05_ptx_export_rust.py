@@ -1,15 +1,12 @@
 """Lesson 05's zoo: the launch predicted from compiled metadata, the manifest-driven launch, the launch grid in
 Rust (graded only where cargo is installed)."""
 
-from . import Entry
+from . import Entry, solution, solution_value
 from .l02_naive_hbm_loops import edit
 
 __all__ = ["ENTRIES"]
 
-PREDICT = '''def predict_launch(metadata, sizes, constexprs):
-    grid = (triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], 1)
-    return {"grid": grid, "block": (metadata.num_warps * metadata.warp_size, 1, 1), "shared": metadata.shared}
-'''
+PREDICT = solution("05_ptx_export_rust", "predict_launch")
 
 
 def _predict(name, *pairs, **kw):
@@ -35,98 +32,9 @@ PREDICT_LAUNCH = [
 ]
 
 #: The lesson's ``evaluate`` cell and constants: what the build_launch cell sees in the notebook.
-PRELUDE = '''import ast
-import operator
+PRELUDE = solution("05_ptx_export_rust", "ast", "operator", "_OPS", "_FUNCS", "evaluate", "TORCH_DTYPES", "INT_RANGE")
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Mod: operator.mod, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-        ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_FUNCS = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
-
-
-def evaluate(text, env):
-    def ev(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in env:
-                raise ValueError(f"{text!r} uses {node.id!r}, which is neither a size nor a constexpr")
-            return env[node.id]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _OPS:
-            return int(_OPS[type(node.ops[0])](ev(node.left), ev(node.comparators[0])))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
-            return _FUNCS[node.func.id](*(ev(a) for a in node.args))
-        raise ValueError(f"{text!r} is not a manifest expression ({ast.dump(node)[:60]})")
-
-    return ev(ast.parse(text.strip(), mode="eval").body)
-
-
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
-                "i32": torch.int32, "i64": torch.int64}
-INT_RANGE = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1),
-             "u64": (0, 2**64 - 1)}
-
-
-'''
-
-BUILD = '''def build_launch(manifest, sizes, tensors, scalars, alloc):
-    missing = sorted(set(manifest["sizes"]) - set(sizes))
-    unknown = sorted(set(sizes) - set(manifest["sizes"]))
-    if missing or unknown:
-        raise ValueError(f"sizes: missing {missing}, unknown {unknown}; the kernel needs {manifest['sizes']}")
-    env = {k: v for k, v in manifest["constexprs"].items() if isinstance(v, int) and not isinstance(v, bool)}
-    env.update(sizes)
-    for cond in manifest.get("requires", []):
-        if not evaluate(cond, env):
-            raise ValueError(f"requirement {cond!r} fails for sizes {sizes}")
-    grid = tuple(evaluate(g, env) for g in manifest["grid"])
-    for axis, (g, limit) in enumerate(zip(grid, (2**31 - 1, 65535, 65535))):
-        if not 1 <= g <= limit:
-            raise ValueError(f"grid {'xyz'[axis]} = {manifest['grid'][axis]} = {g} is outside 1..{limit}")
-    args = []
-    for p in manifest["params"]:
-        name = p["name"]
-        if p["kind"] == "pointer":
-            if p["role"] == "unused":
-                args.append(("u64", 0))
-                continue
-            if name not in tensors:
-                raise ValueError(f"no tensor for pointer {name}")
-            t = tensors[name]
-            if t.dtype != TORCH_DTYPES[p["dtype"]]:
-                raise TypeError(f"{name} has dtype {t.dtype}; the kernel was compiled for {p['dtype']}")
-            need = evaluate(p["numel"], env)
-            if t.numel() < need:
-                raise ValueError(f"{name} holds {t.numel()} elements; {p['numel']} = {need} needed")
-            if t.data_ptr() % p["align"]:
-                raise ValueError(f"{name} starts at an address that is not a multiple of {p['align']} bytes (a view "
-                                 "such as x[1:]); the kernel was compiled assuming it is")
-            args.append(("u64", t.data_ptr()))
-        else:
-            if p.get("value") is None:
-                if name not in scalars:
-                    raise ValueError(f"no value for scalar {name}")
-                value = scalars[name]
-            else:
-                value = evaluate(p["value"], env)
-            if p["type"].startswith("fp"):
-                args.append((p["type"], float(value)))
-                continue
-            lo, hi = INT_RANGE[p["type"]]
-            if not lo <= int(value) <= hi:
-                raise ValueError(f"{name} = {value} does not fit {p['type']}")
-            args.append((p["type"], int(value)))
-    programs = grid[0] * grid[1] * grid[2]
-    for s in manifest["scratch"]:
-        nbytes = s["bytes_per_program"] * programs
-        args.append(("u64", alloc(nbytes, s["align"]) if nbytes else 0))
-    return {"grid": grid, "block": (manifest["threads_per_block"], 1, 1), "shared": manifest["shared_bytes"],
-            "args": args}
-'''
+BUILD = solution("05_ptx_export_rust", "build_launch")
 
 
 def _build(name, *pairs, **kw):
@@ -189,37 +97,8 @@ BUILD_LAUNCH = [
 ]
 
 
-#: The Rust exercise's answer (the lesson's solution, without the nbgrader markers).
-GRID = r"""
-use std::collections::HashMap;
-
-use workbook_launch::expr::evaluate;
-use workbook_launch::Manifest;
-
-/// The launch grid of `manifest` for `sizes`, or why there is none.
-pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> Result<[u32; 3], String> {
-    let mut env: HashMap<String, i64> = HashMap::new();
-    for (name, value) in &manifest.constexprs {
-        if let Some(v) = value.as_i64() {
-            env.insert(name.clone(), v);
-        }
-    }
-    for name in &manifest.sizes {
-        let (_, v) = sizes.iter().find(|(k, _)| k == name).ok_or(format!("missing size {name}"))?;
-        env.insert(name.clone(), *v);
-    }
-    let limits = [2_147_483_647i64, 65_535, 65_535];
-    let mut grid = [0u32; 3];
-    for axis in 0..3 {
-        let v = evaluate(&manifest.grid[axis], &env).map_err(|e| e.0)?;
-        if v < 1 || v > limits[axis] {
-            return Err(format!("grid axis {axis} = {v} is outside 1..{}", limits[axis]));
-        }
-        grid[axis] = v as u32;
-    }
-    Ok(grid)
-}
-"""
+#: The Rust exercise's answer: the lesson's solution, without the nbgrader markers.
+GRID = solution_value("05_ptx_export_rust", "YOUR_RUST")
 
 _EVAL = "        let v = evaluate(&manifest.grid[axis], &env).map_err(|e| e.0)?;\n"
 _CHECK = """        if v < 1 || v > limits[axis] {

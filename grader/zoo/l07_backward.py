@@ -2,35 +2,15 @@
 
 import types
 
-from ...device import INTERPRET
-from .. import provenance
-from . import Entry
+from kernels.checks import provenance
+from kernels.device import INTERPRET
+
+from . import Entry, solution
 from .l02_naive_hbm_loops import edit
 
 __all__ = ["ENTRIES"]
 
-TORCH = '''def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    starts = list(range(0, T, chunk_size))
-    state = q.new_zeros(B, H, K, V)
-    for t0 in starts:
-        kc, vc, doc = (x[:, :, t0:t0 + chunk_size] for x in (k, v, do))
-        p = (doc @ vc.transpose(-1, -2)).tril()
-        dq[:, :, t0:t0 + chunk_size] = scale * (doc @ state.transpose(-1, -2) + p @ kc)
-        state = state + kc.transpose(-1, -2) @ vc
-    dstate = q.new_zeros(B, H, K, V)
-    for t0 in reversed(starts):
-        qc, kc, vc, doc = (x[:, :, t0:t0 + chunk_size] for x in (q, k, v, do))
-        a = (kc @ qc.transpose(-1, -2)).triu()
-        b = (vc @ doc.transpose(-1, -2)).triu()
-        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
-        dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
-        dstate = dstate + scale * qc.transpose(-1, -2) @ doc
-    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
-'''
+TORCH = solution("07_backward", "chunked_backward_torch")
 
 
 def _torch(name, *pairs, source=None, **kw):
@@ -140,33 +120,7 @@ def dq_kernel(k_ptr, v_ptr, do_ptr, dq_ptr, T, H, K, V, scale,
               BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
 '''
 
-DQ = _DQ_HEAD + '''    i_k = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
-    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
-    do_base = do_ptr + i_b * stride_ob + i_h * stride_oh
-    dq_base = dq_ptr + i_b * stride_qb + i_h * stride_qh
-    offs_c = tl.arange(0, BT)
-    offs_k = i_k * BK + tl.arange(0, BK)
-    offs_v = tl.arange(0, BV)
-    causal = offs_c[:, None] >= offs_c[None, :]
-    state = tl.zeros((BV, BK), dtype=tl.float32)
-    for t0 in range(0, T, BT):
-        offs_t = t0 + offs_c
-        mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)
-        mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)
-        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_k, other=0.0)
-        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_v, other=0.0)
-        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)
-        p = tl.where(causal, tl.dot(do, tl.trans(v), input_precision=PRECISION), 0.0)
-        dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)
-        dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)
-        tl.store(dq_base + offs_t[:, None] * stride_qt + offs_k[None, :], (dq * scale).to(dq_ptr.dtype.element_ty),
-                 mask=mask_k)
-        state = tl.dot(tl.trans(v), k, state, input_precision=PRECISION)
-'''
+DQ = solution("07_backward", "dq_kernel")
 
 
 def _dq(name, *pairs, **kw):
@@ -236,41 +190,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, T, H, K, V, scale,
                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
 '''
 
-DKDV = _DKDV_HEAD + '''    i_bh = tl.program_id(0)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
-    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
-    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
-    do_base = do_ptr + i_b * stride_ob + i_h * stride_oh
-    dk_base = dk_ptr + i_b * stride_dkb + i_h * stride_dkh
-    dv_base = dv_ptr + i_b * stride_dvb + i_h * stride_dvh
-    offs_c = tl.arange(0, BT)
-    offs_k = tl.arange(0, BK)
-    offs_v = tl.arange(0, BV)
-    later = offs_c[:, None] <= offs_c[None, :]
-    dstate = tl.zeros((BK, BV), dtype=tl.float32)
-    n = tl.cdiv(T, BT)
-    for i in range(0, n):
-        offs_t = (n - 1 - i) * BT + offs_c
-        mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)
-        mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)
-        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_k, other=0.0)
-        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_k, other=0.0)
-        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_v, other=0.0)
-        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)
-        a = tl.where(later, tl.dot(k, tl.trans(q), input_precision=PRECISION), 0.0)
-        b = tl.where(later, tl.dot(v, tl.trans(do), input_precision=PRECISION), 0.0)
-        dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale
-        dk = tl.dot(v, tl.trans(dstate).to(v.dtype), dk, input_precision=PRECISION)
-        dv = tl.dot(a.to(do.dtype), do, input_precision=PRECISION) * scale
-        dv = tl.dot(k, dstate.to(k.dtype), dv, input_precision=PRECISION)
-        tl.store(dk_base + offs_t[:, None] * stride_dkt + offs_k[None, :], dk.to(dk_ptr.dtype.element_ty),
-                 mask=mask_k)
-        tl.store(dv_base + offs_t[:, None] * stride_dvt + offs_v[None, :], dv.to(dv_ptr.dtype.element_ty),
-                 mask=mask_v)
-        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale
-'''
+DKDV = solution("07_backward", "dkdv_kernel")
 
 
 def _dkdv(name, *pairs, **kw):
@@ -329,107 +249,12 @@ DKDV_ENTRIES = [
           why="64-bit head offsets"),
 ]
 
-FORWARD = '''@triton.jit
-def forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
-                   stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                   stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
-                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    offs_c = tl.arange(0, BT)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    causal = offs_c[:, None] >= offs_c[None, :]
-    state = tl.zeros((BK, BV), dtype=tl.float32)
-    for t0 in range(0, T, BT):
-        offs_t = t0 + offs_c
-        mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)
-        mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)
-        q = tl.load(q_ptr + i_b * stride_qb + i_h * stride_qh + offs_t[:, None] * stride_qt + offs_k[None, :],
-                    mask=mask_k, other=0.0)
-        k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],
-                    mask=mask_k, other=0.0)
-        v = tl.load(v_ptr + i_b * stride_vb + i_h * stride_vh + offs_t[:, None] * stride_vt + offs_v[None, :],
-                    mask=mask_v, other=0.0)
-        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)
-        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)
-        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
-        tl.store(o_ptr + i_b * stride_ob + i_h * stride_oh + offs_t[:, None] * stride_ot + offs_v[None, :],
-                 (o * scale).to(o_ptr.dtype.element_ty), mask=mask_v)
-        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
-'''
+FORWARD = solution("07_backward", "forward_kernel")
 
 # the notebook's given launchers (locked cells), which the autograd answers call
-LAUNCHERS = '''
-def strides(x):
-    return x.stride(0), x.stride(1), x.stride(2)
+LAUNCHERS = solution("07_backward", "strides", "pow2", "launch_dq", "launch_dkdv", "precision_for", "chunked_forward")
 
-
-def pow2(n):
-    return max(16, triton.next_power_of_2(n))
-
-
-def launch_dq(k, v, do, scale, chunk=16, block_k=None, precision="ieee", num_warps=4):
-    B, T, H, K = k.shape
-    V = v.shape[-1]
-    dq = torch.empty(B, T, H, K, dtype=k.dtype, device=k.device)
-    BK = block_k or pow2(K)
-    dq_kernel[(triton.cdiv(K, BK), B * H)](k, v, do, dq, T, H, K, V, scale, *strides(k), *strides(v), *strides(do),
-                                           *strides(dq), BT=chunk, BK=BK, BV=pow2(V), PRECISION=precision,
-                                           num_warps=num_warps)
-    return dq
-
-
-def launch_dkdv(q, k, v, do, scale, chunk=16, precision="ieee", num_warps=4):
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    dk = torch.empty(B, T, H, K, dtype=q.dtype, device=q.device)
-    dv = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
-    dkdv_kernel[(B * H,)](q, k, v, do, dk, dv, T, H, K, V, scale, *strides(q), *strides(k), *strides(v),
-                          *strides(do), *strides(dk), *strides(dv), BT=chunk, BK=pow2(K), BV=pow2(V),
-                          PRECISION=precision, num_warps=num_warps, num_stages=2)
-    return dk, dv
-
-
-def precision_for(x):
-    return "ieee" if x.dtype == torch.float32 or not ON_GPU else "tf32"
-
-
-def chunked_forward(q, k, v, scale):
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    o = torch.empty(B, T, H, V, dtype=q.dtype, device=q.device)
-    BV = min(pow2(V), 64)
-    forward_kernel[(triton.cdiv(V, BV), B * H)](q, k, v, o, T, H, K, V, scale, *strides(q), *strides(k),
-                                                *strides(v), *strides(o), BT=pick(cpu=16, gpu=64), BK=pow2(K),
-                                                BV=BV, PRECISION=precision_for(q))
-    return o
-'''
-
-FUNCTION = '''class ChunkedLinearAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, scale):
-        o = chunked_forward(q, k, v, scale)
-        ctx.save_for_backward(q, k, v)
-        ctx.scale = scale
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v = ctx.saved_tensors
-        do = do.contiguous()
-        chunk, warps = pick(cpu=16, gpu=64), pick(cpu=4, gpu=8)
-        dq = launch_dq(k, v, do, ctx.scale, chunk=chunk, block_k=min(pow2(q.shape[-1]), 64),
-                       precision=precision_for(q), num_warps=warps)
-        dk, dv = launch_dkdv(q, k, v, do, ctx.scale, chunk=chunk, precision=precision_for(q), num_warps=warps)
-        return dq, dk, dv, None
-
-
-def linear_attention(q, k, v, scale):
-    return ChunkedLinearAttention.apply(q, k, v, scale)
-'''
+FUNCTION = solution("07_backward", "ChunkedLinearAttention", "linear_attention")
 
 
 def _notebook() -> tuple:
@@ -439,7 +264,7 @@ def _notebook() -> tuple:
     import triton
     import triton.language as tl
 
-    from ...device import ON_GPU, pick
+    from kernels.device import ON_GPU, pick
 
     prelude = "import triton\nimport triton.language as tl\n"
     ns = types.ModuleType("__main__").__dict__

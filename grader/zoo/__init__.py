@@ -33,7 +33,7 @@ from kernels.checks import engine, provenance
 from kernels.checks.spec import get
 from kernels.device import INTERPRET, MODE
 
-__all__ = ["Entry", "OBJECTS", "solution", "solution_value", "entries", "build", "grade_entry", "grade_ids",
+__all__ = ["Entry", "OBJECTS", "edit", "solution", "solution_value", "entries", "build", "grade_entry", "grade_ids",
            "share_threads", "compile_entry", "judge", "has_hidden"]
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them (the catalog's).
@@ -63,6 +63,15 @@ def _without_comments(source: str) -> str:
             line += "\n"
         out.append(line)
     return "".join(out)
+
+
+def edit(source: str, *pairs: str) -> str:
+    """``source`` with each (old, new) pair replaced once; an ``old`` that is not there is an error."""
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        if old not in source:
+            raise ValueError(f"{old!r} is not in the source")
+        source = source.replace(old, new, 1)
+    return source
 
 
 @functools.cache

@@ -1,9 +1,9 @@
 """Lesson 02's zoo: the naive recurrence (state through global memory), the fused one (state in registers) and
 its speed, the byte counts."""
 
-from . import Entry, solution
+from . import Entry, edit, solution
 
-__all__ = ["ENTRIES", "edit"]
+__all__ = ["ENTRIES"]
 
 _HEAD = '''@triton.jit
 def {name}(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
@@ -14,15 +14,6 @@ def {name}(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
 NAIVE = solution("02_naive_hbm_loops", "naive_kernel")
 
 FUSED = solution("02_naive_hbm_loops", "fused_kernel")
-
-
-def edit(source: str, *pairs: str) -> str:
-    """``source`` with each (old, new) pair replaced once; an ``old`` that is not there is an error."""
-    for old, new in zip(pairs[::2], pairs[1::2]):
-        if old not in source:
-            raise ValueError(f"{old!r} is not in the source")
-        source = source.replace(old, new, 1)
-    return source
 
 
 def _naive(name, *pairs, **kw):

@@ -2,8 +2,7 @@
 (including a kernel that skips tiles whose output already holds a number, to look fast when timed on the outputs
 of an earlier run)."""
 
-from . import Entry, solution
-from .l02_naive_hbm_loops import edit
+from . import Entry, edit, solution
 
 __all__ = ["ENTRIES"]
 
@@ -50,20 +49,12 @@ TILED_MATMUL = [
     _tiled("full-groups-only", "rows = min(num_pid_m - first_m, GROUP_M)", "rows = GROUP_M",
            fault="grouped ordering|not written|out of bounds",
            why="assumes every group has GROUP_M tile rows: the short last group's programs write the same tiles"),
-    Entry(_EX, "naive-kernel", '''@triton.jit
-def tiled_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
-    m = tl.program_id(0)
-    offs_n = tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for k in range(0, K):
-        a = tl.load(a_ptr + m * stride_am + k * stride_ak).to(tl.float32)
-        b = tl.load(b_ptr + k * stride_bk + offs_n * stride_bn, mask=offs_n < N, other=0.0)
-        acc += a * b.to(tl.float32)
-    tl.store(c_ptr + m * stride_cm + offs_n * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=offs_n < N)
-''', fault="not written|out of bounds|grouped ordering", why="the lesson's naive kernel (one row per program)"),
+    Entry(_EX, "naive-kernel", edit(
+        solution("03_tiled_sram", "naive_matmul_kernel"), "def naive_matmul_kernel(", "def tiled_matmul_kernel(",
+        "BLOCK_N: tl.constexpr):", "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,\n"
+        "                        GROUP_M: tl.constexpr, PRECISION: tl.constexpr):",
+        "offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)", "offs_n = tl.arange(0, BLOCK_N)"),
+          fault="not written|out of bounds|grouped ordering", why="the lesson's naive kernel (one row per program)"),
     _tiled("c-row-major", "c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn",
            "c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]", fault="stride_cm and stride_cn",
            why="reads A and B through their strides but writes C as if it were always row-major"),

@@ -1,7 +1,6 @@
 """Lesson 04's zoo: the chunked form in torch, the intra-chunk kernel, the fused chunked forward."""
 
-from . import Entry, solution
-from .l02_naive_hbm_loops import edit
+from . import Entry, edit, solution
 
 __all__ = ["ENTRIES"]
 

@@ -132,7 +132,6 @@ class Grader:
         self.cubin = self.sandbox.mode == "gpu" and self.settings.cubin
         self.gpu = GpuLock()
         self.targets: dict[str, tuple[float, str]] = {}  # speed targets measured once (engine.warm_performance)
-        self.warm_s = 0.0  # seconds the GPU warm-up took (baselines compiled and run, targets measured)
         try:
             self.isolation = self._probe()
         except SetupError:
@@ -171,7 +170,7 @@ class Grader:
                                    startup_timeout=300)
                         w.send({"op": "warm", "performance": False})
                         warm = w.recv(300, what="warming Triton's cache", cap=256 << 20)
-                    self.warm_s = Grader.last_warm_s = time.time() - warm_t0
+                    Grader.last_warm_s = time.time() - warm_t0
                     files = warm.get("files") or {}
                     self.targets = {k: (float(v[0]), str(v[1])) for k, v in (warm.get("targets") or {}).items()}
                 except WorkerDied as e:  # compiling one kernel failed: what the worker printed names the cause

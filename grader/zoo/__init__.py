@@ -103,6 +103,7 @@ def solution_value(lesson: str, name: str):
     (node,) = ast.parse(solution(lesson, name)).body
     return ast.literal_eval(node.value)
 
+
 _PRELUDE = "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
 
 

@@ -490,20 +490,14 @@ def toolchain_missing(ex: Exercise) -> str | None:
 
 def _not_plain(v, where: str = "the value") -> tuple[str, object]:
     """The first part of ``v`` that is not plain data, and where it is (``the value[2]``, ``the value['k']``)."""
-    if isinstance(v, (list, tuple)):
-        for i, x in enumerate(v):
-            try:
-                json.dumps(x)
-            except (TypeError, ValueError):
-                return _not_plain(x, f"{where}[{i}]")
-    if isinstance(v, dict):
-        for k, x in v.items():
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                return f"a key of {where}", k
-            try:
-                json.dumps(x)
-            except (TypeError, ValueError):
-                return _not_plain(x, f"{where}[{k!r}]")
+    parts = enumerate(v) if isinstance(v, (list, tuple)) else v.items() if isinstance(v, dict) else ()
+    for k, x in parts:
+        if isinstance(v, dict) and not isinstance(k, (str, int, float, bool)) and k is not None:
+            return f"a key of {where}", k
+        try:
+            json.dumps(x)
+        except (TypeError, ValueError):
+            return _not_plain(x, f"{where}[{k!r}]")
     return where, v
 
 
@@ -516,8 +510,9 @@ def check_value(ex: Exercise, values: tuple, hidden: bool) -> str | None:
             json.dumps(v)
         except (TypeError, ValueError):
             where, bad = _not_plain(v)
-            return (f"a value must be plain data (numbers, strings, lists, dicts); {where} has type "
-                    f"{type(bad).__module__}.{type(bad).__qualname__}".replace("builtins.", "")
+            kind = type(bad).__qualname__ if type(bad).__module__ == "builtins" else \
+                f"{type(bad).__module__}.{type(bad).__qualname__}"
+            return (f"a value must be plain data (numbers, strings, lists, dicts); {where} has type {kind}"
                     + (" (write each configuration as a dict of its keyword arguments)"
                        if type(bad).__name__ == "Config" else ""))
     if ex.rule is None:

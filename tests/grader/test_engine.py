@@ -144,6 +144,10 @@ def test_value_rule_and_plain_data():
     assert engine.check_value(ex, ({"BLOCK": 1024}, None), False) is None
     assert "power of two" in engine.check_value(ex, ({"BLOCK": 1000}, None), False)
     assert "plain data" in engine.check_value(ex, (torch.zeros(1), None), False)
+    # the part that is not plain data is named where it sits, with its type
+    assert "the value['k'][1] has type set" in engine.check_value(ex, ({"k": [1, {2}]}, None), False)
+    assert "a key of the value has type tuple" in engine.check_value(ex, ({(1, 2): 3}, None), False)
+    assert "the value has type torch.Tensor" in engine.check_value(ex, (torch.zeros(1), None), False)
 
 
 def test_gpu_only_cases_are_reported_not_run():

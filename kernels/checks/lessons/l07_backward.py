@@ -144,7 +144,7 @@ def _short_chunk_only(got: dict, args: list, chunks, close) -> str | None:
         start = T // c * c
         if 0 < start < T:
             short = _chunked(*(x[:, :start] for x in args[:4]), args[4], c)
-            if all(close(g[:, :start].to(torch.float64), short[n]) for n, g in got.items()):
+            if all(close(g[:, :start], short[n]) for n, g in got.items()):
                 return (f"{_listed(list(got))}: what the first {start} tokens alone give: the last, short chunk "
                         f"({T - start} of {c} tokens) is never walked; loop over ceil(T / {c}) chunks, the last "
                         "one masked to T")

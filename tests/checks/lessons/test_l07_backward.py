@@ -10,7 +10,7 @@ from lessonkit import assert_fails as fails
 from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 
 from kernels.checks.lessons.l04_chunked_linear_attention import recurrent
-from kernels.checks.lessons.l07_backward import gradients
+from kernels.checks.lessons.l07_backward import REFERENCE_CHUNK, gradients
 from kernels.checks.provenance import Rejected, check_function_static
 from kernels.linear_attention.reference import reference_backward
 
@@ -28,6 +28,18 @@ def test_reference_agrees_with_the_packages_chunked_reference():
     for name, b in zip(("dq", "dk", "dv"), theirs):
         torch.testing.assert_close(mine[name], b)
     torch.testing.assert_close(mine["o"], recurrent(q, k, v, 0.3))
+
+
+def test_reference_past_one_chunk_agrees_with_quadratic_attention():
+    # longer than REFERENCE_CHUNK, and not a whole number of its chunks: the reference goes chunk by chunk there
+    T = REFERENCE_CHUNK * 2 + 37
+    q, k = torch.randn(2, 1, T, 2, 5, dtype=torch.float64)
+    v, do = torch.randn(2, 1, T, 2, 7, dtype=torch.float64)
+    mine = gradients(q, k, v, do, 0.4)
+    quadratic = reference_backward(q, k, v, do, 0.4, chunk_size=T, with_output=True)
+    for name, b in zip(("dq", "dk", "dv", "", "o"), quadratic):
+        if name:
+            torch.testing.assert_close(mine[name], b, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("hidden", [False, True])

@@ -649,7 +649,10 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
     import importlib
 
     from kernels.catalog import lesson_ids
-    from kernels.checks import dry_run, engine, provenance, spec  # noqa: F401
+
+    # bounds and interp: the interpreter's bounds-checked runs (the pre-check on a GPU, every run under the
+    # interpreter), which import the widgets' tracer and so matplotlib: about a second a worker, paid here once
+    from kernels.checks import bounds, dry_run, engine, interp, provenance, spec  # noqa: F401
 
     for lesson in lesson_ids():  # every lesson's checks module
         importlib.import_module(f"kernels.checks.lessons.l{lesson}")

@@ -19,12 +19,40 @@ import os
 import pathlib
 import sys
 import time
+import zipfile
 
 from .layout import ROOT as _ROOT
 
 
-def _course(args) -> pathlib.Path:
-    return pathlib.Path(args.course).resolve() if args.course else _ROOT / "grader"
+def _course(args, *, graded: bool = False) -> pathlib.Path:
+    """The course folder (``--course``, else grader/); a ValueError, which the command prints, where it holds no
+    built course (``graded``: for the commands that read grades only, where nothing was ever graded)."""
+    root = pathlib.Path(args.course).resolve() if args.course else _ROOT / "grader"
+    if graded and not ((root / "gradebook.db").exists() or (root / "reports").is_dir()):
+        raise ValueError(f"nothing graded in {root} (no gradebook.db, no reports/)"
+                         + ("; check --course" if args.course else ""))
+    if not graded and not (root / "source").is_dir():
+        raise ValueError(f"no course in {root} (no source/ folder): build it first (make course)"
+                         + (", or check --course" if args.course else ""))
+    return root
+
+
+def _lessons(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
+    """The course's lessons that ``names`` name, each an id (``00_setup``), its number (``00``) or its notebook's
+    name; None: every lesson. A name the course does not have is a ValueError listing the ones it has, never a
+    run that silently grades nothing."""
+    if not names:
+        return None
+    known = sorted(q.parent.name for q in (root / "source").glob("*/*.ipynb") if q.stem == q.parent.name)
+    out = []
+    for name in names:
+        stem = name.removesuffix(".ipynb")
+        hits = [k for k in known if k == stem or k.split("_", 1)[0] == stem]
+        if len(hits) != 1:
+            raise ValueError(f"no lesson {name!r} in {root / 'source'}: the course's lessons are "
+                             + (", ".join(known) if known else "none yet (make course)"))
+        out.append(hits[0])
+    return list(dict.fromkeys(out))
 
 
 def _demo(args) -> int:
@@ -65,16 +93,25 @@ def _collect(args) -> int:
     from . import workflow
 
     root = _course(args)
+    lessons = _lessons(root, args.lessons)
     source = pathlib.Path(args.source)
     roster = pathlib.Path(args.roster) if args.roster else None
     if not source.exists():
         print(f"collect: {source} does not exist", file=sys.stderr)
         return 2
+    if roster is not None and not roster.is_file():
+        print(f"collect: the roster {roster} does not exist", file=sys.stderr)
+        return 2
+    if source.is_file() and (source.suffix == ".ipynb" or not zipfile.is_zipfile(source)):
+        print(f"collect: {source} is " + ("one notebook" if source.suffix == ".ipynb" else "not a zip file")
+              + ": collect takes a folder with one folder per student (FOLDER/<student>/<lesson>.ipynb) or an LMS "
+              "download (its zip, or the folder it unpacks to, with --lms)", file=sys.stderr)
+        return 2
     if args.zip or args.lms or source.is_file():
-        collected, skipped = workflow.collect_lms(root, source, roster=roster, lessons=args.lessons)
+        collected, skipped = workflow.collect_lms(root, source, roster=roster, lessons=lessons)
     else:
         skipped = []
-        collected = workflow.collect(root, source, args.lessons, roster=roster, skipped=skipped)
+        collected = workflow.collect(root, source, lessons, roster=roster, skipped=skipped)
     for s in skipped:
         print(f"skipped {s.name}: {s.reason}")
     counts: dict[str, int] = {}
@@ -87,8 +124,9 @@ def _collect(args) -> int:
             notes = [n for n in sub.notes if n != "not submitted" and n not in sub.status]  # "kept" names them
             notes = f"; {'; '.join(notes)}" if notes else ""
             print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
-    print("collected: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items()))
-          + f"; earlier versions are kept under {workflow.backup_dir(root)}")
+    kept = workflow.backup_dir(root)
+    print("collected: " + (", ".join(f"{n} {w}" for w, n in sorted(counts.items())) or "nothing new")
+          + (f"; earlier versions are kept under {kept}" if kept.is_dir() and any(kept.iterdir()) else ""))
     _print_other_versions([(student, lesson, sub) for student, subs in collected.items()
                            for lesson, sub in subs.items() if sub.status != "not collected"])
     return 0
@@ -110,18 +148,13 @@ def _due(args) -> int:
     from .late import configured_plugin, parse_date, set_due
 
     root = _course(args)
-    if not (root / "source" / args.lesson / f"{args.lesson}.ipynb").is_file():
-        known = sorted(q.parent.name for q in (root / "source").glob("*/*.ipynb") if q.stem == q.parent.name)
-        print(f"no lesson {args.lesson!r} in {root / 'source'}: "
-              + (f"the course's lessons are {', '.join(known)}" if known else "build the course first (make course)"),
-              file=sys.stderr)
-        return 2
+    lesson = _lessons(root, [args.lesson])[0]
     when = parse_date(args.date) if args.date else None
     if args.student and when is None:
         print("due --student needs a DATE", file=sys.stderr)
         return 2
-    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", args.lesson, when, args.student,
-                  configured_plugin(root)))
+    print(set_due(f"sqlite:///{(root / 'gradebook.db').resolve()}", lesson, when, args.student,
+                  configured_plugin(root), known=_students(root) if args.student else None))
     return 0
 
 
@@ -135,7 +168,23 @@ def _remove_student(args) -> int:
     return 0
 
 
+def _students(root: pathlib.Path) -> set[str]:
+    """Who this course knows: a collected folder, a roster line or a gradebook entry."""
+    from .lms import kept_roster
+
+    known = {d.name for d in (root / "submitted").iterdir() if d.is_dir()} if (root / "submitted").is_dir() else set()
+    roster = kept_roster(root)
+    known |= set(roster.names) if roster is not None else set()
+    if (root / "gradebook.db").exists():
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{(root / 'gradebook.db').resolve()}") as gb:
+            known |= {s.id for s in gb.students}
+    return known
+
+
 def _autograde(args) -> int:
+    args.lessons = _lessons(_course(args), args.lessons)
     if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
         from .distributed import main
 
@@ -221,9 +270,9 @@ def _export(args) -> int:
     from . import workflow
 
     if args.nbgrader:
-        path = workflow.export(_course(args), pathlib.Path(args.to))
+        path = workflow.export(_course(args, graded=True), pathlib.Path(args.to))
     else:
-        path = workflow.export_class(_course(args), pathlib.Path(args.to))
+        path = workflow.export_class(_course(args, graded=True), pathlib.Path(args.to))
     print(f"grades written to {path}")
     return 0
 
@@ -233,7 +282,7 @@ def _report(args) -> int:
     from .classbook import gradebook_lines, load_results
     from .run import table
 
-    root = _course(args)
+    root = _course(args, graded=True)
     results = load_results(root)
     if not results:
         print(f"nothing graded yet in {root}", file=sys.stderr)

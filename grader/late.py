@@ -87,9 +87,15 @@ def _reassess(gb, lesson: str, student: str | None, plugin: PerDayPenalty) -> li
 
 
 def set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: str | None = None,
-            plugin: PerDayPenalty | None = None) -> str:
+            plugin: PerDayPenalty | None = None, known: set[str] | None = None) -> str:
     """Record a lesson's due date (or, with ``student``, the extension that moves that student's to ``when``); with
-    ``plugin`` (:func:`configured_plugin`), recompute the late penalties of work already graded."""
+    ``plugin`` (:func:`configured_plugin`), recompute the late penalties of work already graded. ``known``: the
+    course's students (collected, on the roster or in the gradebook); an extension for anyone else is refused
+    (a mistyped id would otherwise become a student of the course)."""
+    if student is not None and known is not None and student not in known:
+        near = sorted(k for k in known if k.lower().startswith(student[:2].lower()))
+        raise ValueError(f"{student!r} is not a student of this course (not collected, not on the roster, not in the "
+                         "gradebook)" + (f"; did you mean {', '.join(near[:5])}?" if near else ""))
     msg = _set_due(db_url, lesson, when, student)
     if plugin is None:
         return msg

@@ -79,7 +79,8 @@ class Roster:
             row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
             col = next((c for c in self._ID_COLUMNS if row.get(c)), None)
             if col is None:
-                raise ValueError(f"{source} line {n}: no student id (a column named student, login or username)")
+                raise ValueError(f"{source} line {n}: no student id (a column named student_id, SIS Login ID, login, "
+                                 "username or student)")
             sid = row[col]
             if not _STUDENT.match(sid):
                 raise ValueError(f"{source} line {n}: {sid!r} cannot be a student id (letters, digits, . _ -)")

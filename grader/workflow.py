@@ -115,6 +115,31 @@ def backup_dir(root: pathlib.Path) -> pathlib.Path:
     return root / "backups"
 
 
+#: The largest unreadable hand-in kept as it came (larger ones are named in the notes only).
+UNREADABLE_KEPT_BYTES = 256 << 20
+
+
+def _keep_unreadable(root: pathlib.Path, sub, when: float) -> pathlib.Path | None:
+    """A file handed in that collect could not use (malformed JSON, not a notebook, another lesson's, over the
+    size limit) is never dropped: its bytes go to ``backups/unreadable/<student>/<lesson>/`` for the instructor
+    to look at. None when there was no file (nothing handed in) or it is too large to keep."""
+    src = pathlib.Path(sub.path) if sub.path else None
+    if src is None or not src.is_file() or src.is_symlink() or src.stat().st_size > UNREADABLE_KEPT_BYTES:
+        return None
+    dest = backup_dir(root) / "unreadable" / sub.student / sub.lesson
+    dest.mkdir(parents=True, exist_ok=True)
+    os.chmod(backup_dir(root), 0o700)
+    label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    n, path = 0, dest / f"{label}-{src.name}"
+    while path.exists():
+        if path.read_bytes() == src.read_bytes():
+            return path  # the same file again (a second collect of one batch)
+        n += 1
+        path = dest / f"{label}-{n}-{src.name}"
+    path.write_bytes(src.read_bytes())
+    return path
+
+
 def _keep_backup(root: pathlib.Path, student: str, lesson: str, d: pathlib.Path) -> pathlib.Path:
     when = _read_stamp(d)
     label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when)) if when is not None else "undated"
@@ -164,6 +189,12 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     if not pathlib.Path(folder).is_dir():
         raise ValueError(f"{folder} is not a folder of submissions (<student>/<lesson>.ipynb)")
     collected = collect_folder(folder, sources)
+    if not collected:  # nothing to collect is a mistake to name, not an empty batch
+        loose = sorted(q.name for q in pathlib.Path(folder).glob("*.ipynb"))
+        raise ValueError(f"{folder} has no student folders" + (
+            f", only notebooks ({', '.join(loose[:3])}{', ...' if len(loose) > 3 else ''}): collect takes one folder "
+            "per student (FOLDER/<student>/<lesson>.ipynb); an LMS download goes with --lms" if loose else
+            ": collect takes one folder per student (FOLDER/<student>/<lesson>.ipynb)"))
     releases = releases_of(root)
     known = load_roster(root, roster)
     if known is not None:
@@ -205,6 +236,9 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
             when = sub.timestamp if sub.timestamp is not None else time.time()
             mine = notes.setdefault(student, {})
             if sub.notebook is None:
+                raw = _keep_unreadable(root, sub, when)
+                if raw is not None:
+                    sub.notes = list(sub.notes) + [f"the file handed in is kept as {raw.relative_to(root)}"]
                 if had:
                     why = "; ".join(sub.notes) or "not submitted"
                     sub.status = f"kept (the one collected {_stamp(_read_stamp(d) or 0)}; this batch: {why})"

@@ -227,8 +227,11 @@ def test_wrong_notebook_and_remove_student(tmp_path, fixture_source):
     (tmp_path / "in" / "dave" / "00_setup.ipynb").write_text(json.dumps(fixture_source))
     got = workflow.collect(root, tmp_path / "in", lessons=["00_setup"])
     assert got["dave"]["00_setup"].notebook is None
-    note = got["dave"]["00_setup"].notes[-1]
-    assert note.startswith("not the 00_setup notebook:") and f"it is {fx}'s" in note
+    notes = got["dave"]["00_setup"].notes
+    note = next(n for n in notes if n.startswith("not the 00_setup notebook:"))
+    assert f"it is {fx}'s" in note
+    kept = root / notes[-1].rsplit(" kept as ", 1)[1]  # the file handed in is never dropped
+    assert kept.read_bytes() == (tmp_path / "in" / "dave" / "00_setup.ipynb").read_bytes()
     from nbgrader.api import Gradebook
 
     from grader.late import parse_date, set_due
@@ -261,6 +264,47 @@ def test_collect_command(tmp_path, fixture_source, capsys):
     assert "skipped readme.txt: not a notebook" in out and f"skipped alice_{fx}.ipynb: an earlier upload" in out
     assert main(["--course", str(tmp_path / "nothing"), "collect", str(archive)]) == 2
     assert "make course" in capsys.readouterr().err
+
+
+def test_an_instructors_slips_get_a_message_and_change_nothing(tmp_path, fixture_source, capsys):
+    """What an instructor types wrong: a flat or empty folder, one notebook or a broken zip for collect, a lesson
+    by a name the course lacks, an extension for a mistyped student, an export from a folder with no course.
+    Each says what is wrong (exit 2); none writes a roster, a student, a CSV, or grades nothing silently."""
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    (tmp_path / "empty").mkdir()
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(b"PK not really")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,name\nalice,Alice A\n")
+
+    def fails(args, *words):
+        assert main(["--course", str(root), *args]) == 2, args
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), err
+
+    fails(["collect", str(flat)], "no student folders", f"{fx}.ipynb", "one folder per student")
+    fails(["collect", str(tmp_path / "empty")], "no student folders")
+    fails(["collect", str(flat / f"{fx}.ipynb")], "is one notebook", "FOLDER/<student>/<lesson>.ipynb")
+    fails(["collect", str(broken), "--roster", str(roster)], "not a zip file")
+    fails(["collect", str(flat), "--roster", str(tmp_path / "nosuch.csv")], "the roster", "nosuch.csv")
+    assert not (root / "roster.csv").exists() and not (root / "submitted").exists()
+    fails(["autograde", "--lessons", "01"], "no lesson '01'", "00_setup, 90_grader_fixture")
+    fails(["due", "00_setup", "2026-12-01 00:00", "--student", "ghost"], "'ghost' is not a student of this course")
+    assert main(["--course", str(root), "due", "90", "2026-12-01 00:00"]) == 0  # a lesson by its number
+    assert f"{fx} is due 2026-12-01 00:00" in capsys.readouterr().out
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        assert [s.id for s in gb.students] == []
+    out = tmp_path / "grades.csv"
+    assert main(["--course", str(tmp_path / "nocourse"), "export", "--to", str(out)]) == 2
+    assert "nothing graded in" in capsys.readouterr().err and not out.exists()
 
 
 def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):

@@ -205,7 +205,7 @@ def export_package_kernel(out_dir, dtype="bf16", **options):
 try:
     manifest, mine = export_kernel(chunked_attention_kernel, YOURS, OUT), True
     aligned = export_kernel(chunked_attention_kernel, YOURS, OUT, hint16=[*STRIDES, "K", "V"], stem="aligned")
-except NameError as e:  # exercise 1 of lesson 04 not pasted in yet
+except NameError as e:  # lesson 04's fused kernel (its exercise 3) not pasted in yet
     print(f"exporting the package's kernel instead of yours ({e})")
     manifest, mine = export_package_kernel(OUT), False
     aligned = export_package_kernel(OUT, hint16=[*STRIDES, "K", "V"], stem="aligned")
@@ -537,7 +537,9 @@ check("05_ptx_export_rust.build_launch", build_launch, hidden=True)
 # export took **0.414 ms** and the aligned one **0.097 ms**, the same as Triton's JIT launch (0.096 ms): without
 # the multiple-of-16 hints every load is one bf16 element wide and nothing is staged ahead through shared memory,
 # so the kernel waits on memory; with them, 16-byte `cp.async` copies are pipelined across chunks, as a JIT launch
-# does when it sees aligned strides. Without a GPU there is no driver to call, and the cell says so.
+# does when it sees aligned strides. (Those figures are the package's export of this kernel with three pipeline
+# stages, `results/gpu/export.json`; the cells here export with two, so your times will not be exactly these:
+# compare the two lines the cell prints.) Without a GPU there is no driver to call, and the cell says so.
 
 # %% nbgrader={"grade": false, "grade_id": "driver", "locked": true, "schema_version": 3, "solution": false}
 import ctypes
@@ -841,11 +843,12 @@ else:
         print("your launcher == driver-API launch, bit for bit:", torch.equal(o_yours.cuda(), o_driver))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "no-gpu", "locked": true, "schema_version": 3, "solution": false}
-# > **Without a GPU.** The export, the PTX, the manifest and both exercises work the same on a laptop: Triton
-# > compiles for `sm_90` without asking the hardware, and exercise 2 is checked on CPU tensors (their addresses
-# > are as good as a GPU's for building an argument list). What needs a GPU is everything after it: loading the
-# > PTX, the driver-API launch, the Rust launch and the output comparison. The crate still builds without one
-# > (`cargo build --release` in `rust/`), and running it reports that no driver was found.
+# > **Without a GPU.** The export, the PTX, the manifest and all three exercises work the same on a laptop:
+# > Triton compiles for `sm_90` without asking the hardware, exercise 2 is checked on CPU tensors (their addresses
+# > are as good as a GPU's for building an argument list), and exercise 3's Rust needs cargo, not a GPU. What
+# > needs a GPU is the launching: loading the PTX, the driver-API launch, the Rust launch and the output
+# > comparison. The crate still builds without one (`cargo build --release` in `rust/`), and running it reports
+# > that no driver was found.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "recap", "locked": true, "schema_version": 3, "solution": false}
 # ## Recap
@@ -859,23 +862,21 @@ else:
 # - A launch is grid + block + shared memory + an argument list; the manifest records how to compute each, and a
 #   launcher in any language can follow it and refuse what does not fit before launching.
 #
-# That closes the workbook's arc: from counting bytes through the memory hierarchy, to tiles in SRAM, to a fused
-# chunked kernel near the HBM floor, to that kernel running without Python.
+# That completes the forward path: from counting bytes through the memory hierarchy, to tiles in SRAM, to a fused
+# chunked kernel near the HBM floor, to that kernel running without Python. Two lessons follow: 06 asks the
+# compiler and the profiler where a kernel's time goes, 07 writes the backward pass that training needs.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "what_next", "locked": true, "schema_version": 3, "solution": false}
 # ## What next
 #
 # - **Check your score** (below, or `make score` for every lesson) and go back to any exercise short of its
 #   points; on a GPU, the speed points of lessons 01–04 are graded too.
-# - **Add what working models add.** Lessons 02 and 04 named the normaliser and the decays and gates of RetNet,
-#   GLA and Mamba-2: add a per-step scalar decay `γ` to your lesson-04 kernel (the mask and the state carry change,
-#   the bytes do not) and test it against a float64 recurrence, as every kernel here is tested.
-# - **Write the backward pass.** Training needs the gradients of `q`, `k`, `v`: the same chunked structure run
-#   in reverse over the chunks, with the state's gradient carried from the end of the sequence.
-# - **Read a production kernel.** `flash-linear-attention` (`fla/ops/`) has one folder per operator with a naive
-#   oracle, a chunked and a fused-recurrent kernel: you now know what each of them is doing and why.
-# - **Profile on a GPU.** `ncu` (Nsight Compute) shows a kernel's achieved bandwidth, occupancy and stall reasons:
-#   compare what it says about your kernels with the floors you computed by hand.
+# - **Lesson 06** reads what the compiler made of a kernel (TTGIR, PTX, SASS, registers, shared memory), finds
+#   the time with a profiler and `ncu`, and autotunes: the tools to ask why your lesson-04 kernel is where it is.
+# - **Lesson 07** writes the backward pass: the gradients of `q`, `k`, `v` as two more chunked kernels, the state's
+#   gradient carried from the end of the sequence, wrapped in a `torch.autograd.Function`.
+# - **Ship it.** The manifest and the launcher are all a C++, Rust or Go service needs: export the aligned
+#   build where sizes and strides are multiples of 16, and keep the any-size one as the fallback.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Your score

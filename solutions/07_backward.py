@@ -576,6 +576,24 @@ results = run("linear_attention", problem_set="backward", quick=True, extra=extr
 # - The package's `chunk_linear_attn` does the same (`kernels/linear_attention/chunked_bwd.py`, `autograd.py`),
 #   with the dk/dv state split over several programs per head so that the GPU has enough of them.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "what_next", "locked": true, "schema_version": 3, "solution": false}
+# ## What next
+#
+# This is the workbook's last lesson: from counting bytes through the memory hierarchy, to tiles in SRAM, to a
+# fused chunked kernel near the HBM floor, exported and launched without Python, profiled, and differentiated.
+#
+# - **Check your score** (below, or `make score` for every lesson) and go back to any exercise short of its
+#   points; on a GPU, the speed points are graded too.
+# - **Add what working models add.** Lessons 02 and 04 named the normaliser and the decays and gates of RetNet,
+#   GLA and Mamba-2: add a per-step scalar decay `γ` to your forward and backward kernels (the masks and the state
+#   carries change, the bytes do not) and test both against float64 autograd of a recurrence, as every kernel here
+#   is tested.
+# - **Profile your backward** with lesson 06's tools: how close do your two passes come to the floor of reading
+#   q, k, v, do and writing dq, dk, dv, and what does `ncu` say holds them back?
+# - **Read a production kernel.** `flash-linear-attention` (`fla/ops/`) has one folder per operator with a naive
+#   oracle, a chunked and a fused-recurrent kernel, forward and backward: you now know what each of them is doing
+#   and why.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "score_md", "locked": true, "schema_version": 3, "solution": false}
 # ## Your score
 #

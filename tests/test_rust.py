@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -141,18 +142,27 @@ def test_rust_cli_broken_grid_leaves_nan(binary, exported_vector_add, tmp_path):
     assert (out[:1024] == 0).all() and torch.isnan(out[1024:]).all()
 
 
-def _lesson_rust():
-    """Lesson 05's Rust exercise: the solution's source, and the student's (the body replaced by the stub)."""
-    import re
-
+def _rust_cell() -> str:
+    """The Rust of lesson 05's exercise cell, with its solution markers."""
     from grader.course import solution_notebook
 
     cell = next(c for c in solution_notebook("05_ptx_export_rust").cells if c.get("id") == "ex3-rust")
-    source = re.search(r'r"""\n(.*)"""', cell.source, re.S).group(1)
+    return re.search(r'r"""\n(.*)"""', cell.source, re.S).group(1)
+
+
+def _lesson_rust():
+    """Lesson 05's Rust exercise: the solution's source, and the student's (the body replaced by the stub)."""
+    source = _rust_cell()
     solution = re.sub(r"### (BEGIN|END) SOLUTION\n", "", source)
     stub = re.sub(r"### BEGIN SOLUTION\n.*### END SOLUTION\n", "# YOUR CODE HERE\nraise NotImplementedError()\n",
                   source, flags=re.S)
     return solution, stub
+
+
+def _left_comment() -> str:
+    """The solution with the Python comment placeholder left above the learner's Rust (a Python habit)."""
+    source = _rust_cell().replace("### BEGIN SOLUTION\n", "# YOUR CODE HERE\n")
+    return re.sub(r"### END SOLUTION\n", "", source)
 
 
 @pytest.mark.slow
@@ -164,7 +174,10 @@ def test_lesson_rust_exercise_passes_the_solution_and_fails_the_stub_and_a_missi
     good = build_and_test(solution, tmp_path / "good")
     assert good.passed and len(good.tests) == 9 and all(good.tests.values()), good.message
     bad = build_and_test(stub, tmp_path / "stub")
-    assert bad.passed is False and "replace the two placeholder lines" in bad.message
+    assert bad.passed is False and "`# YOUR CODE HERE` and `raise NotImplementedError()` must go" in bad.message
+    comment = build_and_test(_left_comment(), tmp_path / "comment")
+    assert comment.passed is False and "the placeholder line `# YOUR CODE HERE` must go" in comment.message
+    assert "`//` does" in comment.message
     no_limit = build_and_test(solution.replace("if v < 1 || v > limits[axis]", "if v < 1"), tmp_path / "limit")
     assert no_limit.passed is False and no_limit.tests["a_grid_past_cudas_limits_is_refused"] is False
     assert "a_grid_past_cudas_limits_is_refused" in no_limit.message and "must be refused" in no_limit.message

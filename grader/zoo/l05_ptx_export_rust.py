@@ -46,6 +46,8 @@ BUILD_LAUNCH = [
            fault="accepted", why="passes an integer scalar on without checking that it fits its type"),
     _build("no-grid-limits", "        if not 1 <= g <= limit:", "        if g < 1:", fault="accepted",
            why="checks only that each grid dimension is positive"),
+    _build("exclusive-grid-limit", "        if not 1 <= g <= limit:", "        if not 1 <= g < limit:",
+           fault="inclusive", why="refuses a grid of exactly 65535 along y, which CUDA allows"),
     _build("unused-pointer-looked-up", '''            if p["role"] == "unused":
                 args.append(("u64", 0))
                 continue

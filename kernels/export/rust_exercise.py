@@ -177,9 +177,11 @@ def _env(target: str, **extra: str) -> dict:
 
 
 def _build_error(stderr: str, source: str) -> str:
-    if "raise NotImplementedError()" in source:
-        return ("your Rust does not build: replace the two placeholder lines (`# YOUR CODE HERE` and `raise "
-                "NotImplementedError()`) with the body of launch_grid")
+    placeholders = [p for p in ("# YOUR CODE HERE", "raise NotImplementedError()") if p in source]
+    if placeholders:  # Python's placeholders are not Rust: each one left is a syntax error there
+        return ("your Rust does not build: the placeholder line" + ("s " if len(placeholders) > 1 else " ")
+                + " and ".join(f"`{p}`" for p in placeholders) + " must go, replaced by the body of launch_grid "
+                "(`#` does not start a comment in Rust: `//` does)")
     errors = [b for b in re.split(r"\n(?=error)", stderr)
               if b.startswith("error") and not b.startswith("error: could not compile")]
     # a linker's command line runs to thousands of characters: keep its ends, and every other line

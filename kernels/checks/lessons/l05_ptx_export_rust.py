@@ -330,6 +330,19 @@ def _refuses(fn, why, expect, m, sizes, tensors, scalars, *names):
     raise CheckFailed(f"build_launch accepted {why}; it must raise {expect.__name__} before anything is launched")
 
 
+def _accepts(fn, why, m, sizes, tensors, scalars, grid):
+    """A launch at the edge of a rule, which must go through with the grid ``grid``: CUDA's limits are
+    inclusive."""
+    try:
+        got = fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), _Alloc())
+    except (ValueError, TypeError) as e:
+        raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: CUDA's grid limits are inclusive (a grid "
+                          "of exactly 65535 along y is allowed), so this launch fits") from None
+    given = got.get("grid") if isinstance(got, dict) else got
+    if not isinstance(given, (tuple, list)) or tuple(given) != grid:
+        raise CheckFailed(f"build_launch gave the grid {given!r} for {why}; it needs {grid}")
+
+
 def _bad_launches(fn, m, sizes, tensors, scalars):
     some = next(iter(sizes))
     _refuses(fn, f"sizes without {some!r}", ValueError, m, {k: v for k, v in sizes.items() if k != some}, tensors,
@@ -371,6 +384,10 @@ def _special_refusals(fn, name):
         t = {n: torch.zeros(70_000, dtype=torch.bfloat16) for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")}
         _refuses(fn, "B*H = 70000 programs along grid y (CUDA allows 65535)", ValueError, m, sizes, t,
                  {"scale": 0.1}, "grid", "65535", "y")
+        sizes = dict(B=65_535, T=1, H=1, K=1, V=1)
+        t = {n: v[:65_535] for n, v in t.items()}
+        _accepts(fn, "B*H = 65535 programs along grid y, CUDA's limit", m, sizes, t, {"scale": 0.1},
+                 (1, 65_535, 1))
     if name == "package":
         m = manifest("package")
         sizes = dict(B=1, T=2, H=1, K=100, V=16)

@@ -61,6 +61,7 @@ def test_build_launch_solution_passes(hidden):
     ('''        args.append(("u64", alloc(nbytes, s["align"]) if nbytes else 0))''',
      '''        args.append(("u64", alloc(s["bytes_per_program"], s["align"]) if nbytes else 0))''', ["alloc"]),
     ('''            if not lo <= int(value) <= hi:''', '''            if False:''', ["accepted", "i32"]),
+    ("        if not 1 <= g <= limit:", "        if not 1 <= g < limit:", ["refused", "inclusive", "65535"]),
 ])
 def test_broken_build_launch_fails(old, new, words):
     out = grade("05_ptx_export_rust.build_launch", build(edit(BUILD, old, new)), hidden=True)

@@ -54,7 +54,9 @@ def _triple(name, v, where):
         raise CheckFailed(f"{where}: {name} must be three numbers (x, y, z), got {v!r}")
     for x in v:
         if isinstance(x, bool) or not isinstance(x, int):
-            raise CheckFailed(f"{where}: {name} must hold integers, got {v!r}")
+            hint = (": NumPy's integers are not Python's, convert each with int(...) (a launcher writes them out "
+                    "as plain numbers)" if type(x).__module__ == "numpy" else "")
+            raise CheckFailed(f"{where}: {name} must hold integers, got {v!r}{hint}")
     return list(v)
 
 

@@ -80,6 +80,13 @@ def test_predict_launch_solution_and_twins():
     fails(grade("05_ptx_export_rust.predict_launch", function(swapped, "predict_launch", ns)), "grid")
     floor_div = edit(PREDICT, 'triton.cdiv(sizes["V"], constexprs["BV"])', 'sizes["V"] // constexprs["BV"]')
     fails(grade("05_ptx_export_rust.predict_launch", function(floor_div, "predict_launch", ns)), "grid")
+    import numpy
+
+    numpy_ints = edit(PREDICT, 'grid = (triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], 1)',
+                      'grid = tuple(numpy.array([triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], '
+                      '1]))')
+    fails(grade("05_ptx_export_rust.predict_launch", function(numpy_ints, "predict_launch", {**ns, "numpy": numpy})),
+          "convert each with int(")
 
 
 def test_manifests_are_consistent():

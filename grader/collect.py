@@ -169,7 +169,8 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
     extras = [p.name for p in extras if not _other_version(p, out, lessons)]
     if extras:
         for s in out.values():
-            s.notes.append(f"ignored extra file(s): {', '.join(extras)}")
+            s.notes.append(f"ignored extra file(s): {', '.join(extras)} (not a notebook of this course's lessons, "
+                           f"which are {', '.join(sorted(lessons))})")
             break
     for name in refused:
         sub = out.get(pathlib.Path(name).stem) or next(iter(out.values()), None)

@@ -439,7 +439,8 @@ def test_another_version_under_a_longer_name_is_named_not_graded(tmp_path, fixtu
     sub = next(s for s in workflow.submissions(root) if (s.student, s.lesson) == ("alice", fx))
     assert note in sub.notes
     extra = [n for s in workflow.submissions(root) for n in s.notes if n.startswith("ignored extra")]
-    assert extra == ["ignored extra file(s): scratch.ipynb"]
+    assert extra == ["ignored extra file(s): scratch.ipynb (not a notebook of this course's lessons, which are "
+                     f"00_setup, {fx})"]
 
 
 def test_a_lesson_saved_under_another_lessons_name_is_collected_as_its_own(tmp_path, fixture_source):

@@ -75,6 +75,13 @@ def fused_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale:
     Same contract as :func:`kernels.recurrent.naive_recurrent`; ``block_v`` (a power of two, 16 to 256) sets how
     many columns of V each program owns; ``out`` and ``final_state_out`` may supply the output buffers.
     """
+    return launch(_fused_recurrent_kernel, q, k, v, scale, initial_state, output_final_state, block_v, num_warps,
+                  out, final_state_out)
+
+
+def launch(kernel, q, k, v, scale, initial_state, output_final_state, block_v, num_warps, out, final_state_out):
+    """Check the inputs, make the outputs and launch ``kernel`` (one of the V-blocked recurrent kernels, which share
+    their parameters and grid); returns ``(o, final_state or None)``."""
     B, T, H, K, V, scale, BK, BV = check_inputs(q, k, v, scale, initial_state, block_v)
     o = output("out", out, tuple(v.shape), v.dtype, v)
     final = None
@@ -83,7 +90,7 @@ def fused_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale:
         if not final.is_contiguous():
             raise ValueError(f"final_state_out must be contiguous (strides {final.stride()})")
     grid = (triton.cdiv(V, BV), B * H)
-    _fused_recurrent_kernel[grid](
+    kernel[grid](
         q, k, v, o, initial_state, final,
         scale, T, H, K, V,
         q.stride(0), q.stride(1), q.stride(2),

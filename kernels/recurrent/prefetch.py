@@ -11,8 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_inputs, output
-from .fused import bytes_moved
+from .fused import bytes_moved, launch
 
 __all__ = ["prefetch_recurrent", "bytes_moved"]
 
@@ -74,23 +73,5 @@ def prefetch_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, sca
                        final_state_out: torch.Tensor | None = None):
     """Causal linear attention by the recurrence, state in registers, next step's loads issued early; returns
     ``(o, final_state or None)``. Same contract as :func:`kernels.recurrent.fused_recurrent`."""
-    B, T, H, K, V, scale, BK, BV = check_inputs(q, k, v, scale, initial_state, block_v)
-    o = output("out", out, tuple(v.shape), v.dtype, v)
-    final = None
-    if output_final_state:
-        final = output("final_state_out", final_state_out, (B, H, K, V), torch.float32, v)
-        if not final.is_contiguous():
-            raise ValueError(f"final_state_out must be contiguous (strides {final.stride()})")
-    grid = (triton.cdiv(V, BV), B * H)
-    _prefetch_recurrent_kernel[grid](
-        q, k, v, o, initial_state, final,
-        scale, T, H, K, V,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
-        BK=BK, BV=BV,
-        USE_INITIAL_STATE=initial_state is not None, STORE_FINAL_STATE=output_final_state,
-        num_warps=num_warps,
-    )
-    return o, final
+    return launch(_prefetch_recurrent_kernel, q, k, v, scale, initial_state, output_final_state, block_v,
+                  num_warps, out, final_state_out)

@@ -631,7 +631,11 @@ def _preload(profile: str, mode: str, lite: bool = False) -> None:
     CUDA context here (a forked child could not use it): ``lite`` imports only torch and Triton, and the caller
     falls back to it when the full preload initialised CUDA."""
     import triton  # noqa: F401
+    from triton.runtime.cache import triton_key
 
+    # the hash of Triton's own files that keys every compile and JIT cache entry: a quarter of a second in each
+    # fresh process (cached per process), computed here once for every fork
+    triton_key()
     if lite:
         if profile == "notebook":
             import IPython.core.interactiveshell  # noqa: F401

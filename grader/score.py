@@ -149,12 +149,14 @@ def _first_line(text: str) -> str:
 
 
 def _cached_check(namespace_check):
-    """``check`` that reuses the outcome of the same check already run in this process on the same objects."""
+    """``check`` that reuses the outcome of the same check already run in this process on the same objects, while
+    nothing they can call (their notebook's functions, classes and kernels) was redefined since."""
     from kernels import checks
 
     def check(exercise_id, *objects, hidden=False):
         seen = checks.history.get((exercise_id, hidden))
-        if seen is not None and len(seen[0]) == len(objects) and all(a is b for a, b in zip(seen[0], objects)):
+        if (seen is not None and len(seen[0]) == len(objects) and all(a is b for a, b in zip(seen[0], objects))
+                and checks.reach_unchanged(seen[2], objects)):
             if seen[1]:
                 raise checks.CheckFailed(seen[1])
             return None

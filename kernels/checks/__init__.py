@@ -3,13 +3,42 @@
 See ``kernels/checks/README.md``. The spec a lesson fills in is in :mod:`kernels.checks.spec`.
 """
 
+import re
+
 from .spec import Case, CheckFailed, Exercise, Performance, register
 
-__all__ = ["check", "guard_launches", "history", "Case", "CheckFailed", "Exercise", "Performance", "register"]
+__all__ = ["check", "guard_launches", "history", "reach", "reach_unchanged", "Case", "CheckFailed", "Exercise",
+           "Performance", "register"]
 
-#: The last outcome of each check run in this process: ``(exercise_id, hidden) -> (objects, failure or "")``.
-#: ``grader.score`` reuses it when the same objects are scored again.
-history: dict[tuple[str, bool], tuple[tuple, str]] = {}
+#: The last outcome of each check run in this process: ``(exercise_id, hidden) -> (objects, failure or "",
+#: reach)``, ``reach`` being what the objects could call then (:func:`reach`). ``grader.score`` reuses it when the
+#: same objects are scored again and nothing they can reach was redefined since.
+history: dict[tuple[str, bool], tuple[tuple, str, dict]] = {}
+
+
+#: IPython's history names (``_``, ``__``, ``_5``, ``_i5``, ``_ih``, ...) and module dunders: not the learner's code.
+_IPYTHON_HISTORY = re.compile(r"^(_+|_\d+|_i+\d*|_[io]h|_dh|__\w+__)$")
+
+
+def reach(objects) -> dict:
+    """Every function, class and kernel defined in the namespaces that ``objects`` were defined in (a notebook's
+    globals), by name: an autograd Function that launches ``dq_kernel`` through its globals is the same object
+    after ``dq_kernel``'s cell is run again with other code, but what it reaches is not."""
+    spaces = {}
+    for obj in objects:
+        for fn in [obj, getattr(obj, "fn", None), *(vars(obj).values() if isinstance(obj, type) else ())]:
+            fn = getattr(fn, "__func__", fn)  # a static or class method
+            g = getattr(fn, "__globals__", None)
+            if isinstance(g, dict):
+                spaces[id(g)] = g
+    return {(i, name): v for i, g in spaces.items() for name, v in list(g.items())
+            if not _IPYTHON_HISTORY.match(name) and (callable(v) or hasattr(v, "fn"))}
+
+
+def reach_unchanged(before: dict, objects) -> bool:
+    """Whether every name in ``before`` (a :func:`reach`) still holds the same object, and no new one appeared."""
+    now = reach(objects)
+    return now.keys() == before.keys() and all(now[k] is v for k, v in before.items())
 
 
 def check(exercise_id: str, *objects, hidden: bool = False) -> None:
@@ -17,12 +46,13 @@ def check(exercise_id: str, *objects, hidden: bool = False) -> None:
     they pass, raises :class:`CheckFailed` saying what is wrong when they do not."""
     from .engine import check as run_check
 
+    seen = reach(objects)
     try:
         run_check(exercise_id, *objects, hidden=hidden)
     except Exception as e:
-        history[exercise_id, hidden] = (objects, str(e) or type(e).__name__)
+        history[exercise_id, hidden] = (objects, str(e) or type(e).__name__, seen)
         raise
-    history[exercise_id, hidden] = (objects, "")
+    history[exercise_id, hidden] = (objects, "", seen)
 
 
 def guard_launches(on: bool = True) -> bool:

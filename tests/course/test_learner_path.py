@@ -148,14 +148,19 @@ def test_every_lesson_ends_with_its_score(lesson):
     assert last.cell_type == "code" and f'score_here("{lesson}", globals())' in last.source
 
 
-def _notebook_function(source, name):
-    """A function defined as a notebook cell defines it (in ``__main__``), where the checks expect answers."""
+def _run_cell(source, ns):
+    """Run ``source`` as a notebook cell runs it, into the globals ``ns`` (its source kept, as IPython keeps it)."""
     import linecache
 
-    filename = f"<cell {name} {len(linecache.cache)}>"
+    filename = f"<cell {len(linecache.cache)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    ns = {"__name__": "__main__"}
     exec(compile(source, filename, "exec"), ns)  # noqa: S102
+
+
+def _notebook_function(source, name):
+    """A function defined as a notebook cell defines it (in ``__main__``), where the checks expect answers."""
+    ns = {"__name__": "__main__"}
+    _run_cell(source, ns)
     return ns[name]
 
 
@@ -189,6 +194,27 @@ def test_the_score_counts_points_per_exercise_and_reuses_checks_already_run(caps
     assert score.earned == 2 and "sector_bytes" in table and "total" in table
     if not score.on_gpu:  # the copy's speed needs a GPU, but a copy not written fails here already, and counts
         assert score.possible_here == score.total == 11 and "needs a GPU" not in table
+
+
+def test_the_score_runs_a_check_again_when_what_its_answer_calls_was_redefined(capsys):
+    """The same function object, passed to the same check, with a helper it calls from the notebook's globals
+    redefined since (a later cell run again): its outcome then is not the outcome now."""
+    from kernels.checks import check
+    from grader.score import score_here
+
+    ns = {"__name__": "__main__"}
+    _run_cell("def _sectors(n, step):\n    return n if step >= 32 else (n - 1) * step // 32 + 1\n\n\n"
+              "def sector_bytes(n, stride, itemsize):\n    if n <= 0:\n        return 0\n"
+              "    return 32 * _sectors(n, stride * itemsize)\n", ns)
+    check("01_memory_hierarchy.sector_bytes", ns["sector_bytes"])
+
+    def sectors_line():
+        return next(ln for ln in score_here("01_memory_hierarchy", ns, show=False).lines if ln.cell == "check_sectors")
+
+    assert sectors_line().passed
+    _run_cell("def _sectors(n, step):\n    return n\n", ns)
+    line = sectors_line()
+    assert not line.passed and "returned" in line.why, line
 
 
 def test_the_score_defers_only_what_passed_here():

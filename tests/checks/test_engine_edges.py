@@ -297,3 +297,17 @@ def test_a_kernel_that_never_ends_is_stopped_with_a_message(monkeypatch):
     assert not out.passed and "ran for more than 2 s" in out.message and "never ends" in out.message, out.message
     assert time.time() - t0 < 30
     assert engine.grade_local(COPY, (_good,), False).passed  # the alarm is off again
+
+
+def test_a_lost_cuda_context_is_announced_on_a_gpu_only(monkeypatch):
+    """The interpreter's out-of-bounds error says "illegal address" too: under the interpreter nothing is lost, and
+    telling the learner to restart the kernel there was false."""
+    from kernels.checks.bounds import OutOfBoundsError
+
+    oob = OutOfBoundsError("load outside its tensor: on a GPU such an access is an illegal address")
+    fault = RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(engine, "ON_GPU", False)
+    assert "restart" not in engine._raised(oob) and "restart" not in engine._raised(fault)
+    monkeypatch.setattr(engine, "ON_GPU", True)
+    assert "restart" not in engine._raised(oob)
+    assert "CUDA context is now lost: restart the notebook's kernel" in engine._raised(fault)

@@ -61,13 +61,14 @@ ROOT = pathlib.Path(kernels.__file__).resolve().parent.parent
 # | --- | --- | --- | --- |
 # | 4,096 | 0.17 | 1.84 | 10.7× |
 # | 16,384 | 0.69 | 3.23 | 4.7× |
-# | 65,536 | 2.76 | 13.28 | 4.8× |
+# | 65,536 | 2.77 | 13.28 | 4.8× |
 #
 # The floor counts what any training step must move: q, k, v read and o written by the forward; q, k, v and `do`
 # read and `dq, dk, dv` written by the backward. Eleven tensors of `B·T·H·D` bf16 elements at 4.26 TB/s. fla's
 # backward recomputes the per-chunk states `[B, H, T/C, K, V]` and writes them to HBM, then computes their
-# gradients and writes those too, then reads both back: the states alone are as big as q, k and v together at
-# `C = 64`. The kernels of this lesson keep every state on-chip, as lesson 04's forward did.
+# gradients and writes those too, then reads both back: at `C = 64` the states of a head hold `T/64 · 128 · 128 =
+# 256·T` elements, two thirds of q, k and v together (`3 · 128 · T`), and their gradients as many again. The
+# kernels of this lesson keep every state on-chip, as lesson 04's forward did.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "math", "locked": true, "schema_version": 3, "solution": false}
 # ## Deriving the gradients

@@ -59,12 +59,13 @@ def _inputs(case, gen):
 
 
 def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, masks_swapped=False, forwards=False,
-             scale_twice=False, strict=False, unmasked=False, intra_scale2=False, no_scale=False, no_carry=False):
+             scale_twice=False, strict=False, unmasked=False, intra_scale2=False, no_scale=False, no_carry=False,
+             dh_unscaled=False):
     """The chunked gradients in float64, ``[B, T, H, *]``, or one of the plausible mistakes the flags name: the state
     ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the two passes' masks swapped (``M`` where dk, dv
     take ``Mᵀ``, and ``Mᵀ`` in dq), the dk/dv chunks walked first to last, ``scale`` applied again to the carried
     state, the mask without its diagonal (``strict``) or no mask at all, ``scale`` applied twice to the chunk's own
-    term, no ``scale`` at all, states never carried from chunk to chunk."""
+    term, no ``scale`` at all, states never carried from chunk to chunk, ``dH`` carried without its ``scale``."""
     q, k, v, do = (x.detach().double().transpose(1, 2) for x in (q, k, v, do))  # [B, H, T, *]
     scale = 1.0 if no_scale else scale
     intra = scale * scale if intra_scale2 else scale
@@ -92,14 +93,15 @@ def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, ma
     dH = torch.zeros_like(S)
     for t0 in (starts if forwards else starts[::-1]):
         qc, kc, vc, doc = (x[:, :, t0:t0 + chunk] for x in (q, k, v, do))
+        dh_scale = 1.0 if dh_unscaled else scale
         if dh_first:
-            dH = dH + scale * qc.transpose(-1, -2) @ doc
+            dH = dH + dh_scale * qc.transpose(-1, -2) @ doc
         a, b = causal(vc @ doc.transpose(-1, -2), True), causal(kc @ qc.transpose(-1, -2), True)
         carried = dH * scale if scale_twice else dH
         dk[:, :, t0:t0 + chunk] = vc @ carried.transpose(-1, -2) + intra * (a @ qc)
         dv[:, :, t0:t0 + chunk] = kc @ carried + intra * (b @ doc)
         if not (dh_first or no_carry):
-            dH = dH + scale * qc.transpose(-1, -2) @ doc
+            dH = dH + dh_scale * qc.transpose(-1, -2) @ doc
     return {"dq": dq.transpose(1, 2), "dk": dk.transpose(1, 2), "dv": dv.transpose(1, 2)}
 
 
@@ -131,6 +133,8 @@ _MISTAKES = (
                                                   "or their product, not both"),
     (dict(no_scale=True), ("dq", "dk", "dv"), "what the gradients are without scale: every term carries one factor "
                                               "of scale (dH too: dH += scale · Q_cᵀ dO_c)"),
+    (dict(dh_unscaled=True), ("dk", "dv"), "what dH gives without its scale: the chunk's own term is scaled, and "
+                                           "so is what dH carries from the later chunks (dH += scale · Q_cᵀ dO_c)"),
     (dict(no_carry=True), ("dq", "dk", "dv"), "what the gradients are when the state is never carried from chunk to "
                                               "chunk: only the chunk's own term is left; add each chunk to S (dq) or "
                                               "dH (dk, dv) once it has been used"),
@@ -180,6 +184,11 @@ def _diagnose_at(chunks):
         tail = _short_chunk_only({n: got[n] for n in off}, args, chunks(case), close)
         if tail:
             return tail
+        for a, b in (("dq", "dk"), ("dk", "dv"), ("dq", "dv")):  # two gradients returned in each other's place
+            if a in off and b in off and got[a].shape == ref[b].shape == got[b].shape == ref[a].shape \
+                    and close(got[a], ref[b]) and close(got[b], ref[a]):
+                return (f"{a} and {b}: each holds the other's gradient: return them in the order the exercise "
+                        "asks for (dq, dk, dv)")
         for flags, names, why in _MISTAKES:
             if all(n in names for n in off):
                 for chunk in chunks(case):

@@ -73,6 +73,11 @@ def test_torch_mistakes_are_named():
           "dv: what the forward's mask M gives")
     fails(check(edit(TORCH, "vc @ dstate.transpose(-1, -2)", "scale * vc @ dstate.transpose(-1, -2)")),
           "dk: what the carried state gives when it is scaled twice")
+    fails(check(edit(TORCH, "dstate = dstate + scale * qc", "dstate = dstate + qc")),
+          "dk and dv: what dH gives without its scale")
+    swapped = edit(TORCH, "    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)",
+                   "    return dk.transpose(1, 2), dq.transpose(1, 2), dv.transpose(1, 2)")
+    fails(check(swapped), "dq and dk: each holds the other's gradient")
 
 
 def test_unwritten_last_chunk_is_named_whatever_the_memory_held():

@@ -445,13 +445,15 @@ def compiled_budget(c, T=16384, B=4, H=16, K=128, V=128):
 
 
 try:
+    from kernels.checks.lessons.l04_chunked_linear_attention import chunk_problem
+
     if CHUNK is None:
         print("set CHUNK in the cell above first")
+    elif chunk_problem(CHUNK):  # the speed check's own rule: a CHUNK it refuses is named, not compiled
+        print(chunk_problem(CHUNK))
     else:
         chunk_budget(CHUNK)
         compiled_budget(CHUNK)
-except KeyError as e:
-    print(f"CHUNK needs the keys BT, BV, num_warps and num_stages (missing {e})")
 except Exception as e:  # noqa: BLE001 (the kernel does not compile yet: its check says why)
     print(f"your kernel does not compile for sm_90 yet: {str(e).strip().splitlines()[-1][:300]}")
 
@@ -520,7 +522,7 @@ access_explorer(traced, "o_ptr")
 # `chunk_linear_attn` and `fused_chunk_linear_attn`
 # when fla is installed (`pip install fla-core`), and the HBM floor. On a GPU it runs the H200 table's shape
 # (B = 4, H = 16, D = 128, bf16) at T = 4k and 16k, without `torch.compile` (whose compile alone takes tens of
-# seconds); set `FULL_TABLE = True` for every version at all four T of the table, then fp16, H = 32 with D = 64,
+# seconds); set `FULL_TABLE = True` for every version at T = 4k, 16k, 64k and 256k, then fp16, H = 32 with D = 64,
 # packed sequences and an initial state (a few minutes). In the interpreter it runs quick, small sizes, whose
 # times measure the interpreter and not a GPU. The plot below the tables is the same
 # data: median time per version against the floor.
@@ -563,7 +565,7 @@ try:
     extra.append(Version("yours", yours, skip=fixed_length_only, output=lambda r: r[0]))
 except Exception as e:
     print(f"your kernel is left out of the benchmark ({type(e).__name__}: finish exercise 3)")
-FULL_TABLE = False  # True on a GPU: every version (torch.compile too) at all four T, and the extra rows
+FULL_TABLE = False  # True on a GPU: every version (torch.compile too) at T = 4k to 256k, and the extra rows
 bench_dir = ROOT / "artifacts" / "04_chunked_linear_attention"
 if FULL_TABLE:
     only, labels = None, None

@@ -446,7 +446,9 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
                                         "computed from those undefined lanes, or never written")
                     else:
                         problems.append(f"{name}: output not written: {n} of {p.out.numel()} elements still hold "
-                                        f"the NaN poison, first at {first}")
+                                        f"the NaN poison, first at {first} (outputs start filled with NaN: a kernel "
+                                        "that reads an output before storing to it, a state never zeroed, say, "
+                                        "spreads that NaN too)")
                     continue
             msg = _compare(name, p.out, want, tol, scale=ref.scale.get(name, 0.0))
         elif name in result:

@@ -212,6 +212,20 @@ def _count_ref(inputs, case):
             "fused_bytes": torch.tensor([c[1] for c in counts], dtype=torch.float64)}
 
 
+def _count_diagnose(inputs, got, case, ref):
+    """The first shape each count is wrong on, by name: the comparison alone gives an index into shapes drawn at
+    random, and the counts as floats."""
+    lines = []
+    for name, args in (("naive_bytes", "B, T, H, K, V, itemsize"), ("fused_bytes", "B, T, H, K, V, itemsize, BV")):
+        off = [i for i in range(len(inputs["shapes"])) if got[name][i] != ref[name][i]]
+        if off:
+            shape = inputs["shapes"][off[0]][: len(args.split(", "))]
+            named = ", ".join(f"{a}={v}" for a, v in zip(args.split(", "), shape))
+            lines.append(f"{name}({named}) returned {int(got[name][off[0]]):,}, expected {int(ref[name][off[0]]):,} "
+                         f"({len(off)} of {len(inputs['shapes'])} shapes differ)")
+    return "; ".join(lines) or None
+
+
 BYTES = Exercise(
     id="02_naive_hbm_loops.bytes",
     args=("function", "function"),
@@ -221,6 +235,7 @@ BYTES = Exercise(
     outputs=lambda case, inputs: {},
     run=_count_run,
     reference=_count_ref,
+    diagnose=_count_diagnose,
     tolerance=lambda case: 0,
     visible=[Case("the GPU size and 10 random shapes", dict(fixed=[(4, 2048, 16, 64, 64, 2, 64),
                                                                    (4, 2048, 16, 64, 64, 2, 32)], count=10))],

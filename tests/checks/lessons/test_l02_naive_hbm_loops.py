@@ -78,3 +78,21 @@ EXPECT = {
 @pytest.mark.parametrize("name", EXPECT)
 def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
     assert_broken(broken_outcomes, name, EXPECT[name])
+
+
+def test_a_wrong_byte_count_is_shown_on_the_shape_it_is_wrong_on():
+    """The counts come back as a vector over shapes drawn at random: the message names the first shape each count
+    is wrong on, with both numbers as integers, not an index into the vector."""
+    from lessonkit import assert_fails, grade
+
+    def naive_bytes(B, T, H, K, V, itemsize):
+        state = B * H * K * V * 4
+        return B * T * H * (2 * K + 2 * V) * itemsize + state + 2 * T * state
+
+    def fused_once(B, T, H, K, V, itemsize, BV):  # q and k counted once, not once per V block
+        return B * T * H * (2 * K + 2 * V) * itemsize + B * H * K * V * 4
+
+    out = grade("02_naive_hbm_loops.bytes", naive_bytes, fused_once)
+    assert_fails(out, "fused_bytes(B=4, T=2048, H=16, K=64, V=64, itemsize=2, BV=32) returned 68,157,440, "
+                      "expected 101,711,872 (", "of 12 shapes differ)")
+    assert "naive_bytes(" not in out.message

@@ -172,3 +172,17 @@ def test_capstone_refuses_a_chunk_whose_shared_memory_no_gpu_has():
     verify_compiles(ex, False, src, [TUNED, None])
     with pytest.raises(CheckFailed, match=r"needs 320 KiB of shared memory per program.* at most 227 KiB"):
         verify_compiles(ex, False, src, [dict(BT=128, BV=128, num_warps=4, num_stages=3), None])
+
+
+def test_the_budget_cell_names_a_chunk_the_speed_check_refuses():
+    """The capstone's budget cell asks the speed check's rule first: a CHUNK it refuses is named as the check names
+    it, not reported as a kernel that does not compile (tl.dot's "K >= 16", arange's "power of 2")."""
+    from kernels.checks.lessons.l04_chunked_linear_attention import chunk_problem
+
+    good = dict(BT=64, BV=64, num_warps=4, num_stages=2)
+    assert chunk_problem(good) is None
+    assert "BT=8 must be 16, 32, 64 or 128" in chunk_problem(dict(good, BT=8))
+    assert "BV=48 must be 16, 32, 64 or 128" in chunk_problem(dict(good, BV=48))
+    assert "num_warps=3 must be a power of two" in chunk_problem(dict(good, num_warps=3))
+    assert "must be a dict" in chunk_problem((64, 64, 4, 2))
+    assert "missing ['num_stages']" in chunk_problem({k: v for k, v in good.items() if k != "num_stages"})

@@ -40,8 +40,9 @@ def intra_chunk(q, k, v, scale, chunk):
 
 def _variant(q, k, v, scale, chunk, *, mask="causal", carry=True, state_first=False, scaled="both"):
     """The chunked forward in float64 with one mistake: the in-chunk ``mask`` ("causal", "strict": without the
-    diagonal, "none"), the state not carried (``carry``) or updated before the chunk's output uses it
-    (``state_first``), the scale on ``scaled`` ("both", "intra", "inter" or "none" of the two terms)."""
+    diagonal, "ahead": one token past it, "upper": the transposed mask, "none"), the state not carried
+    (``carry``) or updated before the chunk's output uses it (``state_first``), the scale on ``scaled`` ("both",
+    "intra", "inter" or "none" of the two terms)."""
     q, k, v = (x.double() for x in (q, k, v))
     B, T, H, K = q.shape
     S = q.new_zeros(B, H, K, v.shape[-1])
@@ -51,7 +52,7 @@ def _variant(q, k, v, scale, chunk, *, mask="causal", carry=True, state_first=Fa
     for t0 in range(0, T, chunk):
         qc, kc, vc = (x[:, t0:t0 + chunk] for x in (q, k, v))
         s = torch.einsum("bthk,bshk->bhts", qc, kc)
-        s = s.tril() if mask == "causal" else s.tril(-1) if mask == "strict" else s
+        s = {"causal": s.tril(), "strict": s.tril(-1), "ahead": s.tril(1), "upper": s.triu()}.get(mask, s)
         if carry and state_first:
             S = S + torch.einsum("bthk,bthv->bhkv", kc, vc)
         o[:, t0:t0 + chunk] = a * torch.einsum("bthk,bhkv->bthv", qc, S) + b * torch.einsum("bhts,bshv->bthv", s, vc)
@@ -66,6 +67,10 @@ _MISTAKES = [
     (dict(mask="none"), "no causal mask inside a chunk: each token also sees the later tokens of its chunk", False),
     (dict(mask="strict"), "the causal mask leaves out the diagonal: each token misses its own key and value "
                           "(keep t >= s)", False),
+    (dict(mask="ahead"), "the causal mask is one token off: each token also sees the next one (keep t >= s, "
+                         "not t + 1 >= s)", False),
+    (dict(mask="upper"), "the causal mask is the wrong way round (t <= s, .triu()): each token sees the tokens after "
+                         "it in its chunk instead of those before (keep t >= s)", False),
     (dict(carry=False), "the state is never carried from one chunk to the next: only the in-chunk term is there",
      True),
     (dict(state_first=True), "the state takes in a chunk before that chunk's output uses it, so each chunk's own "

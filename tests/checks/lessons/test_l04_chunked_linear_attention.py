@@ -186,3 +186,11 @@ def test_the_budget_cell_names_a_chunk_the_speed_check_refuses():
     assert "num_warps=3 must be a power of two" in chunk_problem(dict(good, num_warps=3))
     assert "must be a dict" in chunk_problem((64, 64, 4, 2))
     assert "missing ['num_stages']" in chunk_problem({k: v for k, v in good.items() if k != "num_stages"})
+
+
+@pytest.mark.parametrize("mask, words", [(".tril(1)", "one token off"), (".triu()", "the wrong way round")])
+def test_a_shifted_or_reversed_mask_is_named(mask, words):
+    """The torch version with a causal mask one token off, or transposed: named, not only measured."""
+    src = edit(TORCH, "kc.transpose(-1, -2)).tril()", "kc.transpose(-1, -2))" + mask)
+    fails(grade("04_chunked_linear_attention.chunked_torch", function(src, "chunked_attention_torch",
+                                                                     {"torch": torch})), words)

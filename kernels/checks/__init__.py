@@ -7,8 +7,8 @@ import re
 
 from .spec import Case, CheckFailed, Exercise, Performance, register
 
-__all__ = ["check", "guard_launches", "history", "reach", "reach_unchanged", "Case", "CheckFailed", "Exercise",
-           "Performance", "register"]
+__all__ = ["check", "guard_launches", "history", "reach", "reach_unchanged", "value_problem", "Case", "CheckFailed",
+           "Exercise", "Performance", "register"]
 
 #: The last outcome of each check run in this process: ``(exercise_id, hidden) -> (objects, failure or "",
 #: reach)``, ``reach`` being what the objects could call then (:func:`reach`). ``grader.score`` reuses it when the
@@ -53,6 +53,18 @@ def check(exercise_id: str, *objects, hidden: bool = False) -> None:
         history[exercise_id, hidden] = (objects, str(e) or type(e).__name__, seen)
         raise
     history[exercise_id, hidden] = (objects, "", seen)
+
+
+def value_problem(exercise_id: str, *values) -> str | None:
+    """What exercise ``exercise_id``'s rule says of its value answers ``values`` (given in the order of its value
+    arguments), before anything is compiled or run: None where it accepts them. A lesson's budget cell asks this
+    first, so a setting the check refuses is named as the check names it."""
+    from .engine import check_value
+    from .spec import get
+
+    ex = get(exercise_id)
+    given = iter(values)
+    return check_value(ex, tuple(next(given, None) if kind == "value" else None for kind in ex.args), False)
 
 
 def guard_launches(on: bool = True) -> bool:

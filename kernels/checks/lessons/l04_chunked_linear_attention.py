@@ -19,8 +19,7 @@ from ..provenance import Recorder, aot_compile
 from ..spec import Case, CheckFailed, Exercise, Performance, register, settings_problem
 from .l03_tiled_sram import SMEM_LIMIT
 
-__all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "CHUNKED_SPEED", "chunk_problem", "recurrent",
-           "intra_chunk"]
+__all__ = ["CHUNKED_TORCH", "INTRA_CHUNK", "CHUNKED_FWD", "CHUNKED_SPEED", "recurrent", "intra_chunk"]
 
 
 def recurrent(q, k, v, scale):
@@ -346,12 +345,6 @@ CHUNKED_FWD = Exercise(
 # ---- the capstone's speed: exercise 3 at the H200 table's size, with the learner's chunk size ------------------
 
 _CHUNK_KEYS = ("BT", "BV", "num_warps", "num_stages")
-
-
-def chunk_problem(c) -> str | None:
-    """What is wrong with the capstone's launch settings ``CHUNK`` before anything is compiled (None: nothing),
-    as the speed check says it; the lesson's budget cell asks this first."""
-    return _chunk_rule((c,), False)
 
 
 def _chunk_rule(values, hidden):

@@ -177,7 +177,10 @@ def test_capstone_refuses_a_chunk_whose_shared_memory_no_gpu_has():
 def test_the_budget_cell_names_a_chunk_the_speed_check_refuses():
     """The capstone's budget cell asks the speed check's rule first: a CHUNK it refuses is named as the check names
     it, not reported as a kernel that does not compile (tl.dot's "K >= 16", arange's "power of 2")."""
-    from kernels.checks.lessons.l04_chunked_linear_attention import chunk_problem
+    from kernels.checks import value_problem
+
+    def chunk_problem(chunk):
+        return value_problem("04_chunked_linear_attention.chunked_speed", chunk)
 
     good = dict(BT=64, BV=64, num_warps=4, num_stages=2)
     assert chunk_problem(good) is None

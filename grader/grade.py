@@ -291,12 +291,14 @@ class _Session:
         return w
 
     def _cache(self, kind: str, uid: int) -> str | None:
-        """Triton's cache for this submission's kernel (or compile) workers, so a kernel compiled for one problem
-        is not compiled again for the next: shared only by the problems of this submission, written only by the
-        uid that runs rebuilt kernels (never by the notebook's code), removed when the submission is done."""
-        if kind == "notebook":
-            return None
-        d = self.g.sandbox.caches / f"slot{self.slot}-{kind}"
+        """Triton's cache for this submission's workers of one kind, so a kernel compiled for one problem is not
+        compiled again for the next: shared only by the problems of this submission, owned by that kind's uid,
+        removed when the submission is done. The kernel and compile workers' caches are written only by the uid
+        that runs rebuilt kernels; the notebook's is its own (what the notebook's code compiles when a function
+        answer, an autograd Function say, launches its kernels), apart from theirs, so nothing the notebook's
+        code writes reaches a compile the verdict trusts."""
+        box = self.g.sandbox
+        d = (box.notebook_caches if kind == "notebook" else box.caches) / f"slot{self.slot}-{kind}"
         if d not in self.caches:
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)

@@ -284,8 +284,11 @@ class SandboxConfig:
         self.seed = self.root / "triton-seed"
         self.seed.mkdir(exist_ok=True)
         self.caches = self.root / "cache"  # one Triton cache per submission and worker kind (grade.py)
-        self.caches.mkdir(exist_ok=True)
-        os.chmod(self.caches, 0o700)
+        # the notebooks' caches, in a folder of their own: a notebook's sandbox never has the kernels' folder
+        self.notebook_caches = self.root / "cache-notebook"
+        for d in (self.caches, self.notebook_caches):
+            d.mkdir(exist_ok=True)
+            os.chmod(d, 0o700)
         self._lock = None
         self.uid_base = self._claim(self.uid_base)
         self._templates: dict[str, _Template] = {}
@@ -383,8 +386,7 @@ def bwrap_args(cfg: SandboxConfig, profile: str, mode: str) -> list[str]:
     for f in ("__init__.py", "worker.py", "wire.py"):  # the worker's own code, nothing else of the grader
         a += ["--ro-bind", str(_ROOT / "grader" / f), str(_ROOT / "grader" / f)]
     a += ["--ro-bind", str(cfg.seed), "/grader/triton-seed"]
-    if profile != "notebook":
-        a += ["--bind", str(cfg.caches), "/grader/cache"]
+    a += ["--bind", str(cfg.notebook_caches if profile == "notebook" else cfg.caches), "/grader/cache"]
     if mode == "gpu":
         for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
             a += ["--dev-bind", dev, dev]

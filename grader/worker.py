@@ -39,7 +39,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REMOUNT, _MS_REC, _MS_PRIVATE =
 _PR_SET_NO_NEW_PRIVS, _PR_SET_PDEATHSIG = 38, 1
 #: Where the grader binds the Triton cache it warmed (GPU mode), read-only; every worker starts from a copy.
 TRITON_SEED = "/grader/triton-seed"
-#: Where the grader binds its folder of per-submission Triton caches (kernel and compile workers only).
+#: Where the grader binds its folder of per-submission Triton caches (one a worker kind, each its own uid's).
 CACHES = "/grader/cache"
 #: Where the grader binds the lesson specs its own fixtures add (read-only).
 LESSONS = "/grader/lessons"

@@ -75,7 +75,11 @@ import os, socket, glob
 facts = {{"uid": os.getuid(), "gid": os.getgid(), "root_listing": sorted(os.listdir({str(ROOT)!r})),
          "grader_listing": sorted(os.listdir({str(ROOT / "grader")!r})), "tmp_listing": sorted(os.listdir("/tmp")),
          "top": sorted(os.listdir("/")), "shm": sorted(os.listdir("/dev/shm")),
-         "caches": os.path.exists("/grader/cache")}}
+         "caches": []}}
+try:
+    facts["caches"] = sorted(os.listdir("/grader/cache"))
+except OSError as e:
+    facts["caches"] = type(e).__name__
 for path in ("{ROOT}/solutions/00_setup.py", "{ROOT}/grader/gradebook.db", "{ROOT}/.git/HEAD",
              "{ROOT}/grader/fixture_lesson/90_grader_fixture.py", "/root/.bashrc", "/work", "{ROOT}/grader/grade.py",
              "{ROOT}/kernels/checks/engine.py", "{ROOT}/kernels/checks/lessons/l00_setup.py"):
@@ -128,7 +132,43 @@ def test_worker_sees_only_its_allowlist(cfg):
             assert what != "read", path
     assert first["write_kernels"] != "wrote" and first["engine"] == "ModuleNotFoundError"
     assert first["network"] != "connected"
-    assert first["caches"] is False  # the kernels' Triton caches are not in the notebook's sandbox
+    # no Triton cache of a kernel worker (or of another submission) in the notebook's sandbox
+    assert first["caches"] in ([], "PermissionError", "FileNotFoundError"), first["caches"]
+
+
+def test_a_notebooks_triton_cache_outlives_its_worker_and_only_its_own(cfg):
+    """The notebook's code compiles what its function answers launch (an autograd Function's kernels); the next
+    problem's fresh worker of the same submission finds it in its cache (lesson 07 compiled it again for each),
+    and sees no other cache: not the kernel workers' (their folder is not bound) nor another submission's."""
+    import os
+    import shutil
+
+    uid = cfg.uid_base + 93
+    mine, other = (cfg.notebook_caches / name for name in ("slot9-notebook", "slot8-notebook"))
+    for d, owner in ((mine, uid), (other, uid + 1)):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        os.chown(d, owner, owner)
+        os.chmod(d, 0o700)
+    (other / "theirs").write_text("x")
+    probe = ("import os\nbefore = sorted(os.listdir('/tmp/.triton'))\n"
+             "open('/tmp/.triton/compiled', 'w').write('x')\n"
+             "try:\n    seen = sorted(os.listdir('/grader/cache'))\nexcept OSError as e:\n"
+             "    seen = type(e).__name__\n")
+    got = []
+    for _ in range(2):
+        w = Worker(cfg, uid=uid, mode="interpreter", kind="notebook", name="t93", cache=mine.name)
+        w.send({"op": "notebook", "cells": [{"index": 0, "source": probe}]})
+        while w.recv(60)["event"] != "ready":
+            pass
+        got.append((_value(w, "before"), _value(w, "seen")))
+        w.close()
+    assert "compiled" not in got[0][0] and "compiled" in got[1][0], got
+    for _, seen in got:
+        assert seen in ([], "PermissionError"), seen
+    assert (mine / "compiled").exists() and not (cfg.caches / "slot9-notebook").exists()
+    for d in (mine, other):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_shared_memory_is_capped(cfg):

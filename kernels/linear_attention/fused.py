@@ -82,8 +82,8 @@ def _split_key_sum(zs, DTYPE: tl.constexpr):
 @triton.jit
 def _query_key_sum_mma(qq, zs, PRECISION: tl.constexpr, ZW: tl.constexpr):
     """``q_t · z`` for every row of ``qq`` [BT, BK] as one product ``q · [z_hi | z_lo | 0 ...]`` on the tensor
-    cores, the B operand [BK, ZW] written from registers: ZW = 16 (32-byte rows) or 64 (128-byte rows, the
-    shape of the state product ``q · S``)."""
+    cores, the B operand [BK, ZW] written from registers: ZW = 16 (32-byte rows), 32 (64-byte rows) or 64
+    (128-byte rows, the shape of the state product ``q · S``)."""
     hi, lo, back = _split_key_sum(zs, qq.dtype)
     col = tl.arange(0, ZW)[None, :]
     zb = tl.where(col == 0, hi[:, None], tl.where(col == 1, lo[:, None], 0.0)).to(qq.dtype)  # [BK, ZW]
@@ -273,6 +273,8 @@ def _fused_linear_attention_kernel(
                 qz = _query_key_sum_mma(qq, zs, PRECISION, 64)
             elif QZ_MMA == 3:
                 qz = _query_key_sum_mma_t(qq, zs, PRECISION)
+            elif QZ_MMA == 4:
+                qz = _query_key_sum_mma(qq, zs, PRECISION, 32)
             else:
                 qz = tl.sum(qq.to(tl.float32) * zs[None, :], 1)
             den = (tl.sum(scores, 1) + qz) * scale + _EPS  # [BT]

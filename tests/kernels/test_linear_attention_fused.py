@@ -87,6 +87,7 @@ MMA_LAUNCHES = {"whole_mma": dataclasses.replace(LAUNCHES["whole"], norm_mma="bo
                 "chain48_bv32_mma": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="both"),
                 "whole_wide": dataclasses.replace(LAUNCHES["whole"], norm_mma="wide"),
                 "chain48_bv32_wide": dataclasses.replace(LAUNCHES["chain48_bv32"], norm_mma="wide"),
+                "whole_mid": dataclasses.replace(LAUNCHES["whole"], norm_mma="mid"),
                 "chain32_qzt": dataclasses.replace(LAUNCHES["chain32"], norm_mma="qzt")}
 
 
@@ -103,7 +104,8 @@ def test_normalize_mma(launch, dtype, allocations):
 
 
 @pytest.mark.parametrize("launch", [LAUNCHES["chain32"], MMA_LAUNCHES["whole_mma"], MMA_LAUNCHES["whole_wide"],
-                                    MMA_LAUNCHES["chain32_qzt"]], ids=["cuda_cores", "mma", "wide", "qzt"])
+                                    MMA_LAUNCHES["whole_mid"], MMA_LAUNCHES["chain32_qzt"]],
+                         ids=["cuda_cores", "mma", "wide", "mid", "qzt"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_normalize_large_key_sum(launch, dtype):
     """A key sum far past fp16's range (a long history in z_state): q · z must neither overflow nor lose z's

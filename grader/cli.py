@@ -43,7 +43,9 @@ def _lessons(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     run that silently grades nothing."""
     if not names:
         return None
-    known = sorted(q.parent.name for q in (root / "source").glob("*/*.ipynb") if q.stem == q.parent.name)
+    from .workflow import lesson_names
+
+    known = lesson_names(root)
     out = []
     for name in names:
         stem = name.removesuffix(".ipynb")
@@ -184,11 +186,12 @@ def _students(root: pathlib.Path) -> set[str]:
 
 
 def _autograde(args) -> int:
-    args.lessons = _lessons(_course(args), args.lessons)
+    root = _course(args)
+    args.lessons = _lessons(root, args.lessons)
     if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
         from .distributed import main
 
-        return main(args, _course(args))
+        return main(args, root)
     import kernels  # noqa: F401
     from kernels.device import MODE, describe
 
@@ -196,7 +199,6 @@ def _autograde(args) -> int:
     from .grade import Settings
     from .run import report, table
 
-    root = _course(args)
     settings = Settings(seed=args.seed)
     if args.timeout:
         settings.problem_timeout = args.timeout

@@ -75,9 +75,19 @@ def build_course(root: pathlib.Path, sources: dict[str, dict]) -> dict[str, dict
     return {lesson: json.loads(pathlib.Path(p).read_text()) for lesson, p in paths.items()}
 
 
+def _lesson_paths(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The lessons' notebooks ``folder/<lesson>/<lesson>.ipynb``, by lesson id."""
+    return [p for p in sorted(folder.glob("*/*.ipynb")) if p.stem == p.parent.name]
+
+
 def _lessons_in(folder: pathlib.Path) -> dict[str, dict]:
     """lesson id -> its notebook ``folder/<lesson>/<lesson>.ipynb``."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*/*.ipynb")) if p.stem == p.parent.name}
+    return {p.stem: json.loads(p.read_text()) for p in _lesson_paths(folder)}
+
+
+def lesson_names(root: pathlib.Path) -> list[str]:
+    """The course's lesson ids (its source notebooks), without reading them."""
+    return [p.stem for p in _lesson_paths(root / "source")]
 
 
 def sources_of(root: pathlib.Path) -> dict[str, dict]:
@@ -126,33 +136,36 @@ def _keep_unreadable(root: pathlib.Path, sub, when: float) -> pathlib.Path | Non
     src = pathlib.Path(sub.path) if sub.path else None
     if src is None or not src.is_file() or src.is_symlink() or src.stat().st_size > UNREADABLE_KEPT_BYTES:
         return None
-    dest = backup_dir(root) / "unreadable" / sub.student / sub.lesson
-    dest.mkdir(parents=True, exist_ok=True)
-    os.chmod(backup_dir(root), 0o700)
     label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
-    n, path = 0, dest / f"{label}-{src.name}"
-    while path.exists():
-        if path.read_bytes() == src.read_bytes():
-            return path  # the same file again (a second collect of one batch)
-        n += 1
-        path = dest / f"{label}-{n}-{src.name}"
-    path.write_bytes(src.read_bytes())
-    return path
+    # the same file again (a second collect of one batch) is the copy already kept
+    return _kept(root, pathlib.Path("unreadable", sub.student, sub.lesson), label, f"-{src.name}",
+                 src.read_bytes(), same_ok=True)
 
 
 def _keep_backup(root: pathlib.Path, student: str, lesson: str, d: pathlib.Path) -> pathlib.Path:
     when = _read_stamp(d)
     label = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when)) if when is not None else "undated"
-    dest = backup_dir(root) / student / lesson
-    dest.mkdir(parents=True, exist_ok=True)
-    os.chmod(backup_dir(root), 0o700)
-    n, path = 0, dest / f"{label}.ipynb"
-    while path.exists():
-        n += 1
-        path = dest / f"{label}-{n}.ipynb"
-    path.write_bytes((d / f"{lesson}.ipynb").read_bytes())
+    path = _kept(root, pathlib.Path(student, lesson), label, ".ipynb", (d / f"{lesson}.ipynb").read_bytes())
     if (d / "timestamp.txt").exists():
         path.with_suffix(".timestamp.txt").write_bytes((d / "timestamp.txt").read_bytes())
+    return path
+
+
+def _kept(root: pathlib.Path, where: pathlib.Path, label: str, suffix: str, data: bytes, *,
+          same_ok: bool = False) -> pathlib.Path:
+    """``data`` written under ``backups/<where>/`` as ``<label><suffix>``, else as the first free
+    ``<label>-<n><suffix>``: nothing kept is ever overwritten. With ``same_ok``, a file there holding the same
+    bytes is returned instead of a new copy."""
+    dest = backup_dir(root) / where
+    dest.mkdir(parents=True, exist_ok=True)
+    os.chmod(backup_dir(root), 0o700)
+    n, path = 0, dest / f"{label}{suffix}"
+    while path.exists():
+        if same_ok and path.read_bytes() == data:
+            return path
+        n += 1
+        path = dest / f"{label}-{n}{suffix}"
+    path.write_bytes(data)
     return path
 
 

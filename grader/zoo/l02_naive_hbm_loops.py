@@ -1,28 +1,16 @@
 """Lesson 02's zoo: the naive recurrence (state through global memory), the fused one (state in registers) and
 its speed, the byte counts."""
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, solution
 
 __all__ = ["ENTRIES"]
-
-_HEAD = '''@triton.jit
-def {name}(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
-           stride_qb, stride_qt, stride_qh, stride_vb, stride_vt, stride_vh,
-           BK: tl.constexpr, BV: tl.constexpr):
-'''
 
 NAIVE = solution("02_naive_hbm_loops", "naive_kernel")
 
 FUSED = solution("02_naive_hbm_loops", "fused_kernel")
 
-
-def _naive(name, *pairs, **kw):
-    return Entry("02_naive_hbm_loops.naive", name, edit(NAIVE, *pairs), **kw)
-
-
-def _fused(name, *pairs, exercise="02_naive_hbm_loops.fused", **kw):
-    return Entry(exercise, name, edit(FUSED, *pairs), **kw)
-
+_naive = editor("02_naive_hbm_loops.naive", NAIVE)
+_fused = editor("02_naive_hbm_loops.fused", FUSED)
 
 _AS_NAIVE = ("def fused_kernel(", "def naive_kernel(")
 _AS_FUSED = ("def naive_kernel(", "def fused_kernel(")

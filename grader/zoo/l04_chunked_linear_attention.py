@@ -1,15 +1,11 @@
 """Lesson 04's zoo: the chunked form in torch, the intra-chunk kernel, the fused chunked forward."""
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, solution
 
 __all__ = ["ENTRIES"]
 
 TORCH = solution("04_chunked_linear_attention", "chunked_attention_torch")
-
-
-def _torch(name, *pairs, source=None, **kw):
-    return Entry("04_chunked_linear_attention.chunked_torch", name, source or edit(TORCH, *pairs), **kw)
-
+_torch = editor("04_chunked_linear_attention.chunked_torch", TORCH)
 
 CHUNKED_TORCH = [
     _torch("token-loop", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
@@ -69,25 +65,12 @@ CHUNKED_TORCH = [
     _torch("solution", wrong=False, why="the lesson's loop"),
 ]
 
-_KHEAD = '''@triton.jit
-def {name}(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
-           stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-           stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
-           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-'''
-
 INTRA = solution("04_chunked_linear_attention", "intra_chunk_kernel")
 
 FUSED = solution("04_chunked_linear_attention", "chunked_attention_kernel")
 
-
-def _intra(name, *pairs, **kw):
-    return Entry("04_chunked_linear_attention.intra_chunk", name, edit(INTRA, *pairs), **kw)
-
-
-def _fused(name, *pairs, **kw):
-    return Entry("04_chunked_linear_attention.chunked_fwd", name, edit(FUSED, *pairs), **kw)
-
+_intra = editor("04_chunked_linear_attention.intra_chunk", INTRA)
+_fused = editor("04_chunked_linear_attention.chunked_fwd", FUSED)
 
 _LOADS = INTRA[INTRA.index("    q = tl.load("):INTRA.index("    scores = tl.dot(")]
 _K_LOAD = "k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],"

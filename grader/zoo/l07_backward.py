@@ -5,16 +5,12 @@ import types
 from kernels.checks import provenance
 from kernels.device import INTERPRET
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, solution
 
 __all__ = ["ENTRIES"]
 
 TORCH = solution("07_backward", "chunked_backward_torch")
-
-
-def _torch(name, *pairs, source=None, **kw):
-    return Entry("07_backward.backward_torch", name, source or edit(TORCH, *pairs), **kw)
-
+_torch = editor("07_backward.backward_torch", TORCH)
 
 _DKDV_TORCH = ('''        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
         dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
@@ -112,19 +108,8 @@ BACKWARD_TORCH = [
     _torch("solution", wrong=False, why="the lesson's two loops"),
 ]
 
-_DQ_HEAD = '''@triton.jit
-def dq_kernel(k_ptr, v_ptr, do_ptr, dq_ptr, T, H, K, V, scale,
-              stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-              stride_ob, stride_ot, stride_oh, stride_qb, stride_qt, stride_qh,
-              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-'''
-
 DQ = solution("07_backward", "dq_kernel")
-
-
-def _dq(name, *pairs, **kw):
-    return Entry("07_backward.dq", name, edit(DQ, *pairs), **kw)
-
+_dq = editor("07_backward.dq", DQ)
 
 _DQ_UPDATE = "        state = tl.dot(tl.trans(v), k, state, input_precision=PRECISION)\n"
 _DQ_READ = "        dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)\n"
@@ -181,20 +166,8 @@ DQ_ENTRIES = [
         why="scales do once as it is loaded"),
 ]
 
-_DKDV_HEAD = '''@triton.jit
-def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, T, H, K, V, scale,
-                stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
-                stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-'''
-
 DKDV = solution("07_backward", "dkdv_kernel")
-
-
-def _dkdv(name, *pairs, **kw):
-    return Entry("07_backward.dkdv", name, edit(DKDV, *pairs), **kw)
-
+_dkdv = editor("07_backward.dkdv", DKDV)
 
 _UPDATE = "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale\n"
 _FIRST_USE = "        dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale\n"
@@ -286,9 +259,7 @@ _LAUNCH_DKDV = ("        dk, dv = launch_dkdv(q, k, v, do, ctx.scale, chunk=chun
                 "num_warps=warps)\n")
 
 
-def _fn(name, *pairs, source=None, **kw):
-    return Entry("07_backward.autograd", name, source or edit(FUNCTION, *pairs), namespace=_NOTEBOOK, **kw)
-
+_fn = editor("07_backward.autograd", FUNCTION, namespace=_NOTEBOOK)
 
 AUTOGRAD = [
     _fn("plain-torch", source='''def linear_attention(q, k, v, scale):

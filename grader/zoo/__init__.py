@@ -33,8 +33,8 @@ from kernels.checks import engine, provenance
 from kernels.checks.spec import get
 from kernels.device import INTERPRET, MODE
 
-__all__ = ["Entry", "OBJECTS", "edit", "solution", "solution_value", "entries", "build", "grade_entry", "grade_ids",
-           "share_threads", "compile_entry", "judge", "has_hidden"]
+__all__ = ["Entry", "OBJECTS", "edit", "moved", "editor", "solution", "solution_value", "entries", "build",
+           "grade_entry", "grade_ids", "share_threads", "compile_entry", "judge", "has_hidden"]
 
 #: What each exercise's check cell passes, by the names the lesson's text gives them (the catalog's).
 OBJECTS = exercise_objects()
@@ -72,6 +72,12 @@ def edit(source: str, *pairs: str) -> str:
             raise ValueError(f"{old!r} is not in the source")
         source = source.replace(old, new, 1)
     return source
+
+
+def moved(line: str, before: str) -> tuple[str, str, str, str]:
+    """The (old, new) pairs for :func:`edit` that take ``line`` out where it first stands and put it back just before
+    ``before``: a step done too early (a state updated before the chunk has read it)."""
+    return line, "", before, line + before
 
 
 @functools.cache
@@ -136,6 +142,17 @@ class Entry:
 
     def wrong_here(self, mode: str = MODE) -> bool:
         return self.wrong and mode in self.where
+
+
+def editor(exercise: str, base: str, **common):
+    """``make(name, *pairs, **kw)``: the entry of ``exercise`` named ``name`` whose source is ``base`` (most often the
+    lesson's solution) with the (old, new) ``pairs`` edited in (:func:`edit`), or ``source=`` where the answer is
+    written out whole; ``common`` (a ``namespace``) goes to every entry, ``exercise=`` sends one to another exercise."""
+
+    def make(name: str, *pairs: str, source: str | None = None, **kw) -> Entry:
+        return Entry(kw.pop("exercise", exercise), name, source or edit(base, *pairs), **{**common, **kw})
+
+    return make
 
 
 def entries(lesson: str | None = None) -> list[Entry]:

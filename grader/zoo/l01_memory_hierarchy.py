@@ -1,6 +1,6 @@
 """Lesson 01's zoo: the grid-stride copy (and its speed on a GPU), the column read, the sector count."""
 
-from . import Entry
+from . import Entry, editor
 
 __all__ = ["ENTRIES"]
 
@@ -97,55 +97,40 @@ COPY_SPEED = [
           why="the speed exercise's visible case catches the off-by-one fast path too"),
 ]
 
-_COLUMN = '''@triton.jit
-def column_kernel(x_ptr, out_ptr, M, stride_m, col, BLOCK_M: tl.constexpr):
-{}'''
-_OFFS_M = "    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)\n"
-
-
-def _column(name, body, **kw):
-    return Entry("01_memory_hierarchy.column", name, _COLUMN.format(body), **kw)
-
+_COLUMN_DEF = "@triton.jit\ndef column_kernel(x_ptr, out_ptr, M, stride_m, col, BLOCK_M: tl.constexpr):\n"
+_COLUMN = _COLUMN_DEF + '''    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask = offs_m < M
+    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col, mask=mask), mask=mask)
+'''
+_column = editor("01_memory_hierarchy.column", _COLUMN)
 
 COLUMN = [
-    _column("load-unmasked", _OFFS_M + "    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col), mask=mask)\n",
-            fault="reads", why="masks the store only: the last block reads rows past the end of x"),
-    _column("no-mask", _OFFS_M + "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col))\n",
-            fault="out of bounds", why="no mask at all"),
-    _column("column-zero", _OFFS_M + "    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m, mask=mask), mask=mask)\n",
-            fault="relative error", why="forgets col: always reads column 0"),
-    _column("row-not-column", _OFFS_M + "    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + col * stride_m + offs_m, mask=mask), mask=mask)\n",
+    _column("load-unmasked", " + col, mask=mask)", " + col)", fault="reads",
+            why="masks the store only: the last block reads rows past the end of x"),
+    _column("no-mask", "    mask = offs_m < M\n", "", ", mask=mask), mask=mask)", "))", fault="out of bounds",
+            why="no mask at all"),
+    _column("column-zero", " + col, mask", ", mask", fault="relative error", why="forgets col: always reads column 0"),
+    _column("row-not-column", "offs_m * stride_m + col", "col * stride_m + offs_m",
             fault="relative error|out of bounds", why="reads row col instead of column col"),
-    _column("stride-is-M", _OFFS_M + "    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * M + col, mask=mask), mask=mask)\n",
-            fault="out of bounds|relative error", why="assumes the row stride is M"),
-    _column("forgot-program-id", "    offs_m = tl.arange(0, BLOCK_M)\n    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col, mask=mask), mask=mask)\n",
-            fault="not written", why="every program reads the first block of rows"),
-    _column("mask-off-by-one", _OFFS_M + "    mask = offs_m <= M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col, mask=mask), mask=mask)\n",
-            fault="out of bounds", why="`<=` reads and writes one row past the end"),
-    _column("arange-128", "    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, 128)\n    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col, mask=mask), mask=mask)\n",
-            fault="not written", visible=False,
+    _column("stride-is-M", "offs_m * stride_m", "offs_m * M", fault="out of bounds|relative error",
+            why="assumes the row stride is M"),
+    _column("forgot-program-id", "tl.program_id(axis=0) * BLOCK_M + ", "", fault="not written",
+            why="every program reads the first block of rows"),
+    _column("mask-off-by-one", "offs_m < M", "offs_m <= M", fault="out of bounds",
+            why="`<=` reads and writes one row past the end"),
+    _column("arange-128", "tl.arange(0, BLOCK_M)", "tl.arange(0, 128)", fault="not written", visible=False,
             why="128 rows per program: right while BLOCK_M <= 128 (the visible cases), wrong beyond"),
-    _column("copy-kernel", _OFFS_M + "    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m, mask=mask), mask=mask)\n",
-            fault="relative error", why="exercise 1's contiguous copy"),
-    _column("int64-rows", "    offs_m = tl.program_id(axis=0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)\n"
-            "    mask = offs_m < M\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + offs_m * stride_m + col, mask=mask), mask=mask)\n",
-            wrong=False, why="64-bit row offsets: a large matrix's last rows lie past 2**31 elements"),
-    _column("column-pointer-first", "    first = x_ptr + col\n"
+    _column("copy-kernel", "x_ptr + offs_m * stride_m + col", "x_ptr + offs_m", fault="relative error",
+            why="exercise 1's contiguous copy"),
+    _column("int64-rows", "tl.program_id(axis=0)", "tl.program_id(axis=0).to(tl.int64)", wrong=False,
+            why="64-bit row offsets: a large matrix's last rows lie past 2**31 elements"),
+    _column("column-pointer-first", source=_COLUMN_DEF + "    first = x_ptr + col\n"
             "    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)\n"
             "    vals = tl.load(first + rows * stride_m, mask=rows < M, other=0.0)\n"
             "    tl.store(out_ptr + rows, vals, mask=rows < M)\n", wrong=False,
             why="moves the base pointer to the column first"),
-    _column("where-clamped", _OFFS_M + "    mask = offs_m < M\n    safe = tl.where(mask, offs_m, 0)\n"
-            "    tl.store(out_ptr + offs_m, tl.load(x_ptr + safe * stride_m + col), mask=mask)\n", wrong=False,
+    _column("where-clamped", "    tl.store(", "    safe = tl.where(mask, offs_m, 0)\n    tl.store(",
+            "offs_m * stride_m + col, mask=mask)", "safe * stride_m + col)", wrong=False,
             why="clamps the row index instead of masking the load: every address it reads is inside x"),
 ]
 

@@ -1,29 +1,18 @@
 """Lesson 02's zoo: the naive recurrence (state through global memory), the fused one (state in registers) and
 its speed, the byte counts."""
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, solution
 
 __all__ = ["ENTRIES"]
-
-_HEAD = '''@triton.jit
-def {name}(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
-           stride_qb, stride_qt, stride_qh, stride_vb, stride_vt, stride_vh,
-           BK: tl.constexpr, BV: tl.constexpr):
-'''
 
 NAIVE = solution("02_naive_hbm_loops", "naive_kernel")
 
 FUSED = solution("02_naive_hbm_loops", "fused_kernel")
 
+_naive = editor("02_naive_hbm_loops.naive", NAIVE)
+_fused = editor("02_naive_hbm_loops.fused", FUSED)
 
-def _naive(name, *pairs, **kw):
-    return Entry("02_naive_hbm_loops.naive", name, edit(NAIVE, *pairs), **kw)
-
-
-def _fused(name, *pairs, exercise="02_naive_hbm_loops.fused", **kw):
-    return Entry(exercise, name, edit(FUSED, *pairs), **kw)
-
-
+_NO_SCALE = (".to(tl.float32) * scale\n", ".to(tl.float32)\n")
 _AS_NAIVE = ("def fused_kernel(", "def naive_kernel(")
 _AS_FUSED = ("def naive_kernel(", "def fused_kernel(")
 
@@ -53,8 +42,7 @@ NAIVE_ENTRIES = [
            "        s = tl.load(s_ptrs, mask=mask_s, other=0.0)\n        o = tl.sum(q[:, None] * s, axis=0)\n"
            "        s += k[:, None] * v[None, :]\n        tl.store(s_ptrs, s, mask=mask_s)\n",
            fault="relative error", why="o_t from S_{t-1}: misses the current token"),
-    _naive("no-scale", ".to(tl.float32) * scale\n", ".to(tl.float32)\n", fault="relative error",
-           why="forgets the scale"),
+    _naive("no-scale", *_NO_SCALE, fault="relative error", why="forgets the scale"),
     _naive("swapped-batch-head", "b, h = bh // H, bh % H", "b, h = bh % H, bh // H", fault="out of bounds",
            why="splits the program id the wrong way round"),
     _naive("skips-last-step", "for t in range(T):", "for t in range(T - 1):", fault="not written|relative error",
@@ -80,8 +68,7 @@ FUSED_ENTRIES = [
            fault="out of bounds|relative error|not written", why="stores the final state with a row stride of BV"),
     _fused("no-final-state", "    tl.store(s_ptrs, s, mask=mask_k[:, None] & mask_v[None, :])\n", "",
            fault="not written", why="never writes the final state"),
-    _fused("no-scale", ".to(tl.float32) * scale\n", ".to(tl.float32)\n", fault="relative error",
-           why="forgets the scale"),
+    _fused("no-scale", *_NO_SCALE, fault="relative error", why="forgets the scale"),
     _fused("v-load-unmasked", "v = tl.load(v_ptrs, mask=mask_v, other=0.0)", "v = tl.load(v_ptrs)",
            fault="out of bounds", why="an unmasked v load: the last V block reads past each row, and past v's end"),
     _fused("q-with-v-strides", "q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_k",

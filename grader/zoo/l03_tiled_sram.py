@@ -2,21 +2,18 @@
 (including a kernel that skips tiles whose output already holds a number, to look fast when timed on the outputs
 of an earlier run)."""
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, solution
 
 __all__ = ["ENTRIES"]
 
 TILED = solution("03_tiled_sram", "tiled_matmul_kernel")
 
 _EX = "03_tiled_sram.tiled_matmul"
-
-
-def _tiled(name, *pairs, **kw):
-    return Entry(_EX, name, edit(TILED, *pairs), **kw)
-
+_tiled = editor(_EX, TILED)
 
 _A_MASK = "mask=(offs_m[:, None] < M) & (offs_k[None, :] < K - k0), other=0.0)"
 _B_MASK = "mask=(offs_k[:, None] < K - k0) & (offs_n[None, :] < N), other=0.0)"
+_GROUPING = TILED[TILED.index("    num_pid_m = "):TILED.index("\n    offs_m = ")]  # the grouped tile order
 
 TILED_MATMUL = [
     _tiled("no-k-mask", _A_MASK, "mask=offs_m[:, None] < M, other=0.0)",
@@ -79,14 +76,7 @@ def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
     return first_m + local % rows, local // rows
 
 
-''' + edit(TILED, '''    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
-''', "    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)\n"), wrong=False,
+''' + edit(TILED, _GROUPING, "    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)\n"), wrong=False,
           why="the grouped mapping in a @triton.jit helper"),
 ]
 

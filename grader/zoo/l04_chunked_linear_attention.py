@@ -1,15 +1,14 @@
 """Lesson 04's zoo: the chunked form in torch, the intra-chunk kernel, the fused chunked forward."""
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, moved, solution
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "INT64_HEADS", "SKIPS_LAST_CHUNK"]
 
 TORCH = solution("04_chunked_linear_attention", "chunked_attention_torch")
+_torch = editor("04_chunked_linear_attention.chunked_torch", TORCH)
 
-
-def _torch(name, *pairs, source=None, **kw):
-    return Entry("04_chunked_linear_attention.chunked_torch", name, source or edit(TORCH, *pairs), **kw)
-
+_TORCH_UPDATE = "        state = state + kc.transpose(-1, -2) @ vc\n"
+_TORCH_OUT = "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n"
 
 CHUNKED_TORCH = [
     _torch("token-loop", source='''def chunked_attention_torch(q, k, v, scale, chunk_size=64):
@@ -26,13 +25,10 @@ CHUNKED_TORCH = [
     return scale * torch.einsum("bhts,bshv->bthv", scores, v)
 ''', fault="quadratic", why="causal attention without the softmax, as one T x T product"),
     _torch("not-causal-in-chunk", ".tril()", "", fault="no causal mask", why="forgets the causal mask in a chunk"),
-    _torch("state-never-carried", "        state = state + kc.transpose(-1, -2) @ vc\n", "", fault="never carried",
+    _torch("state-never-carried", _TORCH_UPDATE, "", fault="never carried",
            why="never carries the state to the next chunk"),
-    _torch("state-before-output", "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n"
-           "        state = state + kc.transpose(-1, -2) @ vc\n",
-           "        state = state + kc.transpose(-1, -2) @ vc\n"
-           "        o[:, :, t0:t0 + chunk_size] = scale * (qc @ state + scores @ vc)\n",
-           fault="counted twice", why="adds the chunk to the state before using it: counts the chunk twice"),
+    _torch("state-before-output", *moved(_TORCH_UPDATE, _TORCH_OUT), fault="counted twice",
+           why="adds the chunk to the state before using it: counts the chunk twice"),
     _torch("float64-result", "    return o.transpose(1, 2)", "    return o.transpose(1, 2).double()", fault="dtype",
            why="returns float64 whatever the inputs were"),
     _torch("skips-last-chunk", "for t0 in range(0, T, chunk_size):", "for t0 in range(0, T - chunk_size, chunk_size):",
@@ -69,25 +65,19 @@ CHUNKED_TORCH = [
     _torch("solution", wrong=False, why="the lesson's loop"),
 ]
 
-_KHEAD = '''@triton.jit
-def {name}(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
-           stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-           stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
-           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-'''
-
 INTRA = solution("04_chunked_linear_attention", "intra_chunk_kernel")
 
 FUSED = solution("04_chunked_linear_attention", "chunked_attention_kernel")
 
+_intra = editor("04_chunked_linear_attention.intra_chunk", INTRA)
+_fused = editor("04_chunked_linear_attention.chunked_fwd", FUSED)
 
-def _intra(name, *pairs, **kw):
-    return Entry("04_chunked_linear_attention.intra_chunk", name, edit(INTRA, *pairs), **kw)
-
-
-def _fused(name, *pairs, **kw):
-    return Entry("04_chunked_linear_attention.chunked_fwd", name, edit(FUSED, *pairs), **kw)
-
+_UPDATE = "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n"
+_READ = "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n"
+#: Edits that lesson 07's kernels, written in this lesson's way, take too.
+INT64_HEADS = ("    i_b = i_bh // H\n    i_h = i_bh % H\n",
+               "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n")
+SKIPS_LAST_CHUNK = ("for t0 in range(0, T, BT):", "for t0 in range(0, T - BT, BT):")
 
 _LOADS = INTRA[INTRA.index("    q = tl.load("):INTRA.index("    scores = tl.dot(")]
 _K_LOAD = "k = tl.load(k_ptr + i_b * stride_kb + i_h * stride_kh + offs_t[:, None] * stride_kt + offs_k[None, :],"
@@ -143,13 +133,10 @@ def _tile(ptr, b_off, h_off, offs_t, stride_t, offs_d, T, D):
 ]
 
 FUSED_ENTRIES = [
-    _fused("state-never-carried", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n", "",
-           fault="never carried", why="never updates the state: the intra-chunk kernel's result"),
-    _fused("state-before-output", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n", "",
-           "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n",
-           "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n"
-           "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n",
-           fault="counted twice", why="adds the chunk to the state before the output reads it"),
+    _fused("state-never-carried", _UPDATE, "", fault="never carried",
+           why="never updates the state: the intra-chunk kernel's result"),
+    _fused("state-before-output", *moved(_UPDATE, _READ), fault="counted twice",
+           why="adds the chunk to the state before the output reads it"),
     _fused("q-strides-for-k", "k_base = k_ptr + i_b * stride_kb + i_h * stride_kh",
            "k_base = k_ptr + i_b * stride_qb + i_h * stride_qh",
            "k = tl.load(k_base + offs_t[:, None] * stride_kt", "k = tl.load(k_base + offs_t[:, None] * stride_qt",
@@ -157,8 +144,7 @@ FUSED_ENTRIES = [
     _fused("loads-unmasked", "mask=mask_qk, other=0.0)\n        k", ")\n        k",
            "mask=mask_qk, other=0.0)\n        v", ")\n        v", "mask=mask_vo, other=0.0)\n", ")\n",
            fault="out of bounds", why="unmasked loads: the last chunk reads past T"),
-    _fused("skips-last-chunk", "for t0 in range(0, T, BT):", "for t0 in range(0, T - BT, BT):", fault="not written",
-           why="stops one chunk early"),
+    _fused("skips-last-chunk", *SKIPS_LAST_CHUNK, fault="not written", why="stops one chunk early"),
     _fused("no-scale", "(o * scale).to(o_ptr.dtype.element_ty)", "o.to(o_ptr.dtype.element_ty)",
            fault="never applied", why="forgets the scale"),
     Entry("04_chunked_linear_attention.chunked_fwd", "intra-kernel", edit(
@@ -170,17 +156,13 @@ FUSED_ENTRIES = [
            why="reads the V block from axis 1 and the head from axis 0"),
     _fused("causal-from-chunk-start", "causal = offs_c[:, None] >= offs_c[None, :]",
            "causal = offs_c[:, None] >= 0", fault="no causal mask", why="a mask that lets every token see the chunk"),
-    _fused("state-plus-equals", "        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)\n",
-           "        state += tl.dot(tl.trans(k), v, input_precision=PRECISION)\n", wrong=False,
-           why="state += K^T V"),
-    _fused("two-outputs-added", "        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n"
-           "        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)\n",
+    _fused("state-plus-equals", _UPDATE, "        state += tl.dot(tl.trans(k), v, input_precision=PRECISION)\n",
+           wrong=False, why="state += K^T V"),
+    _fused("two-outputs-added", _READ + "        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)\n",
            "        inter = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)\n"
            "        o = inter + tl.dot(scores.to(v.dtype), v, input_precision=PRECISION)\n", wrong=False,
            why="the inter- and intra-chunk terms as two dots, added"),
-    _fused("int64-heads", "    i_b = i_bh // H\n    i_h = i_bh % H\n",
-           "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n", wrong=False,
-           why="64-bit head offsets"),
+    _fused("int64-heads", *INT64_HEADS, wrong=False, why="64-bit head offsets"),
 ]
 
 _CHUNK = dict(BT=64, BV=64, num_warps=4, num_stages=2)

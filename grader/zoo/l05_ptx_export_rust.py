@@ -1,16 +1,12 @@
 """Lesson 05's zoo: the launch predicted from compiled metadata, the manifest-driven launch, the launch grid in
 Rust (graded only where cargo is installed)."""
 
-from . import Entry, edit, solution, solution_value
+from . import Entry, edit, editor, solution, solution_value
 
 __all__ = ["ENTRIES"]
 
 PREDICT = solution("05_ptx_export_rust", "predict_launch")
-
-
-def _predict(name, *pairs, **kw):
-    return Entry("05_ptx_export_rust.predict_launch", name, edit(PREDICT, *pairs), **kw)
-
+_predict = editor("05_ptx_export_rust.predict_launch", PREDICT)
 
 PREDICT_LAUNCH = [
     _predict("swapped-grid", 'grid = (triton.cdiv(sizes["V"], constexprs["BV"]), sizes["B"] * sizes["H"], 1)',

@@ -1,5 +1,7 @@
 """Plausible answers to lesson 06's exercises: shared-memory formulas, instruction names, fixes, tuning spaces."""
 
+import json
+
 from . import Entry
 
 LESSON = "06_profile_compile_autotune"
@@ -12,13 +14,16 @@ def _predict(name, body, **kw):
     return Entry(f"{LESSON}.predict_shared", name, PREDICT.format(body=body), **kw)
 
 
-_NAMES = {"slow_instruction": "SLOW_INSTRUCTION", "autotune_space": "SPACE"}
+def _instruction(name, value, **kw):
+    """An answer naming the slow instruction, and its cell as the learner writes it (``SLOW_INSTRUCTION = "..."``)."""
+    return Entry(f"{LESSON}.slow_instruction", name, f"SLOW_INSTRUCTION = {json.dumps(value)}",
+                 namespace=(("SLOW_INSTRUCTION", value),), **kw)
 
 
-def _value(exercise, name, source, **kw):
-    """A value answer, written as the cell would write it (``NAME = ...``)."""
+def _space(name, source, **kw):
+    """A tuning space, as its cell writes it (``SPACE = [...]``)."""
     value = eval(source.split("=", 1)[1].strip(), {"dict": dict})
-    return Entry(f"{LESSON}.{exercise}", name, source, namespace=((_NAMES[exercise], value),), **kw)
+    return Entry(f"{LESSON}.autotune_space", name, source, namespace=(("SPACE", value),), **kw)
 
 
 KERNEL = '''@triton.jit{decorator}
@@ -110,24 +115,22 @@ ENTRIES = [
     _predict("kib", "(num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 // 1024) * 1024", wrong=False,
              why="in KiB and back: exact, every tile size here is a multiple of 512 elements"),
 
-    _value("slow_instruction", "vector-load", 'SLOW_INSTRUCTION = "ld.global.v4.b32"', fault="does not occur",
-           why="the fast kernel's load, which the planted one does not have"),
-    _value("slow_instruction", "mma", 'SLOW_INSTRUCTION = "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"',
-           fault="in the fixed one", why="the tensor-core instruction, the same in both"),
-    _value("slow_instruction", "narrow-store", 'SLOW_INSTRUCTION = "st.global.b16"', fault="a store",
-           why="only the planted kernel has it, but it runs once per program"),
-    _value("slow_instruction", "shared-store", 'SLOW_INSTRUCTION = "st.shared.b16"',
-           fault="a store", why="the planted kernel's copy into shared memory, not the wait"),
-    _value("slow_instruction", "cp-async", 'SLOW_INSTRUCTION = "cp.async.cg.shared.global"',
-           fault="only in the fixed kernel", why="the fixed kernel's instruction"),
-    _value("slow_instruction", "prose", 'SLOW_INSTRUCTION = "the loads are not vectorised"',
-           fault="does not occur", why="a description, not a mnemonic"),
-    _value("slow_instruction", "number", "SLOW_INSTRUCTION = 16", fault="must be a string",
-           why="the width, not the instruction"),
-    _value("slow_instruction", "ptx", 'SLOW_INSTRUCTION = "ld.global.b16"', wrong=False, why="the PTX mnemonic"),
-    _value("slow_instruction", "sass", 'SLOW_INSTRUCTION = "LDG.E.U16"', wrong=False, why="the SASS mnemonic"),
-    _value("slow_instruction", "line", 'SLOW_INSTRUCTION = "@%p1 ld.global.b16 { %rs1 }, [ %rd5 + 0 ];"',
-           wrong=False, why="a whole predicated line of the listing"),
+    _instruction("vector-load", "ld.global.v4.b32", fault="does not occur",
+                 why="the fast kernel's load, which the planted one does not have"),
+    _instruction("mma", "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", fault="in the fixed one",
+                 why="the tensor-core instruction, the same in both"),
+    _instruction("narrow-store", "st.global.b16", fault="a store",
+                 why="only the planted kernel has it, but it runs once per program"),
+    _instruction("shared-store", "st.shared.b16", fault="a store",
+                 why="the planted kernel's copy into shared memory, not the wait"),
+    _instruction("cp-async", "cp.async.cg.shared.global", fault="only in the fixed kernel",
+                 why="the fixed kernel's instruction"),
+    _instruction("prose", "the loads are not vectorised", fault="does not occur", why="a description, not a mnemonic"),
+    _instruction("number", 16, fault="must be a string", why="the width, not the instruction"),
+    _instruction("ptx", "ld.global.b16", wrong=False, why="the PTX mnemonic"),
+    _instruction("sass", "LDG.E.U16", wrong=False, why="the SASS mnemonic"),
+    _instruction("line", "@%p1 ld.global.b16 { %rs1 }, [ %rd5 + 0 ];", wrong=False,
+                 why="a whole predicated line of the listing"),
 
     _kernel("no-k-mask", mask_a="rows[:, None] < M", mask_b="cols[None, :] < N", fault="out of bounds|NaN",
             why="drops the K masks: K = 70 is not a multiple of 32"),
@@ -170,29 +173,28 @@ ENTRIES = [
     Entry(f"{LESSON}.fixed", "pointer-increments", _INCREMENTS, wrong=False,
           why="pointers advanced by BLOCK_K each step, a @triton.jit mask helper, a tile-count loop"),
 
-    _value("autotune_space", "too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, "
-           "num_stages=3)]", fault="at least 4", why="one configuration is not a search"),
-    _value("autotune_space", "too-many", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=3) "
+    _space("too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)]",
+           fault="at least 4", why="one configuration is not a search"),
+    _space("too-many", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=3) "
            "for m in (64, 128) for n in (64, 128) for k in (32, 64) for w in (4, 8)]", fault="keep it to 12",
            why="16 configurations: the first call would compile and time all of them"),
-    _value("autotune_space", "too-much-smem", _SPACE_GOOD.replace("BLOCK_N=256, BLOCK_K=64, num_warps=8, "
-                                                                   "num_stages=3", "BLOCK_N=256, BLOCK_K=128, "
-                                                                   "num_warps=8, num_stages=4"),
+    _space("too-much-smem", _SPACE_GOOD.replace("BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3",
+                                                "BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=4"),
            fault="out of resources", why="4 stages of 128 x 128 + 128 x 256 fp16 tiles: 384 KiB"),
-    _value("autotune_space", "missing-key", _SPACE_GOOD.replace(", num_stages=3)", ")", 1), fault="exactly",
+    _space("missing-key", _SPACE_GOOD.replace(", num_stages=3)", ")", 1), fault="exactly",
            why="leaves num_stages to the default"),
-    _value("autotune_space", "odd-block", _SPACE_GOOD.replace("BLOCK_K=32", "BLOCK_K=48"), fault="allowed",
+    _space("odd-block", _SPACE_GOOD.replace("BLOCK_K=32", "BLOCK_K=48"), fault="allowed",
            why="a block size that is not a power of two"),
-    _value("autotune_space", "one-axis", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, "
+    _space("one-axis", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, "
            "num_stages=s) for s in (1, 2, 3, 4)]", fault="vary at least two", why="tunes stages only"),
-    _value("autotune_space", "duplicate", _SPACE_GOOD.replace("BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4",
-                                                              "BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8"),
+    _space("duplicate", _SPACE_GOOD.replace("BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4",
+                                            "BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8"),
            fault="twice", why="the same configuration listed twice"),
-    _value("autotune_space", "tiny-tiles", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=16, num_warps=w, "
+    _space("tiny-tiles", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=16, num_warps=w, "
            "num_stages=1) for m in (16, 32) for n in (16, 32) for w in (1, 2)]", fault="slower than the lesson",
            where=("gpu",), visible=False, why="tiles too small to reuse anything, no pipeline: loses on a GPU"),
-    _value("autotune_space", "good", _SPACE_GOOD, wrong=False, why="Hopper-sized tiles, 3-4 stages"),
-    _value("autotune_space", "tuple-list", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=64, num_warps=w, "
+    _space("good", _SPACE_GOOD, wrong=False, why="Hopper-sized tiles, 3-4 stages"),
+    _space("tuple-list", "SPACE = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=64, num_warps=w, "
            "num_stages=s) for (m, n, w, s) in ((128, 128, 8, 3), (128, 128, 4, 4), (128, 256, 8, 3), "
            "(64, 128, 4, 3), (128, 64, 4, 3))]", wrong=False, why="built by a comprehension"),
 ]

@@ -5,24 +5,16 @@ import types
 from kernels.checks import provenance
 from kernels.device import INTERPRET
 
-from . import Entry, edit, solution
+from . import Entry, edit, editor, moved, solution
+from .l04_chunked_linear_attention import INT64_HEADS, SKIPS_LAST_CHUNK
 
 __all__ = ["ENTRIES"]
 
 TORCH = solution("07_backward", "chunked_backward_torch")
+_torch = editor("07_backward.backward_torch", TORCH)
 
-
-def _torch(name, *pairs, source=None, **kw):
-    return Entry("07_backward.backward_torch", name, source or edit(TORCH, *pairs), **kw)
-
-
-_DKDV_TORCH = ('''        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
-        dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
-        dstate = dstate + scale * qc.transpose(-1, -2) @ doc
-''', '''        dstate = dstate + scale * qc.transpose(-1, -2) @ doc
-        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)
-        dv[:, :, t0:t0 + chunk_size] = kc @ dstate + scale * (a @ doc)
-''')
+_TORCH_UPDATE = "        dstate = dstate + scale * qc.transpose(-1, -2) @ doc\n"
+_TORCH_DK = "        dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)\n"
 
 BACKWARD_TORCH = [
     _torch("drops-last-chunk", "    starts = list(range(0, T, chunk_size))\n",
@@ -54,13 +46,12 @@ BACKWARD_TORCH = [
            "a = (kc @ qc.transpose(-1, -2)).triu()", "a = (kc @ qc.transpose(-1, -2)).tril()",
            "b = (vc @ doc.transpose(-1, -2)).triu()", "b = (vc @ doc.transpose(-1, -2)).tril()",
            fault="the forward's mask M gives", why="the forward's lower-triangular mask for dk and dv"),
-    _torch("dS-updated-before-use", *_DKDV_TORCH, fault="before chunk c uses it",
+    _torch("dS-updated-before-use", *moved(_TORCH_UPDATE, _TORCH_DK), fault="before chunk c uses it",
            why="adds the chunk's own Q^T dO to dS before using it: the chunk counts twice, once unmasked"),
     _torch("scale-twice", "dk[:, :, t0:t0 + chunk_size] = vc @ dstate.transpose(-1, -2) + scale * (b @ qc)",
            "dk[:, :, t0:t0 + chunk_size] = scale * (vc @ dstate.transpose(-1, -2) + scale * (b @ qc))",
            fault="relative error", why="scales dk's state term again, although dS already carries the scale"),
-    _torch("dS-never-carried", "        dstate = dstate + scale * qc.transpose(-1, -2) @ doc\n", "",
-           fault="never carried", why="never carries dS to the earlier chunks"),
+    _torch("dS-never-carried", _TORCH_UPDATE, "", fault="never carried", why="never carries dS to the earlier chunks"),
     _torch("scale-from-K", "    V = v.shape[-1]\n", "    V = v.shape[-1]\n    scale = K ** -0.5\n",
            fault="relative error", visible=False, why="takes the usual K^-1/2 for the scale it was given"),
     _torch("strict-mask", "p = (doc @ vc.transpose(-1, -2)).tril()", "p = (doc @ vc.transpose(-1, -2)).tril(-1)",
@@ -112,22 +103,14 @@ BACKWARD_TORCH = [
     _torch("solution", wrong=False, why="the lesson's two loops"),
 ]
 
-_DQ_HEAD = '''@triton.jit
-def dq_kernel(k_ptr, v_ptr, do_ptr, dq_ptr, T, H, K, V, scale,
-              stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
-              stride_ob, stride_ot, stride_oh, stride_qb, stride_qt, stride_qh,
-              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-'''
-
 DQ = solution("07_backward", "dq_kernel")
-
-
-def _dq(name, *pairs, **kw):
-    return Entry("07_backward.dq", name, edit(DQ, *pairs), **kw)
-
+_dq = editor("07_backward.dq", DQ)
 
 _DQ_UPDATE = "        state = tl.dot(tl.trans(v), k, state, input_precision=PRECISION)\n"
 _DQ_READ = "        dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)\n"
+_DQ_UNSCALED = ("(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)")
+_ROWS_UNMASKED = ("mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)", "mask_k = offs_k[None, :] < K",
+                  "mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)", "mask_v = offs_v[None, :] < V")
 
 DQ_ENTRIES = [
     _dq("no-causal-mask", "p = tl.where(causal, tl.dot(do, tl.trans(v), input_precision=PRECISION), 0.0)",
@@ -135,11 +118,9 @@ DQ_ENTRIES = [
         why="no mask inside the chunk: each token takes gradient from later ones too"),
     _dq("backward-mask", "causal = offs_c[:, None] >= offs_c[None, :]", "causal = offs_c[:, None] <= offs_c[None, :]",
         fault="the dk/dv pass's mask", why="the dk/dv pass's transposed mask in the dq pass"),
-    _dq("state-updated-before-use", _DQ_UPDATE, "", _DQ_READ, _DQ_UPDATE + _DQ_READ,
-        fault="updated before the chunk uses it",
+    _dq("state-updated-before-use", *moved(_DQ_UPDATE, _DQ_READ), fault="updated before the chunk uses it",
         why="adds the chunk to the state before reading it: the chunk counts twice, once unmasked"),
-    _dq("no-scale", "(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)",
-        fault="without scale", why="forgets the scale"),
+    _dq("no-scale", *_DQ_UNSCALED, fault="without scale", why="forgets the scale"),
     _dq("carried-scaled-twice", "dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)",
         "dq = tl.dot(do, state.to(do.dtype), input_precision=PRECISION) * scale", fault="carries no scale",
         why="scales dO Sᵀ as it is computed, and the store scales all of dq again"),
@@ -150,9 +131,7 @@ DQ_ENTRIES = [
         fault="without its diagonal", why="a strict mask: each token loses its own term"),
     _dq("state-never-carried", _DQ_UPDATE, "", fault="never carried",
         why="never adds the chunks to the state: only the chunk's own term is left"),
-    _dq("rows-unmasked-last-chunk", "mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)",
-        "mask_k = offs_k[None, :] < K", "mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)",
-        "mask_v = offs_v[None, :] < V", fault="out of bounds",
+    _dq("rows-unmasked-last-chunk", *_ROWS_UNMASKED, fault="out of bounds",
         why="masks the columns but not the rows past T: the last chunk reads and writes past the end"),
     _dq("columns-unmasked-store", """(dq * scale).to(dq_ptr.dtype.element_ty),
                  mask=mask_k)""", """(dq * scale).to(dq_ptr.dtype.element_ty),
@@ -160,8 +139,7 @@ DQ_ENTRIES = [
         why="masks the loads but stores the whole K block: the columns past K land in the next head or token"),
     _dq("k-block-offset-forgotten", "offs_k = i_k * BK + tl.arange(0, BK)", "offs_k = tl.arange(0, BK)",
         fault="not written|relative error", why="every K block's program computes the first block"),
-    _dq("skips-last-chunk", "for t0 in range(0, T, BT):", "for t0 in range(0, T - BT, BT):", fault="not written",
-        why="stops one chunk early"),
+    _dq("skips-last-chunk", *SKIPS_LAST_CHUNK, fault="not written", why="stops one chunk early"),
     _dq("v-strides-for-k", "k = tl.load(k_base + offs_t[:, None] * stride_kt",
         "k = tl.load(k_base + offs_t[:, None] * stride_vt", fault="out of bounds|relative error",
         why="walks k with v's token stride"),
@@ -171,37 +149,22 @@ DQ_ENTRIES = [
         "        inter = tl.dot(do, state.to(do.dtype), input_precision=PRECISION)\n"
         "        dq = inter + tl.dot(p.to(k.dtype), k, input_precision=PRECISION)\n", wrong=False,
         why="the inter- and intra-chunk terms as two dots, added"),
-    _dq("int64-heads", "    i_b = i_bh // H\n    i_h = i_bh % H\n",
-        "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n", wrong=False,
-        why="64-bit head offsets"),
-    _dq("scale-on-do", "(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)",
+    _dq("int64-heads", *INT64_HEADS, wrong=False, why="64-bit head offsets"),
+    _dq("scale-on-do", *_DQ_UNSCALED,
         "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n",
         "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n"
         "        do = (do.to(tl.float32) * scale).to(do.dtype)\n", wrong=False,
         why="scales do once as it is loaded"),
 ]
 
-_DKDV_HEAD = '''@triton.jit
-def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, T, H, K, V, scale,
-                stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
-                stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-'''
-
 DKDV = solution("07_backward", "dkdv_kernel")
-
-
-def _dkdv(name, *pairs, **kw):
-    return Entry("07_backward.dkdv", name, edit(DKDV, *pairs), **kw)
-
+_dkdv = editor("07_backward.dkdv", DKDV)
 
 _UPDATE = "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale\n"
 _FIRST_USE = "        dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale\n"
 
 DKDV_ENTRIES = [
-    _dkdv("dS-updated-before-use", _UPDATE, "", _FIRST_USE, _UPDATE + _FIRST_USE,
-          fault="before chunk c uses it",
+    _dkdv("dS-updated-before-use", *moved(_UPDATE, _FIRST_USE), fault="before chunk c uses it",
           why="adds the chunk's own Q^T dO to dS before using it: the chunk counts twice, once unmasked"),
     _dkdv("walks-forwards", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = i * BT + offs_c",
           fault="walk from the last chunk to the first",
@@ -215,9 +178,7 @@ DKDV_ENTRIES = [
           fault="scaled twice", why="scales dS again where dk reads it, although the update already scaled it"),
     _dkdv("strict-mask", "later = offs_c[:, None] <= offs_c[None, :]", "later = offs_c[:, None] < offs_c[None, :]",
           fault="without its diagonal", why="a strict mask: each token loses its own term"),
-    _dkdv("rows-unmasked-last-chunk", "mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)",
-          "mask_k = offs_k[None, :] < K", "mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)",
-          "mask_v = offs_v[None, :] < V", fault="out of bounds",
+    _dkdv("rows-unmasked-last-chunk", *_ROWS_UNMASKED, fault="out of bounds",
           why="masks the columns but not the rows: the last chunk, visited first, reads and writes past T"),
     _dkdv("dS-never-carried", _UPDATE, "", fault="never carried", why="never carries dS to the earlier chunks"),
     _dkdv("chunk-index-off-by-one", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = (n - i) * BT + offs_c",
@@ -243,9 +204,7 @@ DKDV_ENTRIES = [
           "        dv = tl.dot(k, dstate.to(k.dtype), input_precision=PRECISION)\n"
           "        dv += tl.dot(a.to(do.dtype), do, input_precision=PRECISION) * scale\n", wrong=False,
           why="dv as two dots, added"),
-    _dkdv("int64-heads", "    i_b = i_bh // H\n    i_h = i_bh % H\n",
-          "    i_b = (i_bh // H).to(tl.int64)\n    i_h = (i_bh % H).to(tl.int64)\n", wrong=False,
-          why="64-bit head offsets"),
+    _dkdv("int64-heads", *INT64_HEADS, wrong=False, why="64-bit head offsets"),
 ]
 
 FORWARD = solution("07_backward", "forward_kernel")
@@ -286,9 +245,7 @@ _LAUNCH_DKDV = ("        dk, dv = launch_dkdv(q, k, v, do, ctx.scale, chunk=chun
                 "num_warps=warps)\n")
 
 
-def _fn(name, *pairs, source=None, **kw):
-    return Entry("07_backward.autograd", name, source or edit(FUNCTION, *pairs), namespace=_NOTEBOOK, **kw)
-
+_fn = editor("07_backward.autograd", FUNCTION, namespace=_NOTEBOOK)
 
 AUTOGRAD = [
     _fn("plain-torch", source='''def linear_attention(q, k, v, scale):
@@ -336,7 +293,7 @@ def _speed(name, dq=(), dkdv=(), **kw):
 
 
 BACKWARD_SPEED = [
-    _speed("dq-no-scale", dq=("(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"),
+    _speed("dq-no-scale", dq=_DQ_UNSCALED,
            fault="relative error", why="a dq kernel that forgets the scale, fast or not"),
     _speed("dS-never-carried", dkdv=(_UPDATE, ""), fault="relative error",
            why="a dk/dv kernel that never carries dS to the earlier chunks"),

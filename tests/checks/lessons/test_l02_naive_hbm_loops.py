@@ -1,8 +1,7 @@
 """Lesson 02's checks fail answers with a classic bug, each with a message that names the fault (the answers run
 as one script, as a notebook's top level does: ``broken_outcomes`` in conftest.py)."""
 
-import pytest
-from lessonkit import assert_broken
+from lessonkit import classic_bug_test
 
 BROKEN = """
 @triton.jit
@@ -57,27 +56,18 @@ def naive_bytes_no_zeroing(B, T, H, K, V, itemsize):
 
 def fused_bytes_once(B, T, H, K, V, itemsize, BV):
     return B * T * H * (2 * K + 2 * V) * itemsize + B * H * K * V * 4
-
-report("naive: state kept in registers", "02_naive_hbm_loops.naive", naive_state_not_stored)
-report("fused: scale forgotten", "02_naive_hbm_loops.fused", fused_without_scale)
-report("fused_speed: scale forgotten", "02_naive_hbm_loops.fused_speed", fused_without_scale)
-report("bytes: zeroing and V blocks not counted", "02_naive_hbm_loops.bytes", naive_bytes_no_zeroing,
-       fused_bytes_once)
 """
 
-# what each message must mention, so a failure is the one the broken code deserves
+# each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {
-    "naive: state kept in registers": "not written",
-    "fused: scale forgotten": "relative error",
-    "fused_speed: scale forgotten": "relative error",
-    "bytes: zeroing and V blocks not counted": "",
+    "naive: state kept in registers": ("02_naive_hbm_loops.naive", "naive_state_not_stored", "not written"),
+    "fused: scale forgotten": ("02_naive_hbm_loops.fused", "fused_without_scale", "relative error"),
+    "fused_speed: scale forgotten": ("02_naive_hbm_loops.fused_speed", "fused_without_scale", "relative error"),
+    "bytes: zeroing and V blocks not counted": ("02_naive_hbm_loops.bytes",
+                                                "naive_bytes_no_zeroing, fused_bytes_once", ""),
 }
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", EXPECT)
-def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
-    assert_broken(broken_outcomes, name, EXPECT[name])
+test_a_classic_bug_fails_its_check_with_a_fitting_message = classic_bug_test(EXPECT)
 
 
 def test_a_wrong_byte_count_is_shown_on_the_shape_it_is_wrong_on():

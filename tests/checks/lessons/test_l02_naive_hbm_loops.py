@@ -1,7 +1,7 @@
 """Lesson 02's checks fail answers with a classic bug, each with a message that names the fault (the answers run
 as one script, as a notebook's top level does: ``broken_outcomes`` in conftest.py)."""
 
-from lessonkit import classic_bug_test
+from lessonkit import classic_bug_test, edit, zoo_source
 
 BROKEN = """
 @triton.jit
@@ -26,37 +26,14 @@ def naive_state_not_stored(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
                  mask=mv)
 
 
-@triton.jit
-def fused_without_scale(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
-                        stride_qb, stride_qt, stride_qh, stride_vb, stride_vt, stride_vh,
-                        BK: tl.constexpr, BV: tl.constexpr):
-    j = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_k = tl.arange(0, BK)
-    offs_v = j * BV + tl.arange(0, BV)
-    mk = offs_k < K
-    mv = offs_v < V
-    s = tl.zeros([BK, BV], dtype=tl.float32)
-    for t in range(T):
-        q = tl.load(q_ptr + b * stride_qb + t * stride_qt + h * stride_qh + offs_k, mask=mk, other=0.0)
-        k = tl.load(k_ptr + b * stride_qb + t * stride_qt + h * stride_qh + offs_k, mask=mk, other=0.0)
-        v = tl.load(v_ptr + b * stride_vb + t * stride_vt + h * stride_vh + offs_v, mask=mv, other=0.0)
-        s += k.to(tl.float32)[:, None] * v.to(tl.float32)[None, :]
-        o = tl.sum(q.to(tl.float32)[:, None] * s, axis=0)
-        tl.store(o_ptr + b * stride_vb + t * stride_vt + h * stride_vh + offs_v, o.to(o_ptr.dtype.element_ty),
-                 mask=mv)
-    tl.store(s_ptr + bh * K * V + offs_k[:, None] * V + offs_v[None, :], s, mask=mk[:, None] & mv[None, :])
-
-
 def naive_bytes_no_zeroing(B, T, H, K, V, itemsize):
     return B * T * H * (2 * K + 2 * V) * itemsize + 2 * T * B * H * K * V * 4
 
 
 def fused_bytes_once(B, T, H, K, V, itemsize, BV):
     return B * T * H * (2 * K + 2 * V) * itemsize + B * H * K * V * 4
-"""
+
+""" + edit(zoo_source("02_naive_hbm_loops.fused", "no-scale"), "def fused_kernel(", "def fused_without_scale(")
 
 # each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {

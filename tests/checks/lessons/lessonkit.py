@@ -7,6 +7,8 @@ by editing one line, through the same engine steps a notebook check runs.
 import pathlib
 import types
 
+import pytest
+
 from kernels.checks import engine, provenance
 from kernels.checks.spec import CheckFailed, get
 from kernels.device import INTERPRET
@@ -70,3 +72,16 @@ def assert_broken(outcomes: dict, name: str, words: str) -> None:
     got = outcomes[name]
     assert not got["passed"], f"{name}: the check passed"
     assert words.lower() in got["message"].lower(), f"{name}: unexpected message {got['message']!r}"
+
+
+def classic_bug_test(expect: dict[str, tuple[str, str, str]]):
+    """The test of a lesson module's ``BROKEN`` script: each broken answer of ``expect`` (name -> (exercise, the
+    objects its check is given, words)) fails its check, its message mentioning the words, so a failure is the one
+    the broken code deserves."""
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("name", expect)
+    def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
+        assert_broken(broken_outcomes, name, expect[name][2])
+
+    return test_a_classic_bug_fails_its_check_with_a_fitting_message

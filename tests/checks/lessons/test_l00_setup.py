@@ -1,8 +1,7 @@
 """Lesson 00's checks fail answers with a classic bug, each with a message that names the fault (the answers run
 as one script, as a notebook's top level does: ``broken_outcomes`` in conftest.py)."""
 
-import pytest
-from lessonkit import assert_broken
+from lessonkit import classic_bug_test
 
 BROKEN = """
 @triton.jit
@@ -20,21 +19,13 @@ def bias_assumes_contiguous(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_om
     tl.store(out_ptr + row * stride_om + offs, x + tl.load(bias_ptr + offs, mask=mask), mask=mask)
 
 from kernels.vector_add.naive import _naive_vector_add_kernel
-
-report("vector_add: no mask", "00_setup.vector_add", add_no_mask)
-report("vector_add: the package's kernel", "00_setup.vector_add", _naive_vector_add_kernel)
-report("add_bias: assumes row stride N", "00_setup.add_bias", bias_assumes_contiguous)
 """
 
-# what each message must mention, so a failure is the one the broken code deserves
+# each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {
-    "vector_add: no mask": "out of bounds",
-    "vector_add: the package's kernel": "your own",
-    "add_bias: assumes row stride N": "row stride 320",
+    "vector_add: no mask": ("00_setup.vector_add", "add_no_mask", "out of bounds"),
+    "vector_add: the package's kernel": ("00_setup.vector_add", "_naive_vector_add_kernel", "your own"),
+    "add_bias: assumes row stride N": ("00_setup.add_bias", "bias_assumes_contiguous", "row stride 320"),
 }
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", EXPECT)
-def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
-    assert_broken(broken_outcomes, name, EXPECT[name])
+test_a_classic_bug_fails_its_check_with_a_fitting_message = classic_bug_test(EXPECT)

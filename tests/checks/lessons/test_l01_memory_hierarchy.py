@@ -1,8 +1,7 @@
 """Lesson 01's checks fail answers with a classic bug, each with a message that names the fault (the answers run
 as one script, as a notebook's top level does: ``broken_outcomes`` in conftest.py)."""
 
-import pytest
-from lessonkit import assert_broken
+from lessonkit import classic_bug_test
 
 BROKEN = """
 @triton.jit
@@ -26,25 +25,16 @@ def sectors_without_rounding(n, stride, itemsize):
 def sectors_from_the_package(n, stride, itemsize):
     from kernels.memory.strided import bytes_moved
     return bytes_moved((n - 1) * stride + 1, stride, itemsize) - n * itemsize
-
-report("copy: one block per program", "01_memory_hierarchy.copy", copy_one_block_per_program)
-report("copy_speed: one block per program", "01_memory_hierarchy.copy_speed", copy_one_block_per_program)
-report("column: always column 0", "01_memory_hierarchy.column", column_zero)
-report("sector_bytes: no sector rounding", "01_memory_hierarchy.sector_bytes", sectors_without_rounding)
-report("sector_bytes: calls the package", "01_memory_hierarchy.sector_bytes", sectors_from_the_package)
 """
 
-# what each message must mention, so a failure is the one the broken code deserves
+# each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {
-    "copy: one block per program": "not written",
-    "copy_speed: one block per program": "not written",
-    "column: always column 0": "relative error",
-    "sector_bytes: no sector rounding": "",
-    "sector_bytes: calls the package": "kernels.",
+    "copy: one block per program": ("01_memory_hierarchy.copy", "copy_one_block_per_program", "not written"),
+    "copy_speed: one block per program": ("01_memory_hierarchy.copy_speed", "copy_one_block_per_program",
+                                          "not written"),
+    "column: always column 0": ("01_memory_hierarchy.column", "column_zero", "relative error"),
+    "sector_bytes: no sector rounding": ("01_memory_hierarchy.sector_bytes", "sectors_without_rounding", ""),
+    "sector_bytes: calls the package": ("01_memory_hierarchy.sector_bytes", "sectors_from_the_package", "kernels."),
 }
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", EXPECT)
-def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
-    assert_broken(broken_outcomes, name, EXPECT[name])
+test_a_classic_bug_fails_its_check_with_a_fitting_message = classic_bug_test(EXPECT)

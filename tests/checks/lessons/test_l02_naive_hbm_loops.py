@@ -1,8 +1,7 @@
 """Lesson 02's checks fail answers with a classic bug, each with a message that names the fault (the answers run
 as one script, as a notebook's top level does: ``broken_outcomes`` in conftest.py)."""
 
-import pytest
-from lessonkit import assert_broken
+from lessonkit import classic_bug_test, edit, zoo_source
 
 BROKEN = """
 @triton.jit
@@ -27,30 +26,6 @@ def naive_state_not_stored(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
                  mask=mv)
 
 
-@triton.jit
-def fused_without_scale(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, scale, T, H, K, V,
-                        stride_qb, stride_qt, stride_qh, stride_vb, stride_vt, stride_vh,
-                        BK: tl.constexpr, BV: tl.constexpr):
-    j = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_k = tl.arange(0, BK)
-    offs_v = j * BV + tl.arange(0, BV)
-    mk = offs_k < K
-    mv = offs_v < V
-    s = tl.zeros([BK, BV], dtype=tl.float32)
-    for t in range(T):
-        q = tl.load(q_ptr + b * stride_qb + t * stride_qt + h * stride_qh + offs_k, mask=mk, other=0.0)
-        k = tl.load(k_ptr + b * stride_qb + t * stride_qt + h * stride_qh + offs_k, mask=mk, other=0.0)
-        v = tl.load(v_ptr + b * stride_vb + t * stride_vt + h * stride_vh + offs_v, mask=mv, other=0.0)
-        s += k.to(tl.float32)[:, None] * v.to(tl.float32)[None, :]
-        o = tl.sum(q.to(tl.float32)[:, None] * s, axis=0)
-        tl.store(o_ptr + b * stride_vb + t * stride_vt + h * stride_vh + offs_v, o.to(o_ptr.dtype.element_ty),
-                 mask=mv)
-    tl.store(s_ptr + bh * K * V + offs_k[:, None] * V + offs_v[None, :], s, mask=mk[:, None] & mv[None, :])
-
-
 def naive_bytes_no_zeroing(B, T, H, K, V, itemsize):
     return B * T * H * (2 * K + 2 * V) * itemsize + 2 * T * B * H * K * V * 4
 
@@ -58,26 +33,18 @@ def naive_bytes_no_zeroing(B, T, H, K, V, itemsize):
 def fused_bytes_once(B, T, H, K, V, itemsize, BV):
     return B * T * H * (2 * K + 2 * V) * itemsize + B * H * K * V * 4
 
-report("naive: state kept in registers", "02_naive_hbm_loops.naive", naive_state_not_stored)
-report("fused: scale forgotten", "02_naive_hbm_loops.fused", fused_without_scale)
-report("fused_speed: scale forgotten", "02_naive_hbm_loops.fused_speed", fused_without_scale)
-report("bytes: zeroing and V blocks not counted", "02_naive_hbm_loops.bytes", naive_bytes_no_zeroing,
-       fused_bytes_once)
-"""
+""" + edit(zoo_source("02_naive_hbm_loops.fused", "no-scale"), "def fused_kernel(", "def fused_without_scale(")
 
-# what each message must mention, so a failure is the one the broken code deserves
+# each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {
-    "naive: state kept in registers": "not written",
-    "fused: scale forgotten": "relative error",
-    "fused_speed: scale forgotten": "relative error",
-    "bytes: zeroing and V blocks not counted": "",
+    "naive: state kept in registers": ("02_naive_hbm_loops.naive", "naive_state_not_stored", "not written"),
+    "fused: scale forgotten": ("02_naive_hbm_loops.fused", "fused_without_scale", "relative error"),
+    "fused_speed: scale forgotten": ("02_naive_hbm_loops.fused_speed", "fused_without_scale", "relative error"),
+    "bytes: zeroing and V blocks not counted": ("02_naive_hbm_loops.bytes",
+                                                "naive_bytes_no_zeroing, fused_bytes_once", ""),
 }
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", EXPECT)
-def test_a_classic_bug_fails_its_check_with_a_fitting_message(broken_outcomes, name):
-    assert_broken(broken_outcomes, name, EXPECT[name])
+test_a_classic_bug_fails_its_check_with_a_fitting_message = classic_bug_test(EXPECT)
 
 
 def test_a_wrong_byte_count_is_shown_on_the_shape_it_is_wrong_on():

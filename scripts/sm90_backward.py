@@ -9,15 +9,15 @@ SASS: HGMMA (wgmma), HMMA (mma.sync), global loads and stores and their async co
 
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import re
 import sys
+from collections.abc import Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from sm90_report import count, main  # noqa: E402
 
 from kernels.compile import TRITON_TYPES  # noqa: E402
 from kernels.linear_attention import chunked_bwd  # noqa: E402
@@ -76,10 +76,6 @@ def cases() -> dict[str, dict]:
     return out
 
 
-def _count(pattern: str, text: str) -> int:
-    return len(re.findall(pattern, text, re.M))
-
-
 def report(c: compiler.Compiled, programs: int) -> dict:
     sass = c.stages.get("sass", "")
     by_regs = _REGS_PER_SM // max(1, (c.registers or 255) * c.threads)
@@ -88,38 +84,33 @@ def report(c: compiler.Compiled, programs: int) -> dict:
         "registers": c.registers, "spills": c.spills, "shared_bytes": c.shared, "warps": c.num_warps,
         "stages": c.num_stages, "programs": programs, "per_sm": min(by_regs, by_smem),
         "per_sm_by": {"registers": by_regs, "shared": by_smem},
-        "hgmma": _count(r"\bHGMMA\.", sass), "hmma": _count(r"\bHMMA\.", sass),
-        "global_loads": _count(r"\bLDG\.", sass), "async_copies": _count(r"\bLDGSTS\.", sass),
-        "tma": _count(r"\bUTMALDG\b", sass), "global_stores": _count(r"\bSTG\.", sass),
-        "local_ld_st": _count(r"\b(LDL|STL)\b", sass),
+        "hgmma": count(r"\bHGMMA\.", sass), "hmma": count(r"\bHMMA\.", sass),
+        "global_loads": count(r"\bLDG\.", sass), "async_copies": count(r"\bLDGSTS\.", sass),
+        "tma": count(r"\bUTMALDG\b", sass), "global_stores": count(r"\bSTG\.", sass),
+        "local_ld_st": count(r"\b(LDL|STL)\b", sass),
         # copy groups left in flight where each step waits for its tiles (0: none, the loads do not overlap)
         "wait_in_flight": [int(n) for n in _WAIT.findall(c.stages.get("ttgir", ""))][:1],
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", help="case names (substrings) to compile")
-    ap.add_argument("--json", type=pathlib.Path, help="also write the table as JSON here")
-    args = ap.parse_args()
-    chosen = {n: c for n, c in cases().items() if not args.only or any(s in n for s in args.only)}
+def table(wanted) -> Iterator[tuple[str, dict, str]]:
+    """Both kernels of every wanted case, compiled together; a row and a printed line each."""
+    chosen = {n: c for n, c in cases().items() if wanted(n)}
     jobs = [c[p] for c in chosen.values() for p in ("dq", "dkdv")]
     compiled = iter(compiler.compile_many(jobs))
-    rows = {}
     for name, c in chosen.items():
         for p in ("dq", "dkdv"):
-            r = rows[f"{name} {p}"] = report(next(compiled), c["programs"][p])
+            r = report(next(compiled), c["programs"][p])
             fit = r["per_sm"]
             waves = -(-r["programs"] // (132 * max(fit, 1)))
-            print(f"{name + ' ' + p:26s} BT{c['BT']} block{c['block']} w{r['warps']} s{r['stages']}: "
-                  f"{r['registers']} regs, spill {r['spills']} B, smem {r['shared_bytes'] // 1024} KiB, "
-                  f"{fit}/SM ({r['programs']} programs, {waves} wave{'s' if waves > 1 else ''}), "
-                  f"HGMMA {r['hgmma']}, HMMA {r['hmma']}, LDG {r['global_loads']}, LDGSTS {r['async_copies']}, "
-                  f"STG {r['global_stores']}, LDL/STL {r['local_ld_st']}, copies in flight at the wait "
-                  f"{r['wait_in_flight']}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+            yield f"{name} {p}", r, (
+                f"{name + ' ' + p:26s} BT{c['BT']} block{c['block']} w{r['warps']} s{r['stages']}: "
+                f"{r['registers']} regs, spill {r['spills']} B, smem {r['shared_bytes'] // 1024} KiB, "
+                f"{fit}/SM ({r['programs']} programs, {waves} wave{'s' if waves > 1 else ''}), "
+                f"HGMMA {r['hgmma']}, HMMA {r['hmma']}, LDG {r['global_loads']}, LDGSTS {r['async_copies']}, "
+                f"STG {r['global_stores']}, LDL/STL {r['local_ld_st']}, copies in flight at the wait "
+                f"{r['wait_in_flight']}")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, table)

@@ -8,14 +8,13 @@ loads/stores. ``python scripts/sm90_linear_attention.py [--only NAME ...] [--jso
 
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -25,6 +24,7 @@ enter_compile_mode()  # the kernels imported below are compiled-mode functions
 
 import torch  # noqa: E402
 import triton  # noqa: E402
+from sm90_report import count, main  # noqa: E402
 
 from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS  # noqa: E402
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
@@ -103,10 +103,6 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
     return specialise(_fused_linear_attention_kernel, values, specialize=True)
 
 
-def _count(pattern: str, text: str) -> int:
-    return len(re.findall(pattern, text, re.M))
-
-
 def report(c: dict) -> dict:
     lo: Launch = c["launch"]
     sig, constexprs, attrs = _signature(c)
@@ -131,33 +127,28 @@ def report(c: dict) -> dict:
         "spill_loads": int(spills.group(2)) if spills else None,
         "shared_bytes": k.metadata.shared,
         "warnings": warnings,
-        "hgmma": _count(r"\bHGMMA\.", sass),
+        "hgmma": count(r"\bHGMMA\.", sass),
         "hgmma_types": sorted(set(re.findall(r"HGMMA\.\w+\.(\w+\.\w+)", sass))),
-        "hmma": _count(r"\bHMMA\.", sass),
-        "ffma": _count(r"\bFFMA\b", sass),
-        "local_ld_st": _count(r"\b(LDL|STL)\b", sass),
+        "hmma": count(r"\bHMMA\.", sass),
+        "ffma": count(r"\bFFMA\b", sass),
+        "local_ld_st": count(r"\b(LDL|STL)\b", sass),
         "compile_s": round(seconds, 1),
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", help="case names (substrings) to compile")
-    ap.add_argument("--json", type=pathlib.Path, help="also write the table as JSON here")
-    args = ap.parse_args()
-    rows = {}
+def table(wanted) -> Iterator[tuple[str, dict, str]]:
+    """Every wanted case, compiled one after another; a row and a printed line each."""
     for name, c in cases().items():
-        if args.only and not any(s in name for s in args.only):
+        if not wanted(name):
             continue
-        r = rows[name] = report(c)
+        r = report(c)
         lo = c["launch"]
-        print(f"{name:34s} L={lo.L} BT{lo.BT} BV{lo.BV} w{lo.num_warps} s{lo.num_stages}: {r['registers']} regs, "
-              f"spill {r['spill_stores']}/{r['spill_loads']} B, smem {r['shared_bytes'] // 1024} KiB, "
-              f"HGMMA {r['hgmma']} {r['hgmma_types']}, HMMA {r['hmma']}, FFMA {r['ffma']}, LDL/STL "
-              f"{r['local_ld_st']} {' '.join(r['warnings'])} ({r['compile_s']} s)", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        yield name, r, (
+            f"{name:34s} L={lo.L} BT{lo.BT} BV{lo.BV} w{lo.num_warps} s{lo.num_stages}: {r['registers']} regs, "
+            f"spill {r['spill_stores']}/{r['spill_loads']} B, smem {r['shared_bytes'] // 1024} KiB, "
+            f"HGMMA {r['hgmma']} {r['hgmma_types']}, HMMA {r['hmma']}, FFMA {r['ffma']}, LDL/STL "
+            f"{r['local_ld_st']} {' '.join(r['warnings'])} ({r['compile_s']} s)")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, table)

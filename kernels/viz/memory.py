@@ -31,6 +31,17 @@ def _tbs(bw: float) -> str:
     return f"{bw / 1e12:.2f} TB/s" if bw >= 1e11 else f"{bw / 1e9:.1f} GB/s"
 
 
+def _series(measured: dict | None, ref: dict, ref_key: str, key: str, noun: str) -> tuple[list[int], list[float]]:
+    """``(measured[key], measured["bandwidth"])``, or the reference's ``ref_key`` series when nothing was measured;
+    the two must be as long as each other (``noun`` names ``key``'s values in the error)."""
+    data = measured if measured is not None else ref.get(ref_key, {})
+    xs = [int(x) for x in data.get(key, [])]
+    bw = [float(b) for b in data.get("bandwidth", [])]
+    if len(xs) != len(bw):
+        raise ValueError(f"measured[{key!r}] has {len(xs)} {noun} but 'bandwidth' has {len(bw)}")
+    return xs, bw
+
+
 class WorkingSetView(View):
     name = "working_set_view"
     figsize = (9.0, 4.0)
@@ -38,11 +49,7 @@ class WorkingSetView(View):
     def __init__(self, measured: dict | None = None, *, copy_bandwidth: float | None = None,
                  l2_bytes: int | None = None, label: str | None = None):
         ref = reference()
-        data = measured if measured is not None else ref.get("working_set", {})
-        self.sizes = [int(s) for s in data.get("bytes", [])]
-        self.bw = [float(b) for b in data.get("bandwidth", [])]
-        if len(self.sizes) != len(self.bw):
-            raise ValueError(f"measured['bytes'] has {len(self.sizes)} sizes but 'bandwidth' has {len(self.bw)}")
+        self.sizes, self.bw = _series(measured, ref, "working_set", "bytes", "sizes")
         src = measured if measured is not None else ref
         self.copy_bw = copy_bandwidth or src.get("copy_bandwidth") or ref["copy_bandwidth"]
         self.l2 = l2_bytes or src.get("l2_bytes") or ref["l2_bytes"]
@@ -105,11 +112,7 @@ class CoalescingView(View):
 
     def __init__(self, measured: dict | None = None, *, itemsize: int = 4, label: str | None = None):
         ref = reference()
-        data = measured if measured is not None else ref.get("strided", {})
-        self.strides = [int(s) for s in data.get("stride", [])]
-        self.bw = [float(b) for b in data.get("bandwidth", [])]
-        if len(self.strides) != len(self.bw):
-            raise ValueError(f"measured['stride'] has {len(self.strides)} values but 'bandwidth' has {len(self.bw)}")
+        self.strides, self.bw = _series(measured, ref, "strided", "stride", "values")
         self.itemsize = itemsize
         self.label = label or (measured or {}).get("label") or (ref["label"] if measured is None else "measured")
         self.options = self.strides or [1, 2, 4, 8, 16, 32]

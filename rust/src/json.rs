@@ -141,58 +141,52 @@ impl Parser<'_> {
     }
 
     fn object(&mut self, depth: usize) -> Result<Json, JsonError> {
-        self.i += 1;
-        let mut kv = Vec::new();
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            return Ok(Json::Object(kv));
-        }
-        loop {
-            self.ws();
-            if self.peek() != Some(b'"') {
-                return Err(self.err("expected a string key"));
+        let kv = self.sequence(b'}', "expected ',' or '}' in an object", |p| {
+            if p.peek() != Some(b'"') {
+                return Err(p.err("expected a string key"));
             }
-            let k = self.string()?;
-            self.ws();
-            if self.peek() != Some(b':') {
-                return Err(self.err("expected ':' after the key"));
+            let k = p.string()?;
+            p.ws();
+            if p.peek() != Some(b':') {
+                return Err(p.err("expected ':' after the key"));
             }
-            self.i += 1;
-            self.ws();
-            let v = self.value(depth + 1)?;
-            kv.push((k, v));
-            self.ws();
-            match self.peek() {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    return Ok(Json::Object(kv));
-                }
-                _ => return Err(self.err("expected ',' or '}' in an object")),
-            }
-        }
+            p.i += 1;
+            p.ws();
+            Ok((k, p.value(depth + 1)?))
+        })?;
+        Ok(Json::Object(kv))
     }
 
     fn array(&mut self, depth: usize) -> Result<Json, JsonError> {
+        Ok(Json::Array(self.sequence(b']', "expected ',' or ']' in an array", |p| p.value(depth + 1))?))
+    }
+
+    /// The comma-separated items of an object or an array, each read by `item`, from the opening bracket through
+    /// `close`; `missing` is the error where neither a comma nor `close` follows an item.
+    fn sequence<T>(
+        &mut self,
+        close: u8,
+        missing: &str,
+        mut item: impl FnMut(&mut Self) -> Result<T, JsonError>,
+    ) -> Result<Vec<T>, JsonError> {
         self.i += 1;
         let mut items = Vec::new();
         self.ws();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.i += 1;
-            return Ok(Json::Array(items));
+            return Ok(items);
         }
         loop {
             self.ws();
-            items.push(self.value(depth + 1)?);
+            items.push(item(self)?);
             self.ws();
             match self.peek() {
                 Some(b',') => self.i += 1,
-                Some(b']') => {
+                Some(c) if c == close => {
                     self.i += 1;
-                    return Ok(Json::Array(items));
+                    return Ok(items);
                 }
-                _ => return Err(self.err("expected ',' or ']' in an array")),
+                _ => return Err(self.err(missing)),
             }
         }
     }
@@ -260,25 +254,18 @@ impl Parser<'_> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
-        let digits = self.i;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.i += 1;
-        }
-        if self.i == digits {
+        let first = self.i;
+        if self.digits() == 0 {
             return Err(self.err("expected digits"));
         }
-        if self.s[digits] == b'0' && self.i - digits > 1 {
+        if self.s[first] == b'0' && self.i - first > 1 {
             return Err(self.err("leading zero in a number"));
         }
         let mut float = false;
         if self.peek() == Some(b'.') {
             float = true;
             self.i += 1;
-            let frac = self.i;
-            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                self.i += 1;
-            }
-            if self.i == frac {
+            if self.digits() == 0 {
                 return Err(self.err("expected digits after '.'"));
             }
         }
@@ -288,11 +275,7 @@ impl Parser<'_> {
             if matches!(self.peek(), Some(b'+' | b'-')) {
                 self.i += 1;
             }
-            let exp = self.i;
-            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-                self.i += 1;
-            }
-            if self.i == exp {
+            if self.digits() == 0 {
                 return Err(self.err("expected digits in the exponent"));
             }
         }
@@ -303,6 +286,15 @@ impl Parser<'_> {
             }
         }
         text.parse::<f64>().map(Json::Float).map_err(|_| self.err("bad number"))
+    }
+
+    /// Skips a run of ASCII digits; how many there were.
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.i += 1;
+        }
+        self.i - start
     }
 }
 

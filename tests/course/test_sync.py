@@ -2,15 +2,7 @@
 
 import pytest
 
-from grader.course import (
-    COURSE,
-    OutOfSync,
-    build,
-    graded_cells,
-    lesson_ids,
-    solution_notebook,
-    student_notebook,
-)
+from grader.course import COURSE, OutOfSync, build, graded_cells, lesson_ids, solution_notebook, student_notebook
 
 
 def test_course_is_in_sync_with_solutions():

@@ -239,18 +239,22 @@ def _grade_killing(cluster, client, course, times: int) -> tuple:
     return out, killed
 
 
+@pytest.fixture
+def client_of_two(cluster):
+    """A client of the module's cluster once two workers are up, closed after the test."""
+    client = cluster.client(2)
+    yield client
+    client.close()
+
+
 @pytest.mark.slow  # a real cluster grading real notebooks: 15-25 s each on 2 cores
-def test_worker_killed_mid_task_is_retried(default_run, cluster, without_bob):
+def test_worker_killed_mid_task_is_retried(default_run, cluster, without_bob, client_of_two):
     """SIGKILL the worker grading a submission: the scheduler reruns it on another worker, nothing is lost."""
     from grader import workflow
 
     course = without_bob
     scores, book = _less_bob(default_run[1]), _less_bob(default_run[2])
-    client = cluster.client(2)
-    try:
-        out, killed = _grade_killing(cluster, client, course, 1)
-    finally:
-        client.close()
+    out, killed = _grade_killing(cluster, client_of_two, course, 1)
     assert killed, "no worker was seen grading"
     assert not out.infrastructure, out.infrastructure
     assert out.placement[("alice", LESSON)] != killed[0][1]
@@ -259,23 +263,19 @@ def test_worker_killed_mid_task_is_retried(default_run, cluster, without_bob):
 
 
 @pytest.mark.slow  # a real cluster grading real notebooks: 15-25 s each on 2 cores
-def test_worker_lost_twice_is_an_infrastructure_failure(default_run, cluster, without_bob):
+def test_worker_lost_twice_is_an_infrastructure_failure(default_run, cluster, without_bob, client_of_two):
     """Lost again on its retry: named as an infrastructure failure, not recorded (no 0); a re-run grades only it."""
     from grader import distributed, workflow
 
     course = without_bob
     scores, book = _less_bob(default_run[1]), _less_bob(default_run[2])
-    client = cluster.client(2)
-    try:
-        out, killed = _grade_killing(cluster, client, course, 2)
-        assert len(killed) == 2 and killed[0][1] != killed[1][1]
-        assert [(s, lsn) for s, lsn, _ in out.infrastructure] == [("alice", LESSON)]
-        assert "lost" in out.infrastructure[0][2]
-        assert ("alice", LESSON) not in workflow.gradebook_scores(course)
-        assert (course / "submitted" / "alice" / LESSON / f"{LESSON}.ipynb").exists()
-        again = distributed.autograde(course, client, settings=_settings(), progress=False)
-    finally:
-        client.close()
+    out, killed = _grade_killing(cluster, client_of_two, course, 2)
+    assert len(killed) == 2 and killed[0][1] != killed[1][1]
+    assert [(s, lsn) for s, lsn, _ in out.infrastructure] == [("alice", LESSON)]
+    assert "lost" in out.infrastructure[0][2]
+    assert ("alice", LESSON) not in workflow.gradebook_scores(course)
+    assert (course / "submitted" / "alice" / LESSON / f"{LESSON}.ipynb").exists()
+    again = distributed.autograde(course, client_of_two, settings=_settings(), progress=False)
     assert sorted(again.skipped) == [("carol", LESSON)]
     assert [(r.student, r.score) for r in again.results] == [("alice", scores[("alice", LESSON)])]
     assert workflow.gradebook_scores(course) == book

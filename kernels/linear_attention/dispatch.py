@@ -29,7 +29,8 @@ PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
 #: ``Launch.norm_mma`` -> (the kernel's QZ_MMA: how ``q · z`` is computed, KSUM_MMA: ``Σ k`` as ``kᵀ · e₀``).
 #: QZ_MMA 0: on the CUDA cores; 1: ``q · [z_hi | z_lo]`` with a [BK, 16] operand written from registers (wrong
 #: outputs on the H200, PERF.md); 2: the same with a [BK, 64] operand (128-byte rows, as the state product's);
-#: 3: ``[z_hi; z_lo] · qᵀ`` [64, BT], z the register operand; 4: as 2 with a [BK, 32] operand (64-byte rows).
+#: 3: ``[z_hi; z_lo] · qᵀ`` [64, BT], z the register operand; 4: as 2 with a [BK, 32] operand (64-byte rows): wrong
+#: outputs and illegal addresses on the H100 at 4 warps (K=64 and 128), right at 8 (K=256); PERF.md, "norm-mid".
 NORM_MMA_FORMS = {"": (0, False), "both": (1, True), "qz": (1, False), "ksum": (0, True), "wide": (2, True),
                   "qzt": (3, True), "mid": (4, True)}
 
@@ -111,16 +112,12 @@ NORM_MMA_PARTS = "both"
 #: (PERF.md, "the normaliser from one product, fp32 without the register round trip").
 #: "norm-wide": ``q · z`` as a product whose operand is 64 columns wide (128-byte rows, as the state product
 #: ``q · S``), the key sum as ``kᵀ · e₀``: no spills at D=128 and D=256 (84 and 200 bytes on the CUDA cores).
-#: "norm-mid": ``q · z`` with an operand 32 columns wide (64-byte rows): half the wide form's added tensor work
-#: (+14% of a chunk's products at D=128, against +29%), between the 16 columns that were wrong on the H200 and the
-#: 64 that were right.
 #: "fp32-kt": kᵀ loaded a second time in the layout the state update reads, so that every tile of an fp32 chunk
 #: is loaded asynchronously (the default loads k into registers and writes it to shared memory twice a chunk).
 #: "d256-bv64", "d256-bt32": 16-bit D=256 with the chunk's scores ``q · kᵀ`` recomputed for 4 V blocks instead
 #: of 8, or over chunks of 32 tokens (half their cost a token, on mma.sync); PERF.md, "D=256 in 16 bits".
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
-    "norm-mid": {(bk, "16"): dict(norm_mma="mid") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
     "d256-bv64": {(256, "16"): dict(BV=64)},
     "d256-bt32": {(256, "16"): dict(BT=32)},

@@ -337,7 +337,7 @@ except NotImplementedError:
 check("03_tiled_sram.tile_traffic", tile_traffic)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex3-text", "locked": true, "schema_version": 3, "solution": false}
-# ## Exercise 3 · choose the tiles (3 points; on a GPU they include the speed)
+# ## Exercise 3 · choose the tiles (3 points, given on a GPU: the check times your tiles)
 #
 # Bigger tiles mean more reuse, but a tile has to fit on the chip:
 #
@@ -358,8 +358,9 @@ check("03_tiled_sram.tile_traffic", tile_traffic)
 # product on the H200: powers of two, `BLOCK_*` from 16 (`tl.dot`'s smallest tile) to 256 (a larger tile fits
 # neither budget), a no-cache intensity of
 # at least 30 FLOP/byte (from your `tile_traffic`; 64 × 64 tiles reach 31.8), inside both budgets. On a GPU the
-# check also times your kernel with these tiles and expects at least 40% of `torch.matmul`'s rate; on the CPU
-# that part is reported as not graded.
+# check also times your kernel with these tiles and expects at least 40% of `torch.matmul`'s rate. On the CPU the
+# check still holds your tiles to everything above and names what is off, but the exercise's points need that
+# timing: your score lists it as needing a GPU.
 # Justify the choice in a comment above `TILES`, with numbers (the cell after it prints the budgets).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-tiles", "locked": false, "schema_version": 3, "solution": true}

@@ -140,7 +140,7 @@ ENTRIES = [
             why="forgets the rows past M in a's last tile"),
     _kernel("b-strides-swapped", b_addr="(k + ks)[:, None] * stride_bn + cols[None, :] * stride_bk",
             fault="relative error|out of bounds", why="addresses b with its strides swapped"),
-    _kernel("b-unit-inner-stride", b_addr="(k + ks)[:, None] * stride_bk + cols[None, :]", visible=False,
+    _kernel("b-unit-inner-stride", b_addr="(k + ks)[:, None] * stride_bk + cols[None, :]",
             fault="relative error|out of bounds", why="assumes b's columns are contiguous: not for a column-major b"),
     _kernel("first-k-tile-only", koff="ks", mask_a="(rows[:, None] < M) & (ks[None, :] < K)",
             b_addr="ks[:, None] * stride_bk + cols[None, :] * stride_bn",
@@ -155,6 +155,9 @@ ENTRIES = [
     _kernel("planted-copy", decorator=_DNS, where=("gpu",), fault="too slow", exercise="fixed_speed",
             why="the planted kernel itself: right numbers, one-element loads"),
     _kernel("fixed", why="the fix: the same body, specialised as usual", wrong=False),
+    _kernel("k-mask-one-past", mask_a="(rows[:, None] < M) & ((k + ks)[None, :] <= K)",
+            mask_b="((k + ks)[:, None] <= K) & (cols[None, :] < N)", fault="out of bounds",
+            why="masks K with <=: reads one element past each row of a and one row past the end of b"),
     _kernel("fixed-sizes-only", decorator='(do_not_specialize=["M", "N", "K"])', fault="one element at a time",
             why="keeps one binary for all sizes: the masks on K and N no longer prove 8 elements alike, every load "
                 "is one element wide"),

@@ -106,6 +106,8 @@ def _shared_hint(cfg: dict, got, want: int, fn=None) -> str:
             return why
     if w > 1 and (got == want * w or got * w == want):
         return "shared memory belongs to the program, not to a warp: num_warps does not change it"
+    if got * 1024 == want:
+        return "that is the size in KiB: return bytes (the compile's metadata counts bytes)"
     return _TILES
 
 
@@ -255,8 +257,20 @@ def _loads_wide(kernel) -> None:
         raise CheckFailed(f"compiled for sm_90 at M = N = K = {_SIZE} fp16 with {LESSON_CONFIG}, your kernel loads "
                           f"{some}a and b one element at a time ({found} per thread), as the planted kernel does: "
                           "right numbers, the planted kernel's speed. The compiler uses 16-byte loads only where it "
-                          "may assume the sizes and strides (look at the decorator: every size and stride it keeps "
-                          "unspecialised costs one); the cell above the check prints your compile's loads")
+                          f"may assume the sizes and strides {_why_narrow(kernel)}; the cell above the check prints "
+                          "your compile's loads")
+
+
+def _why_narrow(kernel) -> str:
+    """Where to look for what keeps a load one element wide: the decorator if it keeps anything unspecialised,
+    else the masks and offsets."""
+    kept = getattr(kernel, "do_not_specialize", None) or (getattr(kernel, "kwargs", None) or {}).get(
+        "do_not_specialize")  # a compiled kernel's, or the interpreter's (it keeps the decorator's arguments)
+    if kept:
+        return "(look at the decorator: every size and stride it keeps unspecialised costs one)"
+    return ("and can prove 8 neighbouring elements alike in a load's mask and offsets (your decorator keeps "
+            "everything specialised, so look at the loads: a mask such as `< K + 1` or `<= K`, or an offset "
+            "that is not a multiple of 8 elements, costs one)")
 
 
 def _matmul_run(args, inputs, outputs, case):
@@ -280,6 +294,8 @@ _FIXED_CASES = dict(
     visible=[Case("M=37 N=45 K=70 fp16, 32x32x32 tiles", dict(M=37, N=45, K=70, **_SMALL),
                   torch.float16, purpose="has partial tiles in M, N and K: every load and the store need masks"),
              Case("M=64 N=33 K=100 bf16, 32x32x32 tiles", dict(M=64, N=33, K=100, **_SMALL), torch.bfloat16),
+             Case("M=40 N=48 K=57 fp16, b column-major", dict(M=40, N=48, K=57, b_t=True, **_SMALL), torch.float16,
+                  purpose="passes b as a column-major view: address it through stride_bk and stride_bn"),
              Case("M=N=K=64 fp16, and compiled for sm_90 at 4096^3", dict(M=64, N=64, K=64, wide_loads=True, **_SMALL),
                   torch.float16, purpose="also compiles the kernel as the lesson does: its loads of a and b must be "
                                          "wider than one element")],

@@ -34,6 +34,7 @@ def test_shared_hints_name_the_mistake():
     assert "num_stages - 1" in l06._shared_hint(cfg, 2 * want // 3, want)
     assert "output tile" in l06._shared_hint(cfg, 3 * 64 * 128 * 4, want)
     assert "num_warps does not change it" in l06._shared_hint(cfg, 4 * want, want)
+    assert "size in KiB" in l06._shared_hint(cfg, want // 1024, want)  # 36 for 36864 bytes
     assert l06._shared_hint(cfg, 12345, want) == l06._TILES
 
 
@@ -118,3 +119,14 @@ def test_fixed_refuses_the_planted_decorator_with_its_loads():
                    '@triton.jit(do_not_specialize=["stride_am", "stride_ak", "stride_bk", "stride_bn"])\n')
     fails(grade(f"{LESSON}.fixed", kernel(planted, "fixed_matmul_kernel")), "one element at a time",
           "16-bit load", "look at the decorator")
+
+
+def test_narrow_loads_point_at_the_decorator_only_where_it_keeps_something_unspecialised():
+    """A kernel whose decorator specialises everything yet still compiles to one-element loads (a mask such as
+    ``<= K``) is sent to its masks and offsets, not told to look at a decorator it does not have."""
+    plain = kernel(CELLS["ex3-kernel"], "fixed_matmul_kernel")
+    planted = kernel(edit(CELLS["ex3-kernel"], "@triton.jit\n", '@triton.jit(do_not_specialize=["stride_ak"])\n'),
+                     "fixed_matmul_kernel")
+    assert "look at the decorator" in l06._why_narrow(planted)
+    why = l06._why_narrow(plain)
+    assert "decorator keeps everything specialised" in why and "<= K" in why, why

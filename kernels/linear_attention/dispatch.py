@@ -1,7 +1,7 @@
 """Which launch of the fused kernel serves a call: tile tables by head size and dtype, and the time model.
 
 One program per (sequence, head, V block) walks its whole sequence when those chains keep the GPU busy to the
-end (``lookback.one_pass_fills``); otherwise sequences are cut into segments chained through L2, short enough
+end (:func:`one_pass_fills`); otherwise sequences are cut into segments chained through L2, short enough
 that about two programs per SM have work. fp32 tiles take the ``tl.dot`` precision that
 ``torch.get_float32_matmul_precision()`` asks for (:data:`PRECISIONS`). The tables are the H200's
 measurements where there are any (``PERF.md``), compiled without spills for sm_90 elsewhere.
@@ -18,7 +18,6 @@ import torch
 
 from ..device import INTERPRET
 from ..validate import check_power_of_two
-from .lookback import LOOKBACK_COST, one_pass_fills
 
 __all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
            "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "contiguous_strides",
@@ -33,6 +32,25 @@ PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
 #: outputs and illegal addresses on the H100 at 4 warps (K=64 and 128), right at 8 (K=256); PERF.md, "norm-mid".
 NORM_MMA_FORMS = {"": (0, False), "both": (1, True), "qz": (1, False), "ksum": (0, True), "wide": (2, True),
                   "qzt": (3, True), "mid": (4, True)}
+
+
+#: How much longer the lookback takes than the chunked kernel's single pass when both keep every SM busy (H200,
+#: B=4 H=16 D=128 bf16: 0.530 / 0.361 ms at 16k, 2.209 / 1.455 at 64k, 8.508 / 5.869 at 256k: 1.45-1.52; 1.16 at
+#: 4k). It reads K and V twice and passes states along its chain; what it buys is splitting long sequences.
+LOOKBACK_COST = 1.4
+
+
+def one_pass_fills(programs: int, sms: int, lengths: list[int] | None = None, cost: float = LOOKBACK_COST) -> bool:
+    """Whether the chunked kernel's single pass beats the lookback: ``programs`` chains (one per sequence, head and
+    V block; packed sequences of ``lengths``, or all of one length) each walk their sequence on one SM, so the
+    pass takes as long as the longest chain or as the work spread over ``sms`` SMs, whichever is more; the
+    lookback spreads the work evenly but costs ``cost`` times as much per token. Measured on the H200:
+    chunked for B=4 H=16 or H=32 (128 chains, 0.36 vs 0.53 ms at 16k) and for eight packed sequences of 1 to 20,000
+    tokens (0.56 vs 0.99 ms), the lookback for one sequence of 64k with 16 heads (32 chains: 0.54 vs 1.4 ms)."""
+    lengths = [1] if not lengths else lengths  # one length: only the number of chains matters
+    per_sequence = programs / len(lengths)
+    work = per_sequence * sum(lengths)  # chain-tokens
+    return max(lengths) <= cost * work / sms
 
 
 @dataclass(frozen=True)

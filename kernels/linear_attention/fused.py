@@ -30,13 +30,45 @@ from .dispatch import (
     next_power_of_2,
     settings,
 )
-from .lookback import MAX_SPIN, SLOTS, _ensure_allocator, _l2, _tma_ready
 from .reference import EPS
 
 __all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS", "NORM_MMA_FORMS"]
 
 _EPS = tl.constexpr(EPS)
+# A chained launch's ring: SLOTS published states per chain, a program waiting on the one before it.
+SLOTS = 2
+# Polls (~1 µs each) before a wait gives up and poisons its outputs with NaN: a wrong answer, never a hang.
+MAX_SPIN = tl.constexpr(1 << 22)
 _SLOTS = tl.constexpr(SLOTS)
+
+
+@triton.jit
+def _l2(ptrs):
+    """Ask L2 for the lines at ``ptrs`` (one pointer per 128-byte line); nothing waits for them."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can address these [B, T, H, D] tensors: 16-byte aligned bases and strides."""
+    for t in tensors:
+        size = t.element_size()
+        if t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:-1]) or t.shape[-1] * size < 16:
+            return False
+    return True
+
+
+def _workspace(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory for the descriptors a kernel builds on the device (128 bytes per descriptor)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Give Triton an allocator for device-built descriptors, unless the caller has set one of their own."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_workspace)
 
 
 class Forward(NamedTuple):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernels.device import DEVICE, ON_GPU, pick
+from kernels.linear_attention import fused
 from kernels.linear_attention import lookback as lb
 from kernels.linear_attention.lookback import CONFIGS, Config, config_for, lookback_linear_attention
 from kernels.linear_attention.reference import reference_linear_attention
@@ -70,10 +71,10 @@ def test_varlen_segment_table(cfg, allocations):
 def test_tma_needs_aligned_tensors(allocations):
     """A base or a stride off 16 bytes cannot be described: those calls take pointer loads, and stay right."""
     q, k, v, scale, h0, _ = case(1, 70, 2, 24, 24, torch.float16, seed=23)
-    assert lb._tma_ready(q, k, v)
+    assert fused._tma_ready(q, k, v)
     wide = randn(1, 70, 2, 25, dtype=torch.float16, seed=24)
     q_odd = wide[..., 1:]  # base 2 bytes in, token stride 100 bytes
-    assert not lb._tma_ready(q_odd, k, v)
+    assert not fused._tma_ready(q_odd, k, v)
     check((q_odd, k, v, scale, h0, None), allocations, config=CHAIN_CONFIGS["L16_BT16_BV16_tma"])
 
 

@@ -15,13 +15,11 @@ point, one of the versions the lessons and benchmarks compare.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import triton
 
 from ..device import INTERPRET
-from ..validate import check_power_of_two
 from .checks import check_cu_seqlens, check_inputs, host_offsets
 from .dispatch import LOOKBACK_COST, Launch, one_pass_fills
 from .fused import SLOTS, fused_forward
@@ -30,29 +28,19 @@ __all__ = ["Config", "CONFIGS", "config_for", "lookback_linear_attention", "one_
            "SLOTS"]
 
 
-@dataclass(frozen=True)
-class Config:
-    """Launch parameters: segment length ``L`` (tokens per program), chunk ``BT``, V-block ``BV``.
-
-    ``prefetch``: chunks ahead to pull into L2 with ``prefetch.global.L2`` (0: none; off under the interpreter).
-    ``tma``: load Q, K, V tiles and store O tiles through tensor descriptors (Hopper's TMA engine: one instruction
-    per tile instead of a ``cp.async`` per 16 bytes, and rows past the sequence's end zero-filled or dropped by
-    the hardware); falls back to pointer loads where the tensors' alignment does not allow descriptors.
-    """
-
-    L: int
-    BT: int
-    BV: int
-    num_warps: int
-    num_stages: int
-    prefetch: int = 0
-    tma: bool = False
+def Config(L: int, BT: int, BV: int, num_warps: int, num_stages: int, prefetch: int = 0, tma: bool = False) -> Launch:
+    """A lookback launch (:class:`~.dispatch.Launch` at TF32 for fp32 tiles): segments of ``L`` tokens (one a
+    program), chunks of ``BT``, ``BV`` value columns a program; ``prefetch`` chunks pulled into L2 ahead of use
+    (``prefetch.global.L2``; off under the interpreter); ``tma``: Q, K, V and O tiles moved by tensor descriptors
+    (Hopper's TMA engine: one instruction a tile, rows past the sequence's end zero-filled or dropped by the
+    hardware), falling back to pointer loads where the tensors' alignment does not allow descriptors."""
+    return Launch(L, BT, BV, num_warps, num_stages, prefetch=prefetch, tma=tma, precision="tf32")
 
 
 # (max(K, V) bucket, input element size) -> [(largest mean sequence length, config), ...], first match wins.
 # From the H200 tuning runs (PERF.md): bf16/fp16 D=128 L4096 + prefetch 2 up to 16k (one segment per chain at
 # 4k), L2048 beyond; D=64 L2048 with three stages. fp32 and D=256 rows compile without spills but are untimed.
-CONFIGS: dict[tuple[int, int], list[tuple[float, Config]]] = {
+CONFIGS: dict[tuple[int, int], list[tuple[float, Launch]]] = {
     (64, 2): [(math.inf, Config(2048, 64, 64, 4, 3))],
     (128, 2): [(16384, Config(4096, 64, 64, 4, 2, prefetch=2)), (math.inf, Config(2048, 64, 64, 4, 2))],
     (256, 2): [(math.inf, Config(512, 64, 32, 4, 2))],
@@ -66,7 +54,7 @@ VARLEN_CONFIG = Config(1024, 64, 64, 4, 2)
 INTERPRETER_CONFIG = Config(L=32, BT=16, BV=16, num_warps=4, num_stages=1)
 
 
-def config_for(K: int, V: int, dtype: torch.dtype, T: float, varlen: bool = False) -> Config:
+def config_for(K: int, V: int, dtype: torch.dtype, T: float, varlen: bool = False) -> Launch:
     """The table's configuration for head sizes ``K``, ``V``, input ``dtype`` and mean sequence length ``T``."""
     if INTERPRET:
         return INTERPRETER_CONFIG
@@ -78,16 +66,10 @@ def config_for(K: int, V: int, dtype: torch.dtype, T: float, varlen: bool = Fals
     return next(cfg for t_max, cfg in CONFIGS[(bucket, size)] if T <= t_max)
 
 
-def _check_config(cfg: Config) -> None:
-    check_power_of_two("BT", cfg.BT, lo=16, hi=256)
-    check_power_of_two("BV", cfg.BV, lo=16, hi=256)
-    check_power_of_two("num_warps", cfg.num_warps, lo=1, hi=16)
-    if cfg.L < cfg.BT or cfg.L % cfg.BT:
-        raise ValueError(f"segment length L={cfg.L} must be a positive multiple of the chunk BT={cfg.BT}")
-    if cfg.num_stages < 1:
-        raise ValueError(f"num_stages={cfg.num_stages} must be at least 1")
-    if cfg.prefetch < 0:
-        raise ValueError(f"prefetch={cfg.prefetch} must be >= 0 (chunks ahead)")
+def _check_config(cfg: Launch) -> None:
+    if cfg.L is None:
+        raise ValueError("a lookback launch needs a segment length L (tokens a program)")
+    cfg.check()
 
 
 def _lengths(cu_seqlens: torch.Tensor) -> list[int]:
@@ -97,7 +79,7 @@ def _lengths(cu_seqlens: torch.Tensor) -> list[int]:
 
 
 def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_state=False, cu_seqlens=None, *,
-                              config: Config | None = None):
+                              config: Launch | None = None):
     """Causal linear attention ``o_t = scale · q_tᵀ S_t``, ``S_t = S_{t-1} + k_t v_tᵀ``, in one pass.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; ``initial_state``: [N, H, K, V]; returns ``(o, final_state or None)``
@@ -107,10 +89,8 @@ def lookback_linear_attention(q, k, v, scale, initial_state=None, output_final_s
     p = check_inputs(q, k, v, scale, initial_state, output_final_state, cu_seqlens)
     cfg = config or config_for(p.K, p.V, q.dtype, p.T / p.N, varlen=cu_seqlens is not None)
     _check_config(cfg)
-    launch = Launch(cfg.L, cfg.BT, cfg.BV, cfg.num_warps, cfg.num_stages, prefetch=cfg.prefetch, tma=cfg.tma,
-                    precision="tf32")
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
-    f = fused_forward(q, k, v, scale, h0, None, output_final_state, False, cu_seqlens, launch=launch)
+    f = fused_forward(q, k, v, scale, h0, None, output_final_state, False, cu_seqlens, launch=cfg)
     return f.o, f.final_state
 
 

@@ -308,35 +308,29 @@ def _cases(hidden: bool):
     ])
 
 
+#: What exercises 2 and 3 share: the kernel's arguments, its inputs and output, the cases.
+_CHUNK_KERNEL = dict(magnitude=True, args=("kernel",), make_inputs=_inputs, outputs=_o_shape, visible=_cases(False),
+                     hidden=_cases(True))
+
 INTRA_CHUNK = Exercise(
     id="04_chunked_linear_attention.intra_chunk",
-    magnitude=True,
-    args=("kernel",),
     signature="intra_chunk_kernel" + _KERNEL_SIG + ", launched on grid (cdiv(T, BT), B * H, cdiv(V, BV))",
     description="o = scale · (Q_c K_cᵀ ⊙ causal mask) V_c for every chunk c of BT tokens, independently",
-    make_inputs=_inputs,
-    outputs=_o_shape,
+    **_CHUNK_KERNEL,
     run=_intra_run,
     reference=lambda inputs, case: {"o": intra_chunk(inputs["q"], inputs["k"], inputs["v"], inputs["scale"],
                                                      case["BT"])},
-    visible=_cases(False),
-    hidden=_cases(True),
     points=(3, 2),
     diagnose=_diagnose(lambda case: case["BT"], carried=False),
 )
 
 CHUNKED_FWD = Exercise(
     id="04_chunked_linear_attention.chunked_fwd",
-    magnitude=True,
-    args=("kernel",),
     signature="chunked_attention_kernel" + _KERNEL_SIG + ", launched on grid (cdiv(V, BV), B * H)",
     description="the fused chunked forward: the [BK, BV] fp32 state carried on-chip from chunk to chunk",
-    make_inputs=_inputs,
-    outputs=_o_shape,
+    **_CHUNK_KERNEL,
     run=_fwd_run,
     reference=lambda inputs, case: {"o": recurrent(inputs["q"], inputs["k"], inputs["v"], inputs["scale"])},
-    visible=_cases(False),
-    hidden=_cases(True),
     points=(4, 3),
     diagnose=_diagnose(lambda case: case["BT"], carried=True),
 )

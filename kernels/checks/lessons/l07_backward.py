@@ -373,37 +373,21 @@ def _cases(hidden: bool, dq: bool):
     ])
 
 
-DQ = Exercise(
-    id="07_backward.dq",
-    magnitude=True,
-    args=("kernel",),
-    signature=_DQ_SIG,
-    description="dq = scale · (dO S_[c]ᵀ + (dO Vᵀ ⊙ causal mask) K), the state S rebuilt chunk by chunk, forwards",
-    make_inputs=_inputs,
-    outputs=_shapes(("dq",)),
-    run=_dq_run,
-    reference=_reference(("dq",)),
-    diagnose=_diagnose_at(lambda case: (case["BT"],)),
-    visible=_cases(False, True),
-    hidden=_cases(True, True),
-    points=(3, 2),
-)
+def _pass(name, grads, **kw):
+    """The exercise of one backward kernel, which writes the gradients ``grads``; the dq pass's cases add K
+    blocks (``BK``)."""
+    dq = grads == ("dq",)
+    return Exercise(id=f"07_backward.{name}", magnitude=True, args=("kernel",), make_inputs=_inputs,
+                    outputs=_shapes(grads), reference=_reference(grads),
+                    diagnose=_diagnose_at(lambda case: (case["BT"],)), visible=_cases(False, dq),
+                    hidden=_cases(True, dq), **kw)
 
-DKDV = Exercise(
-    id="07_backward.dkdv",
-    magnitude=True,
-    args=("kernel",),
-    signature=_DKDV_SIG,
-    description="dk, dv from the state gradient dH carried from the last chunk to the first",
-    make_inputs=_inputs,
-    outputs=_shapes(("dk", "dv")),
-    run=_dkdv_run,
-    reference=_reference(("dk", "dv")),
-    diagnose=_diagnose_at(lambda case: (case["BT"],)),
-    visible=_cases(False, False),
-    hidden=_cases(True, False),
-    points=(4, 3),
-)
+
+DQ = _pass("dq", ("dq",), signature=_DQ_SIG, run=_dq_run, points=(3, 2),
+           description="dq = scale · (dO S_[c]ᵀ + (dO Vᵀ ⊙ causal mask) K), the state S rebuilt chunk by chunk, "
+                       "forwards")
+DKDV = _pass("dkdv", ("dk", "dv"), signature=_DKDV_SIG, run=_dkdv_run, points=(4, 3),
+             description="dk, dv from the state gradient dH carried from the last chunk to the first")
 
 
 # ---- exercise 4: the autograd.Function -------------------------------------------------------------------------

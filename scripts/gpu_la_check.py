@@ -106,7 +106,7 @@ def cases() -> dict[str, Case]:
     base = list(out)
     for name in CANDIDATES:
         if name not in ADOPTED:
-            out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm)]
+            out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm, c.V)]
     # the other tensor-core forms on a few families: the key sum alone (the product the H200 computed right), and
     # q · z as zᵀ qᵀ (z the register operand); "both" and "qz" (a 16-column q · z operand) gave wrong outputs
     for dtype, K, V, shape, L in (("bf16", 128, 128, "large", 0), ("bf16", 128, 128, "small", 512),
@@ -208,7 +208,7 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
                 launch = dispatch.ONE_PASS[key]
             launch = dataclasses.replace(launch, norm_mma=case.mma)
             if case.tried:
-                change = dispatch.CANDIDATES[case.tried].get(key, {})
+                change = dispatch.change_of(case.tried, key, case.V)
                 launch = dataclasses.replace(launch, **({f: x for f, x in change.items() if f != "BV"} if tiny
                                                         else change))
             result["launch"] = dataclasses.asdict(launch)

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from sm90_report import count, main  # noqa: E402
 
-from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS  # noqa: E402
+from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS, change_of  # noqa: E402
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -57,12 +57,14 @@ def cases() -> dict[str, dict]:
                 out[f"{name} norm mma h0 ht"] = _case(dtype, bk, bk, mma, normalize=True, h0=True, ht=True, z0=True)
             for cand, changes in CANDIDATES.items():  # the launch changes not yet the default
                 if (bk, kind) in changes:
-                    tried = Launch(**{**lo.__dict__, **changes[(bk, kind)]})
+                    tried = Launch(**{**lo.__dict__, **change_of(cand, (bk, kind))})
+                    v = min(bk, changes[(bk, kind)].get("max_V", bk))  # a change for narrower V: at its widest
+                    label = f"{name[:name.rindex(' V')]} V{v}"
                     if tag == "one":
-                        out[f"{name} try-{cand}"] = _case(dtype, bk, bk, tried)
-                    out[f"{name} norm try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True)
-                    out[f"{name} norm h0 ht try-{cand}"] = _case(dtype, bk, bk, tried, normalize=True, h0=True,
-                                                                 ht=True, z0=True)
+                        out[f"{label} try-{cand}"] = _case(dtype, bk, v, tried)
+                    out[f"{label} norm try-{cand}"] = _case(dtype, bk, v, tried, normalize=True)
+                    out[f"{label} norm h0 ht try-{cand}"] = _case(dtype, bk, v, tried, normalize=True, h0=True,
+                                                                  ht=True, z0=True)
     return out
 
 

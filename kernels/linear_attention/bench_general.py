@@ -117,7 +117,8 @@ def targets(quick: bool) -> list[Problem]:
              problem(True, "fp32", 128, 128, 4, 16, 16384, precision="high"),
              problem(False, "fp32", 128, 128, 4, 16, 16384, precision="highest"),
              problem(True, "fp32", 128, 128, 4, 16, 16384, precision="highest"),
-             problem(False, "bf16", 128, 64, 4, 16, 16384), problem(False, "bf16", 64, 128, 4, 16, 16384),
+             problem(False, "bf16", 128, 64, 4, 16, 16384), problem(True, "bf16", 128, 64, 4, 16, 16384),
+             problem(False, "bf16", 64, 128, 4, 16, 16384),
              problem(False, "bf16", 256, 256, 2, 8, 16384), problem(True, "bf16", 256, 256, 2, 8, 16384),
              problem(True, "bf16", 128, 128, 1, 8, 262144), problem(False, "bf16", 128, 128, 1, 8, 262144),
              problem(True, "bf16", 64, 64, 64, 16, 256), problem(True, "bf16", 128, 128, 64, 16, 1024),
@@ -188,9 +189,9 @@ def _trying(name: str):
             return f"{name} is the default (dispatch.ADOPTED)"
         prm = p.params
         kind = "16" if prm["dtype"] != "float32" else dispatch.PRECISIONS[prm["precision"] or "highest"]
-        if not dispatch.applies(name, prm["K"], kind, True):
+        if not dispatch.applies(name, prm["K"], kind, True, prm["V"]):
             return f"{name} changes nothing in this row"
-        if not dispatch.applies(name, prm["K"], kind, prm["normalize"]):
+        if not dispatch.applies(name, prm["K"], kind, prm["normalize"], prm["V"]):
             return "no normaliser in this row"
         return None
 

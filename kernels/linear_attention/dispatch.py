@@ -21,7 +21,7 @@ from ..validate import check_power_of_two
 
 __all__ = ["Launch", "PRECISIONS", "NORM_MMA_FORMS", "launch_for", "plan", "float32_precision",
            "normaliser_on_tensor_cores", "trying", "settings", "cdiv", "next_power_of_2", "contiguous_strides",
-           "PlanCache", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES", "applies"]
+           "PlanCache", "ONE_PASS", "CHAINED", "MIN_SEGMENT", "NORM_MMA", "CANDIDATES", "applies", "change_of"]
 
 #: ``torch.get_float32_matmul_precision()`` -> the ``tl.dot`` input precision of fp32 tiles.
 PRECISIONS = {"highest": "tf32x3", "high": "tf32", "medium": "tf32"}
@@ -134,11 +134,15 @@ NORM_MMA_PARTS = "both"
 #: is loaded asynchronously (the default loads k into registers and writes it to shared memory twice a chunk).
 #: "d256-bv64", "d256-bt32": 16-bit D=256 with the chunk's scores ``q · kᵀ`` recomputed for 4 V blocks instead
 #: of 8, or over chunks of 32 tokens (half their cost a token, on mma.sync); PERF.md, "D=256 in 16 bits".
+#: "v64-bv32": 16-bit K=128 heads with V <= 64 in V blocks of 32, so that a batch whose one-block-a-head chains
+#: do not fill the GPU (B=4 H=16: 64 chains on 132 SMs) runs one pass of twice the chains instead of the chained
+#: launch (PERF.md, "K=128, V=64"). A change may hold ``max_V``: it applies to calls with V up to that only.
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
     "d256-bv64": {(256, "16"): dict(BV=64)},
     "d256-bt32": {(256, "16"): dict(BT=32)},
+    "v64-bv32": {(128, "16"): dict(BV=32, max_V=64)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
@@ -147,12 +151,24 @@ TRYING = ""
 #: T=16k, 1.20 against 1.92 at D=256. "fp32-kt" was slower on both its rows there, and stays a candidate.
 #: "d256-bv64": the same H100, 2026-12-06 (26 la-check cases; K=V=256 B2H8 T=16k bf16): 0.815 ms against 0.944
 #: raw, 1.035 against 1.195 normalising. "d256-bt32" was slower on both (1.50, 1.68), and stays a candidate.
-ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64")
+#: "v64-bv32": the same H100 (4 la-check cases; K=128 V=64 B4H16 T=16k bf16): 0.324 ms against 0.418 raw, 0.396
+#: against 0.434 normalising.
+ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32")
+
+
+def change_of(name: str, key: tuple[int, str], V: int | None = None) -> dict:
+    """The launch fields candidate ``name`` changes for table key ``key`` (BK, kind) and calls with ``V`` value
+    columns (None: any V the change may apply to); empty where it changes nothing."""
+    change = dict(CANDIDATES[name].get(key, {})) if name else {}
+    max_V = change.pop("max_V", None)
+    return {} if max_V is not None and V is not None and V > max_V else change
 
 
 def _adopt(names: tuple[str, ...]) -> None:
     for name in names:
         for key, change in CANDIDATES[name].items():
+            if "max_V" in change:  # a change for some V only: _plan applies it call by call
+                continue
             ONE_PASS[key] = dataclasses.replace(ONE_PASS[key], **change)
             CHAINED[key] = dataclasses.replace(CHAINED[key], **change)
 
@@ -188,12 +204,12 @@ def trying(name: str):
         TRYING = old
 
 
-def applies(name: str, K: int, kind: str, normalize: bool) -> bool:
-    """Whether candidate ``name`` (:data:`CANDIDATES`) changes the launch of a call with head size ``K``, inputs of
-    ``kind`` ("16", or fp32's dot precision) and the normaliser or not: it changes that key (K's tile, kind), and a
-    change of the normaliser's form only where there is a normaliser."""
-    change = CANDIDATES[name].get((max(64, next_power_of_2(K)), kind))
-    return change is not None and (normalize or "norm_mma" not in change)
+def applies(name: str, K: int, kind: str, normalize: bool, V: int | None = None) -> bool:
+    """Whether candidate ``name`` (:data:`CANDIDATES`) changes the launch of a call with head sizes ``K`` and
+    ``V`` (None: some V), inputs of ``kind`` ("16", or fp32's dot precision) and the normaliser or not: it changes
+    that key (K's tile, kind) at that V, and a change of the normaliser's form only where there is a normaliser."""
+    change = change_of(name, (max(64, next_power_of_2(K)), kind), V)
+    return bool(change) and (normalize or "norm_mma" not in change)
 
 
 def settings() -> tuple:
@@ -235,8 +251,11 @@ class PlanCache(dict):
         self[key] = plan
 
 
-def _tried(key: tuple[int, str], launch: Launch) -> Launch:
-    change = CANDIDATES[TRYING].get(key) if TRYING else None
+def _tried(key: tuple[int, str], launch: Launch, V: int) -> Launch:
+    """``launch`` with the changes of the candidate tried and of the adopted ones that apply call by call."""
+    change = {}
+    for name in tuple(n for n in ADOPTED if "max_V" in str(CANDIDATES[n])) + (TRYING,):
+        change.update(change_of(name, key, V))
     return dataclasses.replace(launch, **change) if change else launch
 
 
@@ -266,12 +285,12 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     BK = max(64, next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
-    one = _tried((BK, kind), ONE_PASS[(BK, kind)])
+    one = _tried((BK, kind), ONE_PASS[(BK, kind)], V)
     longest = max(lengths, default=0)
     chains = N * H * cdiv(V, min(one.BV, next_power_of_2(V)))
     if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
         return dataclasses.replace(one, precision=precision)
-    chained = _tried((BK, kind), CHAINED[(BK, kind)])
+    chained = _tried((BK, kind), CHAINED[(BK, kind)], V)
     nv = cdiv(V, min(chained.BV, next_power_of_2(V)))
     tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
     # about two programs per SM: segments of tokens · chains / (2 · sms), a power of two between the bounds
@@ -290,7 +309,7 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
         kind = precision if q.dtype == torch.float32 else "16"
         change = {}
         for name in ADOPTED + ((TRYING,) if TRYING else ()):
-            change.update(CANDIDATES[name].get((max(64, next_power_of_2(K)), kind), {}))
+            change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1]))
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
                                      **{f: x for f, x in change.items() if f != "BV"})
         return dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch

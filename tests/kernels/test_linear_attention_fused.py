@@ -259,13 +259,30 @@ def test_dispatch_rule():
     # segments of ~tokens·chains/(2·SMs), within [MIN_SEGMENT, the table's L]
     assert dispatch.plan(128, 128, bf16, 1, 8, [8192], sms).L == dispatch.MIN_SEGMENT  # 8192·16 / 264 → 256
     assert dispatch.plan(128, 128, bf16, 1, 8, [1 << 20], sms).L == dispatch.CHAINED[(128, "16")].L
-    assert dispatch.plan(128, 64, bf16, 4, 16, [16384], sms).L is not None  # V = 64: 64 chains
+    # V = 64 at K = 128: V blocks of 32 ("v64-bv32"), 128 chains in one pass instead of 64 chained ones
+    narrow = dispatch.plan(128, 64, bf16, 4, 16, [16384], sms)
+    assert narrow.L is None and narrow.BV == 32
+    assert dispatch.plan(128, 96, bf16, 4, 16, [16384], sms).BV == 64  # wider V: the table's blocks
+    assert dispatch.plan(128, 64, bf16, 1, 16, [65536], sms).L is not None  # 32 chains still need the chain
     uneven = [1, 4095, 63, 16384, 8192, 20000, 2048, 14753]
     assert dispatch.plan(128, 128, bf16, 8, 16, uneven, sms).L is None
     for table, chained in ((dispatch.ONE_PASS, False), (dispatch.CHAINED, True)):
         for key, lo in table.items():
             lo.check()
             assert (lo.L is not None) == chained, key
+
+
+def test_candidate_change_limited_to_narrow_v():
+    """A candidate's change that holds ``max_V`` applies to calls with V up to it only, tried or adopted, and never
+    reaches the tables (whose launches serve every V)."""
+    key = (128, "16")
+    assert dispatch.change_of("v64-bv32", key, 64) == {"BV": 32}
+    assert dispatch.change_of("v64-bv32", key, 65) == {}
+    assert dispatch.change_of("v64-bv32", key) == {"BV": 32}  # any V it may apply to
+    assert dispatch.change_of("v64-bv32", (64, "16"), 64) == {}
+    assert dispatch.applies("v64-bv32", 128, "16", False, 64)
+    assert not dispatch.applies("v64-bv32", 128, "16", False, 128)
+    assert dispatch.ONE_PASS[key].BV == 64 and dispatch.CHAINED[key].BV == 64
 
 
 @pytest.mark.parametrize("mode, precision", [("highest", "tf32x3"), ("high", "tf32"), ("medium", "tf32")])

@@ -38,9 +38,10 @@ def read_source(path: pathlib.Path) -> dict:
 
         from .course import solution_notebook
     except ImportError:
+        from .course import source_text
         from .percent import read_percent
 
-        return read_percent(path.read_text())
+        return read_percent(source_text(path))
     return json.loads(nbformat.writes(solution_notebook(path.stem, validate=False, source=path)))
 
 

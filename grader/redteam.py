@@ -149,9 +149,10 @@ _FUNCTION_WHY = {"reference_import": "No module named 'kernels.checks.lessons'",
 
 def _solution_cell(lesson: str, grade_id: str) -> str:
     """The instructor's answer cell, its solution markers dropped (the starting point of the timing attacks)."""
+    from .course import SOLUTIONS, source_text
     from .percent import read_percent
 
-    nb = read_percent((_ROOT / "solutions" / f"{lesson}.py").read_text())
+    nb = read_percent(source_text(SOLUTIONS / f"{lesson}.py"))
     cell = next(c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
     src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
     return "\n".join(ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln)

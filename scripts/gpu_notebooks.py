@@ -16,25 +16,25 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
-    import jupytext
     import nbclient
 
     import kernels
+    from grader.course import SOLUTIONS, solution_notebook
     from kernels.catalog import lesson_ids
 
     rows = []
-    for src in (ROOT / "solutions" / f"{lesson}.py" for lesson in lesson_ids()):
-        nb = jupytext.read(src)
+    for lesson in lesson_ids():
+        nb = solution_notebook(lesson, validate=False)
         t0 = time.perf_counter()
         try:
             nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                    resources={"metadata": {"path": str(ROOT / "solutions")}}).execute()
+                                    resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
             status, error = "ok", None
         except Exception as e:  # noqa: BLE001 - record any failure and go on to the next notebook
             status, error = "failed", "".join(traceback.format_exception_only(type(e), e))[-2000:]
         secs = time.perf_counter() - t0
-        rows.append({"notebook": src.stem, "status": status, "seconds": round(secs, 1), "error": error})
-        print(f"{src.stem:32s} {status:7s} {secs:7.1f} s", flush=True)
+        rows.append({"notebook": lesson, "status": status, "seconds": round(secs, 1), "error": error})
+        print(f"{lesson:32s} {status:7s} {secs:7.1f} s", flush=True)
     record = {
         **kernels.device.machine(),
         "notebooks": rows,

@@ -116,39 +116,7 @@ else:
 # `tl` and `triton` but not other helpers defined in this notebook.
 
 # %% nbgrader={"grade": false, "grade_id": "kernel", "locked": false, "schema_version": 3, "solution": true}
-@triton.jit
-def chunked_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, T, H, K, V, scale,
-                             stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                             stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
-                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr):
-    ### BEGIN SOLUTION
-    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    q_base = q_ptr + i_b * stride_qb + i_h * stride_qh
-    k_base = k_ptr + i_b * stride_kb + i_h * stride_kh
-    v_base = v_ptr + i_b * stride_vb + i_h * stride_vh
-    o_base = o_ptr + i_b * stride_ob + i_h * stride_oh
-    offs_c = tl.arange(0, BT)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    causal = offs_c[:, None] >= offs_c[None, :]  # [BT, BT]
-    state = tl.zeros((BK, BV), dtype=tl.float32)
-    for t0 in range(0, T, BT):
-        offs_t = t0 + offs_c
-        mask_qk = (offs_t[:, None] < T) & (offs_k[None, :] < K)
-        mask_vo = (offs_t[:, None] < T) & (offs_v[None, :] < V)
-        q = tl.load(q_base + offs_t[:, None] * stride_qt + offs_k[None, :], mask=mask_qk, other=0.0)  # [BT, BK]
-        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_qk, other=0.0)  # [BT, BK]
-        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_vo, other=0.0)  # [BT, BV]
-        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)  # [BT, BT]
-        o = tl.dot(q, state.to(q.dtype), input_precision=PRECISION)  # [BT, BV]
-        o = tl.dot(scores.to(v.dtype), v, o, input_precision=PRECISION)
-        tl.store(o_base + offs_t[:, None] * stride_ot + offs_v[None, :], (o * scale).to(o_ptr.dtype.element_ty),
-                 mask=mask_vo)
-        state = tl.dot(tl.trans(k), v, state, input_precision=PRECISION)
-    ### END SOLUTION
+# include: 04_chunked_linear_attention ex3-fused
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "export-text", "locked": true, "schema_version": 3, "solution": false}

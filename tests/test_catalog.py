@@ -2,17 +2,16 @@
 its checks module, the views and the sizes it uses, and an unknown lesson is refused by name."""
 
 import importlib
-import pathlib
 import re
 
 import pytest
 
 import kernels.viz
+from grader.course import SOLUTIONS, source_text
 from kernels import catalog
 from kernels.checks.spec import lesson_exercises
 from kernels.device import _SIZES
 
-SOLUTIONS = pathlib.Path(__file__).resolve().parent.parent / "solutions"
 IDS = catalog.lesson_ids()
 
 
@@ -29,7 +28,7 @@ def test_lessons_resolve_by_id_number_or_file_and_an_unknown_one_is_named():
 
 @pytest.mark.parametrize("lesson", catalog.LESSONS, ids=IDS)
 def test_entry_agrees_with_the_lesson(lesson):
-    source = (SOLUTIONS / f"{lesson.id}.py").read_text()
+    source = source_text(SOLUTIONS / f"{lesson.id}.py")
     assert f"# # {lesson.number} · {lesson.title}\n" in source, "the title is the lesson's heading"
     assert set(lesson_exercises(lesson.id)) == {f"{lesson.id}.{name}" for name in lesson.exercises}
     for name, objects in lesson.exercises.items():

@@ -17,6 +17,7 @@ from .build import (
     graded_cells,
     lesson_ids,
     solution_notebook,
+    source_text,
     student_notebook,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "graded_cells",
     "lesson_ids",
     "solution_notebook",
+    "source_text",
     "student_notebook",
 ]

@@ -2,7 +2,9 @@
 
 A lesson is ``solutions/<id>.py`` (jupytext percent format). Every cell header carries nbgrader's metadata, e.g.
 ``# %% nbgrader={"grade": false, "grade_id": "add_kernel", "locked": false, "schema_version": 3,
-"solution": true}``; the ``grade_id`` doubles as the notebook cell id, so ids are stable.
+"solution": true}``; the ``grade_id`` doubles as the notebook cell id, so ids are stable. A cell whose whole body
+is ``# include: <lesson> <grade_id>`` is built with the body of that cell of ``solutions/<lesson>.py``
+(:func:`source_text`): a notebook that repeats an earlier lesson's code keeps one copy of it in ``solutions/``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "CourseError",
     "OutOfSync",
     "lesson_ids",
+    "source_text",
     "solution_notebook",
     "student_notebook",
     "graded_cells",
@@ -44,6 +47,9 @@ _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _JUPYTEXT_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker", "title", "region_name")
 _BEGIN_SOLUTION, _END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 _BEGIN_HIDDEN, _END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+_INCLUDE = re.compile(r"# include: (?P<lesson>[A-Za-z0-9_-]+) (?P<cell>[A-Za-z0-9_-]+)")
+_MARKDOWN = "# %% [markdown]"
+_NBGRADER = re.compile(r"\bnbgrader=(\{[^{}]*\})")
 
 
 class CourseError(ValueError):
@@ -177,6 +183,70 @@ def _validate(lesson: str, nb) -> None:
         _fail(lesson, None, "no cell tagged 'widget'")
 
 
+def _percent_cells(text: str) -> list[tuple[str, list[str]]]:
+    """(header line, body lines) of each cell of a percent-format text; the header of what precedes the first
+    cell (jupytext's YAML block) is ``""``."""
+    cells: list[tuple[str, list[str]]] = [("", [])]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# %%"):
+            cells.append((line, []))
+        else:
+            cells[-1][1].append(line)
+    return cells
+
+
+def _grade_id(header: str) -> str | None:
+    m = _NBGRADER.search(header)
+    return json.loads(m.group(1)).get("grade_id") if m else None
+
+
+def _included(where: str, body: list[str]) -> tuple[str, str] | None:
+    """The (lesson, grade_id) a cell's body includes, or None when it is a cell of its own."""
+    said = [ln.strip() for ln in body if ln.strip()]
+    if not any(_INCLUDE.fullmatch(ln) for ln in said):
+        return None
+    if len(said) != 1:
+        raise CourseError(f"{where}: an include is the cell's whole body, the one line `# include: <lesson> "
+                          "<grade_id>`")
+    m = _INCLUDE.fullmatch(said[0])
+    return m["lesson"], m["cell"]
+
+
+def source_text(path: pathlib.Path) -> str:
+    """The lesson source ``path`` as the build reads it: each cell whose body is ``# include: <lesson> <grade_id>``
+    gets the body of that cell of ``<lesson>.py`` beside it (the same kind of cell, itself no include), so that code
+    one notebook repeats from another is written once. Refused with :class:`CourseError` when the lesson or the
+    cell is not there, when that cell is an include itself or of the other kind, or when the include line is not
+    alone in its cell."""
+    out = []
+    for header, body in _percent_cells(path.read_text()):
+        where = f"{path.stem}: cell {_grade_id(header)!r}"
+        target = _included(where, body)
+        out.append(header)
+        if target is None:
+            out += body
+            continue
+        lesson, gid = target
+        other = path.parent / f"{lesson}.py"
+        if not other.is_file():
+            raise CourseError(f"{where} includes cell {gid!r} of lesson {lesson!r}, but there is no "
+                              f"{other.parent.name}/{other.name}")
+        found = [(h, b) for h, b in _percent_cells(other.read_text()) if h and _grade_id(h) == gid]
+        if not found:
+            raise CourseError(f"{where} includes cell {gid!r} of lesson {lesson!r}, which has no such cell")
+        their_header, their_body = found[0]
+        if _included(f"{lesson}: cell {gid!r}", their_body) is not None:
+            raise CourseError(f"{where} includes cell {gid!r} of lesson {lesson!r}, itself an include: include the "
+                              "cell it includes")
+        if their_header.startswith(_MARKDOWN) != header.startswith(_MARKDOWN):
+            raise CourseError(f"{where} includes cell {gid!r} of lesson {lesson!r}, a cell of the other kind "
+                              "(markdown and code)")
+        start = next(i for i, ln in enumerate(body) if ln.strip())
+        text = "".join(their_body).strip("\n") + "\n"
+        out += [*body[:start], text, *body[start + 1:]]
+    return "".join(out)
+
+
 def solution_notebook(lesson: str, *, validate: bool = True, source: pathlib.Path | None = None):
     """The instructor notebook of ``lesson``, read from ``solutions/<lesson>.py`` (or ``source``), normalised
     (fixed kernelspec, cell id = grade_id, no outputs) and validated against the course's rules."""
@@ -186,7 +256,7 @@ def solution_notebook(lesson: str, *, validate: bool = True, source: pathlib.Pat
     if source is None:
         (lesson,) = lesson_ids([lesson])
         source = SOLUTIONS / f"{lesson}.py"
-    nb = jupytext.read(source, fmt="py:percent")
+    nb = jupytext.reads(source_text(source), fmt="py:percent")
     nb.nbformat, nb.nbformat_minor = 4, 5
     nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}})
     for cell in nb.cells:

@@ -85,9 +85,9 @@ def solution(lesson: str, *names: str) -> str:
     """The top-level statements of ``solutions/<lesson>.py`` that define ``names`` (functions and classes with their
     decorators, assigned names, imports), in the file's order, one blank line apart, without comments or solution
     markers: the base that a lesson's entries edit, so that the zoo always starts from the lesson's solution."""
-    from ..layout import SOLUTIONS
+    from ..course import SOLUTIONS, source_text
 
-    text = "".join(line for line in (SOLUTIONS / f"{lesson}.py").read_text().splitlines(keepends=True)
+    text = "".join(line for line in source_text(SOLUTIONS / f"{lesson}.py").splitlines(keepends=True)
                    if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
     lines = text.splitlines(keepends=True)
     parts, found = [], set()

@@ -29,9 +29,9 @@ def _needed(cell) -> bool:
 
 def widget_cells(lesson: str) -> tuple[list[str], int]:
     """The code cells to run for ``lesson``'s widgets, and how many of them are widget cells."""
-    import jupytext
+    from grader.course import solution_notebook
 
-    nb = jupytext.read(lesson_source(lesson))
+    nb = solution_notebook(lesson, validate=False)
     code = [c for c in nb.cells if c.cell_type == "code"]
     tagged = [i for i, c in enumerate(code) if "widget" in c.metadata.get("tags", [])]
     if not tagged:

@@ -2,8 +2,8 @@
 
 import pytest
 
+from grader.course import SOLUTIONS, CourseError, graded_cells, lesson_ids, solution_notebook, source_text
 from kernels.catalog import LESSONS
-from grader.course import CourseError, graded_cells, lesson_ids, solution_notebook
 
 MD = '# %% [markdown] nbgrader={{"grade": false, "grade_id": "{gid}", "locked": {locked}, "schema_version": 3, ' \
      '"solution": false}}\n# {text}\n'
@@ -67,6 +67,41 @@ def test_a_good_source_builds_with_stable_ids(tmp_path):
 def test_a_broken_source_is_refused_with_a_reason(tmp_path, kwargs, match):
     with pytest.raises(CourseError, match=match):
         read(tmp_path, lesson(**kwargs))
+
+
+INCLUDE = SOL.format(gid="g", src="# include: 98_base f")
+
+
+def test_an_included_cell_is_built_from_the_other_lessons_cell(tmp_path):
+    (tmp_path / "98_base.py").write_text(lesson())
+    nb = read(tmp_path, lesson(extra=INCLUDE))
+    (g,) = (c for c in nb.cells if c.id == "g")
+    assert g.source == ANSWER and g.metadata["nbgrader"]["grade_id"] == "g" and g.cell_type == "code"
+
+
+@pytest.mark.parametrize("base, include, match", [
+    (None, INCLUDE, r"there is no .*/98_base\.py"),
+    (lesson(), SOL.format(gid="g", src="# include: 98_base nothing"), "'nothing' of lesson '98_base', which has no"),
+    (lesson(extra=SOL.format(gid="g", src="# include: 97_other f")), SOL.format(gid="h", src="# include: 98_base g"),
+     "itself an include"),
+    (lesson(), MD.format(gid="g", locked="true", text="include: 98_base f"), "a cell of the other kind"),
+    (lesson(), SOL.format(gid="g", src="x = 1\n# include: 98_base f"), "the cell's whole body"),
+])
+def test_a_broken_include_is_refused_with_a_reason(tmp_path, base, include, match):
+    if base is not None:
+        (tmp_path / "98_base.py").write_text(base)
+    with pytest.raises(CourseError, match=match):
+        read(tmp_path, lesson(extra=include))
+
+
+@pytest.mark.parametrize("name", lesson_ids())
+def test_a_lesson_source_reads_as_written_but_for_its_includes(name):
+    text = (SOLUTIONS / f"{name}.py").read_text()
+    read_back = source_text(SOLUTIONS / f"{name}.py")
+    if "\n# include: " in text:
+        assert "\n# include: " not in read_back and len(read_back) > len(text)
+    else:
+        assert read_back == text
 
 
 def test_lesson_ids_resolve_numbers_and_refuse_unknown_ones():

@@ -469,6 +469,7 @@ def test_the_launch_worker_grades_a_lesson_kernel_as_cubin(box, monkeypatch, les
     notebook as the grader sends it, each case's specialisation compiled in the sandbox, the cubin checked and
     handed to the package's launcher (a fake driver here), one launch per case on the exercise's own grid."""
     from grader import worker
+    from grader.course import SOLUTIONS, source_text
     from grader.notebook import split
     from grader.percent import read_percent
     from kernels.checks import engine, provenance
@@ -481,7 +482,7 @@ def test_the_launch_worker_grades_a_lesson_kernel_as_cubin(box, monkeypatch, les
     monkeypatch.setattr(launch.Launcher, "_stream", lambda self, s: 0)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    code, _ = split(read_percent((ROOT / "solutions" / f"{lesson}.py").read_text()))
+    code, _ = split(read_percent(source_text(SOLUTIONS / f"{lesson}.py")))
     ks = provenance.from_cells(code, name)
     kernels = [{"entry": ks.entry, "text": ks.text}]
     ex = get(f"{lesson}.{exercise}")

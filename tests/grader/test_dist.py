@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from grader.collect import _BLOCK, _squeeze
+from grader.course import SOLUTIONS, source_text
 from kernels.catalog import lesson_ids
 
 # one pytest-xdist worker runs this module: its module-scoped fixtures (the hand-out) are built once
@@ -38,8 +39,8 @@ def _texts(folder: pathlib.Path):
 
 def test_no_solution_code(dist):
     blocks = []
-    for f in (ROOT / "solutions" / f"{lesson}.py" for lesson in lesson_ids()):
-        blocks += [(f.stem, b) for b in (_squeeze(m.group(1)) for m in _BLOCK.finditer(f.read_text())) if len(b) >= 40]
+    for f in (SOLUTIONS / f"{lesson}.py" for lesson in lesson_ids()):
+        blocks += [(f.stem, b) for b in (_squeeze(m.group(1)) for m in _BLOCK.finditer(source_text(f))) if len(b) >= 40]
     assert len(blocks) >= 12
     names = {p.relative_to(dist).as_posix() for p in dist.rglob("*")}
     left_out = ("solutions", "grader", "tests")

@@ -508,14 +508,14 @@ def test_the_checks_stand_in_has_every_name_a_lesson_imports_from_kernels_checks
     all of the lesson's imports)."""
     import ast
 
-    from grader.course import lesson_ids
+    from grader.course import SOLUTIONS, lesson_ids, source_text
     from grader.sandbox import _CHECKS_STUB
 
     stub: dict = {}
     exec(compile(_CHECKS_STUB, "checks-stub", "exec"), stub)
     missing = []
     for lesson in lesson_ids():
-        tree = ast.parse((ROOT / "solutions" / f"{lesson}.py").read_text())
+        tree = ast.parse(source_text(SOLUTIONS / f"{lesson}.py"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "kernels.checks":
                 missing += [f"{lesson}: {a.name}" for a in node.names if a.name not in stub]

@@ -191,12 +191,10 @@ def test_lesson_01_copy_solution_keeps_16_byte_accesses(tmp_path, monkeypatch):
     even when n is not a multiple of 16 (its timed check needs them), and one masked on every step does not:
     both compiled for sm_90 from the solution's own cell."""
     import os
-    import pathlib
 
-    import jupytext
+    from grader.course import solution_notebook
 
-    root = pathlib.Path(__file__).resolve().parents[2]
-    nb = jupytext.read(root / "solutions" / "01_memory_hierarchy.py", fmt="py:percent")
+    nb = solution_notebook("01_memory_hierarchy", validate=False)
     src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "copy_kernel")
     head = "import triton\nimport triton.language as tl\n\n"
     full = "        if start + BLOCK_SIZE <= n_elements:"

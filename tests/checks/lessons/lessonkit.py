@@ -18,9 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 def solution_cells(lesson: str) -> dict[str, str]:
     """grade_id -> source of every code cell of ``solutions/<lesson>.py``."""
-    import jupytext
+    from grader.course import solution_notebook
 
-    nb = jupytext.read(ROOT / "solutions" / f"{lesson}.py", fmt="py:percent")
+    nb = solution_notebook(lesson, validate=False)
     return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells if c.cell_type == "code"}
 
 

@@ -97,6 +97,10 @@ def cases() -> dict[str, Case]:
                            ("fp16", 64, 256, 512), ("fp32-high", 128, 128, 256)):
         out.append(Case(True, dtype, K, V, "small", states=True, L=L, seed=i))
         i += 1
+    for norm in (True, False):  # K=256 with V <= 64: one V block a head, so few chains even at B=4 H=16
+        for shape in ("large", "small"):
+            out.append(Case(norm, "fp16", 256, 64, shape, states=shape == "large", seed=i))
+            i += 1
     # every case a candidate launch change applies to, again with it (dispatch.CANDIDATES, dispatch.applies): the
     # tensor-core normaliser with a 64-column q · z operand on every 16-bit normalising case, the second kᵀ load on
     # fp32 TF32, the D=256 tiles (an adopted one is the default, which the plain cases check)

@@ -192,7 +192,9 @@ def _count_inputs(case, gen):
 
 def _as_int(name, args, value):
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckFailed(f"{name}{args} returned {value!r}; expected an int")
+        how = (": a count of bytes is a whole number, so keep to integers (`//` in place of `/`, `-(-a // b)` for a "
+               "division rounded up)") if isinstance(value, float) else ""
+        raise CheckFailed(f"{name}{args} returned {value!r}; expected an int{how}")
     return value
 
 

@@ -39,6 +39,17 @@ def test_lesson_00s_try_it_cell_says_to_write_the_kernel_while_it_is_the_stub():
 
 
 @pytest.mark.slow
+def test_lesson_02s_benchmark_leaves_the_multiple_of_the_floor_to_a_gpu():
+    # in the interpreter a time says nothing about the memory floor (lesson 00's benchmark says so the same way)
+    nb = _cells("02_naive_hbm_loops", ["setup", "naive_kernel", "fused_kernel", "bench"])
+    run = execute(nb, lesson="02_naive_hbm_loops", copy="solution")
+    assert not run.errors, run.errors
+    rows = [ln for o in run.nb.cells[-1].outputs for ln in o.get("text", "").splitlines() if ln.strip().startswith(
+        "your ")]
+    assert len(rows) == 2 and all("(GPU only)" in r for r in rows), rows
+
+
+@pytest.mark.slow
 def test_the_roofline_plot_shows_after_the_widgets_are_imported():
     # the L2 widget cell imports kernels.viz before the roofline cell plots with pyplot
     nb = _cells("01_memory_hierarchy", ["setup", "copy_measure", "l2_widget", "roofline"])

@@ -325,7 +325,7 @@ check("02_naive_hbm_loops.bytes", naive_bytes, fused_bytes, hidden=True)
 # measured here.
 #
 # On the project's H200 (copy 4.28 TB/s) the floor of this problem is 0.016 ms. The package's naive kernel took
-# 3.59 ms, 226× the floor; its fused kernel (`BV = 32`) 1.44 ms, 2.5× faster and still 91× the floor. At
+# 3.59 ms, 225× the floor; its fused kernel (`BV = 32`) 1.44 ms, 2.5× faster and still 91× the floor. At
 # K = V = 128 the gap widens (10.7 ms against 2.7 ms: 3.9×), because the state round trip grows as K·V. Two
 # lessons hide in those numbers. First, the naive kernel's 4 GiB of state traffic never reaches HBM: the state
 # buffer is 1 MiB and lives in L2, so what the naive kernel pays is the *latency* of 2048 dependent L2 round

@@ -33,7 +33,10 @@ def naive_bytes_no_zeroing(B, T, H, K, V, itemsize):
 def fused_bytes_once(B, T, H, K, V, itemsize, BV):
     return B * T * H * (2 * K + 2 * V) * itemsize + B * H * K * V * 4
 
-""" + edit(zoo_source("02_naive_hbm_loops.fused", "no-scale"), "def fused_kernel(", "def fused_without_scale(")
+""" + edit(zoo_source("02_naive_hbm_loops.fused", "no-scale"), "def fused_kernel(", "def fused_without_scale(") \
+  + "\n\n" + edit(edit(zoo_source("02_naive_hbm_loops.fused_speed", "solution"), "def fused_kernel(",
+                       "def fused_state_K_rows("),
+                  "s = tl.zeros([BK, BV], dtype=tl.float32)", "s = tl.zeros([K, BV], dtype=tl.float32)")
 
 # each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {
@@ -41,6 +44,8 @@ EXPECT = {
     "fused: scale forgotten": ("02_naive_hbm_loops.fused", "fused_without_scale",
                                "every element is 4 times the reference, and the final state in s is right: look at "
                                "the scale"),
+    "fused: a state tile sized by the runtime K": ("02_naive_hbm_loops.fused", "fused_state_K_rows",
+                                                   "Shape element 0 must have type `constexpr"),
     "fused_speed: scale forgotten": ("02_naive_hbm_loops.fused_speed", "fused_without_scale", "look at the scale"),
     "bytes: zeroing and V blocks not counted": ("02_naive_hbm_loops.bytes",
                                                 "naive_bytes_no_zeroing, fused_bytes_once", ""),

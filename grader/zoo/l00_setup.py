@@ -88,6 +88,9 @@ ADD_BIAS = [
     _bias("x-stride-for-out", _ROW + "    mask = offs < N\n" + _BLOAD
           + _BSTORE.replace("row * stride_om", "row * stride_xm"),
           fault="out of bounds|not written", why="writes out with x's row stride"),
+    _bias("out-row-stride-N", _ROW + "    mask = offs < N\n" + _BLOAD
+          + _BSTORE.replace("row * stride_om", "row * N"), fault="strided view",
+          why="assumes out's rows are N apart: writes into the gaps between the rows of a strided out"),
     _bias("no-mask", _ROW + "    x = tl.load(x_ptr + row * stride_xm + offs)\n    b = tl.load(bias_ptr + offs)\n"
           + _BSTORE.replace(", mask=mask)", ")"), fault="out of bounds", why="no mask at the end of a row"),
     _bias("mask-on-store-only", _ROW + "    mask = offs < N\n    x = tl.load(x_ptr + row * stride_xm + offs)\n"

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from grader.course import COURSE, ROOT, lesson_ids, solution_notebook
-from grader.course.run import execute
+from grader.course.run import execute, lesson_notebook
 from grader.course.workcopy import WORK, sync
 
 
@@ -24,6 +24,29 @@ def _cells(lesson, ids):
     out = nbformat.v4.new_notebook(metadata=nb.metadata)
     out.cells = keep
     return out
+
+
+@pytest.mark.slow
+def test_lesson_00s_try_it_cell_says_to_write_the_kernel_while_it_is_the_stub():
+    # the locked cell after exercise 1 launches add_kernel: on the untouched student copy it asks for the kernel
+    # (as every later lesson's try-it cells do) instead of ending in a traceback from inside Triton
+    nb = lesson_notebook("00_setup", "student")
+    nb.cells = [c for c in nb.cells if c.get("id") in ("setup", "add_kernel", "wrapper")]
+    run = execute(nb, lesson="00_setup", copy="student")
+    assert "wrapper" not in run.errors, run.errors["wrapper"]
+    text = "".join(o.get("text", "") for o in run.nb.cells[-1].outputs)
+    assert "write it in the cell above" in text, text
+
+
+@pytest.mark.slow
+def test_lesson_02s_benchmark_leaves_the_multiple_of_the_floor_to_a_gpu():
+    # in the interpreter a time says nothing about the memory floor (lesson 00's benchmark says so the same way)
+    nb = _cells("02_naive_hbm_loops", ["setup", "naive_kernel", "fused_kernel", "bench"])
+    run = execute(nb, lesson="02_naive_hbm_loops", copy="solution")
+    assert not run.errors, run.errors
+    rows = [ln for o in run.nb.cells[-1].outputs for ln in o.get("text", "").splitlines() if ln.strip().startswith(
+        "your ")]
+    assert len(rows) == 2 and all("(GPU only)" in r for r in rows), rows
 
 
 @pytest.mark.slow

@@ -90,6 +90,22 @@ def _round_trip(found, case):
             f"k v^T, store S: at least {need} of each). Keeping the state in registers is exercise 2's fused kernel")
 
 
+def _scale_diagnose(inputs, got, case, ref):
+    """o off from the reference by one factor everywhere while the state is right: the scale, missing (o is sqrt(K)
+    times too large), applied twice or replaced by another (the comparison alone names only the largest
+    difference)."""
+    o, r = got["o"], ref["o"]
+    if not torch.allclose(got["s"], ref["s"], rtol=1e-2, atol=1e-2 * float(ref["s"].abs().max())):
+        return None
+    factor = float((o * r).sum() / (r * r).sum())
+    if abs(factor - 1) < 0.05 or float((o - factor * r).norm()) > 1e-2 * abs(factor) * float(r.norm()):
+        return None
+    K = case["K"]
+    return (f"o: every element is {factor:.4g} times the reference, and the final state in s is right: look at the "
+            f"scale (the kernel's `scale` argument, K**-0.5 = {K**-0.5:.4g} here), applied once, to q_t or to o_t. "
+            f"Without it o is sqrt(K) = {K**0.5:.4g} times too large; applied twice, K**-0.5 times too small")
+
+
 NAIVE = Exercise(
     id="02_naive_hbm_loops.naive",
     magnitude=True,
@@ -102,6 +118,7 @@ NAIVE = Exercise(
     outputs=_outputs,
     run=_naive_run,
     reference=_reference,
+    diagnose=_scale_diagnose,
     traffic=_round_trip,
     visible=[_shape("", 1, 37, 2, 16, 16), _shape("", 2, 20, 1, 24, 40),
              Case("B=1 T=9 H=2 K=24 V=48 float32 q,k packed", dict(B=1, T=9, H=2, K=24, V=48, packed=True, pad=8),
@@ -119,7 +136,8 @@ NAIVE = Exercise(
 _FUSED_KERNEL = dict(magnitude=True, args=("kernel",),
                      signature=_SIGNATURE.format(name="fused_kernel") + ", launched on grid (cdiv(V, BV), B*H) with "
                                                                         "BK = next_power_of_2(K)",
-                     make_inputs=_inputs, outputs=_outputs, run=_fused_run, reference=_reference)
+                     make_inputs=_inputs, outputs=_outputs, run=_fused_run, reference=_reference,
+                     diagnose=_scale_diagnose)
 
 FUSED = Exercise(
     id="02_naive_hbm_loops.fused",
@@ -192,7 +210,9 @@ def _count_inputs(case, gen):
 
 def _as_int(name, args, value):
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CheckFailed(f"{name}{args} returned {value!r}; expected an int")
+        how = (": a count of bytes is a whole number, so keep to integers (`//` in place of `/`, `-(-a // b)` for a "
+               "division rounded up)") if isinstance(value, float) else ""
+        raise CheckFailed(f"{name}{args} returned {value!r}; expected an int{how}")
     return value
 
 

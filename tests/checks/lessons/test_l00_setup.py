@@ -18,6 +18,15 @@ def bias_assumes_contiguous(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_om
     x = tl.load(x_ptr + row * N + offs, mask=mask)
     tl.store(out_ptr + row * stride_om + offs, x + tl.load(bias_ptr + offs, mask=mask), mask=mask)
 
+
+@triton.jit
+def bias_out_rows_N_apart(x_ptr, bias_ptr, out_ptr, M, N, stride_xm, stride_om, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = offs < N
+    x = tl.load(x_ptr + row * stride_xm + offs, mask=mask)
+    tl.store(out_ptr + row * N + offs, x + tl.load(bias_ptr + offs, mask=mask), mask=mask)
+
 from kernels.vector_add.naive import _naive_vector_add_kernel
 """
 
@@ -26,6 +35,8 @@ EXPECT = {
     "vector_add: no mask": ("00_setup.vector_add", "add_no_mask", "out of bounds"),
     "vector_add: the package's kernel": ("00_setup.vector_add", "_naive_vector_add_kernel", "your own"),
     "add_bias: assumes row stride N": ("00_setup.add_bias", "bias_assumes_contiguous", "row stride 320"),
+    "add_bias: out's rows N apart": ("00_setup.add_bias", "bias_out_rows_N_apart",
+                                     "between the elements of `out` (a strided view"),
 }
 
 test_a_classic_bug_fails_its_check_with_a_fitting_message = classic_bug_test(EXPECT)

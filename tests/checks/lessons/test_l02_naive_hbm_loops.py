@@ -33,13 +33,20 @@ def naive_bytes_no_zeroing(B, T, H, K, V, itemsize):
 def fused_bytes_once(B, T, H, K, V, itemsize, BV):
     return B * T * H * (2 * K + 2 * V) * itemsize + B * H * K * V * 4
 
-""" + edit(zoo_source("02_naive_hbm_loops.fused", "no-scale"), "def fused_kernel(", "def fused_without_scale(")
+""" + edit(zoo_source("02_naive_hbm_loops.fused", "no-scale"), "def fused_kernel(", "def fused_without_scale(") \
+  + "\n\n" + edit(edit(zoo_source("02_naive_hbm_loops.fused_speed", "solution"), "def fused_kernel(",
+                       "def fused_state_K_rows("),
+                  "s = tl.zeros([BK, BV], dtype=tl.float32)", "s = tl.zeros([K, BV], dtype=tl.float32)")
 
 # each broken answer: the exercise, the objects its check is given, and what the message must mention
 EXPECT = {
     "naive: state kept in registers": ("02_naive_hbm_loops.naive", "naive_state_not_stored", "not written"),
-    "fused: scale forgotten": ("02_naive_hbm_loops.fused", "fused_without_scale", "relative error"),
-    "fused_speed: scale forgotten": ("02_naive_hbm_loops.fused_speed", "fused_without_scale", "relative error"),
+    "fused: scale forgotten": ("02_naive_hbm_loops.fused", "fused_without_scale",
+                               "every element is 4 times the reference, and the final state in s is right: look at "
+                               "the scale"),
+    "fused: a state tile sized by the runtime K": ("02_naive_hbm_loops.fused", "fused_state_K_rows",
+                                                   "Shape element 0 must have type `constexpr"),
+    "fused_speed: scale forgotten": ("02_naive_hbm_loops.fused_speed", "fused_without_scale", "look at the scale"),
     "bytes: zeroing and V blocks not counted": ("02_naive_hbm_loops.bytes",
                                                 "naive_bytes_no_zeroing, fused_bytes_once", ""),
 }
@@ -63,3 +70,18 @@ def test_a_wrong_byte_count_is_shown_on_the_shape_it_is_wrong_on():
     assert_fails(out, "fused_bytes(B=4, T=2048, H=16, K=64, V=64, itemsize=2, BV=32) returned 68,157,440, "
                       "expected 101,711,872 (", "of 12 shapes differ)")
     assert "naive_bytes(" not in out.message
+
+
+def test_a_byte_count_returned_as_a_float_is_told_how_to_make_it_an_int():
+    """`/` in place of `//` (or math.ceil(V / BV) times a float) gives a float: the message says how to stay in
+    integers, not only that an int was expected."""
+    from lessonkit import assert_fails, grade
+
+    def naive_bytes(B, T, H, K, V, itemsize):
+        state = B * H * K * V * 4
+        return B * T * H * (2 * K + 2 * V) * itemsize + state + 2 * T * state
+
+    def fused_true_division(B, T, H, K, V, itemsize, BV):
+        return B * T * H * (2 * K * (V + BV - 1) / BV + 2 * V) * itemsize + B * H * K * V * 4
+
+    assert_fails(grade("02_naive_hbm_loops.bytes", naive_bytes, fused_true_division), "expected an int", "`//`")

@@ -254,7 +254,8 @@ class PlanCache(dict):
 def _tried(key: tuple[int, str], launch: Launch, V: int) -> Launch:
     """``launch`` with the changes of the candidate tried and of the adopted ones that apply call by call."""
     change = {}
-    for name in tuple(n for n in ADOPTED if "max_V" in str(CANDIDATES[n])) + (TRYING,):
+    per_call = [n for n in ADOPTED if any("max_V" in c for c in CANDIDATES[n].values())]  # the rest: in the tables
+    for name in per_call + [TRYING]:
         change.update(change_of(name, key, V))
     return dataclasses.replace(launch, **change) if change else launch
 

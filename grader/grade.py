@@ -498,7 +498,8 @@ class _Session:
 
     def _error_lines(self, ex, label, m) -> list[str]:
         err = m.get("error") or {}
-        lines = [f"{ex.id} failed on case {label!r}: {engine.your_code_raised(err.get('type'), err.get('message'))}"]
+        raised = engine.your_code_raised(err.get("type"), err.get("message"), ex)
+        lines = [f"{ex.id} failed on case {label!r}: {raised}"]
         tb = [ln for ln in (err.get("traceback") or "").splitlines() if ln.strip()]
         mine = [i for i, ln in enumerate(tb) if "_graded_" in ln or "<ipython-input" in ln or "/tmp/ipykernel" in ln
                 or 'File "<cell' in ln]

@@ -324,21 +324,20 @@ check("02_naive_hbm_loops.bytes", naive_bytes, fused_bytes, hidden=True)
 # algorithm needs (inputs and outputs once, the fused count with one V block) divided by the copy bandwidth
 # measured here.
 #
-# On the project's H200 (copy 4.28 TB/s) the floor of this problem is 0.016 ms. The package's naive kernel took
-# 3.59 ms, 225× the floor; its fused kernel (`BV = 32`) 1.44 ms, 2.5× faster and still 91× the floor. At
-# K = V = 128 the gap widens (10.7 ms against 2.7 ms: 3.9×), because the state round trip grows as K·V. Two
-# lessons hide in those numbers. First, the naive kernel's 4 GiB of state traffic never reaches HBM: the state
-# buffer is 1 MiB and lives in L2, so what the naive kernel pays is the *latency* of 2048 dependent L2 round
-# trips, not bandwidth. Second, the fused kernel is far from the floor too: each program still walks its
-# 2048 steps one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next
-# step's loads. A smarter loop can hide part of it: the loads of `q`, `k`, `v` for step `t + 1` do not depend on
-# the state, so they can be issued *before* step `t`'s arithmetic, and their latency overlaps it. The package's
-# `prefetch_recurrent` (`kernels/recurrent/prefetch.py`) is the fused kernel pipelined that way by hand; on a
-# GPU the ladder below times it beside the others, and the project's H200 measurement is in
-# `results/gpu/learner.json`. What no loop can remove is the chain itself: each step's state depends on the
-# last, so the kernel still takes 2048 dependent steps. Processing whole chunks of time at once with matrix
-# multiplies, so that the sequential chain is T / 64 steps long instead of T, is the chunked algorithm of
-# lesson 04.
+# On the project's H200 (its copy measured 4.28 TB/s in that run, 4.26 in most) the floor of this problem is 0.016 ms.
+# The package's naive kernel took 3.59 ms, 225× the floor; its fused kernel (`BV = 32`) 1.44 ms, 2.5× faster and still
+# 91× the floor. At K = V = 128 the gap widens (10.7 ms against 2.7 ms: 3.9×), because the state round trip grows as
+# K·V. Two lessons hide in those numbers. First, the naive kernel's 4 GiB of state traffic never reaches HBM: the
+# state buffer is 1 MiB and lives in L2, so what the naive kernel pays is the *latency* of 2048 dependent L2 round
+# trips, not bandwidth. Second, the fused kernel is far from the floor too: each program still walks its 2048 steps
+# one after another, and one step's 8 thousand FLOPs per program cannot hide the latency of the next step's loads. A
+# smarter loop can hide part of it: the loads of `q`, `k`, `v` for step `t + 1` do not depend on the state, so they
+# can be issued *before* step `t`'s arithmetic, and their latency overlaps it. The package's `prefetch_recurrent`
+# (`kernels/recurrent/prefetch.py`) is the fused kernel pipelined that way by hand; on a GPU the ladder below times it
+# beside the others, and the project's H200 measurement is in `results/gpu/learner.json`. What no loop can remove is
+# the chain itself: each step's state depends on the last, so the kernel still takes 2048 dependent steps. Processing
+# whole chunks of time at once with matrix multiplies, so that the sequential chain is T / 64 steps long instead of T,
+# is the chunked algorithm of lesson 04.
 
 # %% nbgrader={"grade": false, "grade_id": "bench", "locked": true, "schema_version": 3, "solution": false}
 from kernels.recurrent import fused_recurrent, naive_recurrent, prefetch_recurrent, reference_recurrent

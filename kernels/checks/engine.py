@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..catalog import exercise_objects
 from ..device import DEVICE, INTERPRET, ON_GPU
 from ..device import sync as _sync
 from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, precision_of, repoison
@@ -121,7 +122,7 @@ def describe_case(ex: Exercise, case: Case, seed: int | None = None) -> str:
     dtype = str(case.dtype).replace("torch.", "")
     tail = f"; seed {seed}" if seed is not None else ""
     tol = tolerance(ex, case)
-    if tol == 0 and ex.args == ("function",):  # a function of counts: exact, no dtype to speak of
+    if tol == 0 and set(ex.args) == {"function"}:  # functions of counts: exact, no dtype to speak of
         return f"case {case.label!r} ({params}{'; ' if params else ''}exact answers{tail})"
     return (f"case {case.label!r} ({params}{'; ' if params else ''}{dtype}, tolerance {tol:.0e} "
             f"[{_precision_name(case)}]{tail})")
@@ -895,12 +896,13 @@ _CUDA_FAULTS = ("illegal memory access", "illegal address", "misaligned address"
                 "unspecified launch failure")
 
 
-def your_code_raised(kind: str, message) -> str:
+def your_code_raised(kind: str, message, ex: Exercise | None = None) -> str:
     """How a check reports the student's exception, in the notebook and in the grader (which sees only the type's
-    name and the message, sent from the sandbox)."""
+    name and the message, sent from the sandbox); ``ex``, the exercise, lets a stub's message name the function."""
     text = str(message).strip()[:2000]
     if kind == "NotImplementedError" and not text:  # the exercise's stub, as handed out
-        text = "it is not implemented yet: replace `raise NotImplementedError()` with your code"
+        names = " or ".join(f"`{n}`" for n in _function_names(ex)) if ex is not None else ""
+        text = f"{names or 'it'} is not implemented yet: replace `raise NotImplementedError()` with your code"
     elif kind == "RuntimeError" and "nvml" in text and "CUDACachingAllocator" in text:
         # torch's allocator opens NVML to describe an allocation it could not make; where NVML cannot start (a
         # container, a sandbox) that description fails with an internal assert in place of the OutOfMemoryError
@@ -909,10 +911,15 @@ def your_code_raised(kind: str, message) -> str:
     return f"your code raised {kind}: {text}"
 
 
-def _raised(e: BaseException) -> str:
+def _function_names(ex: Exercise) -> list[str]:
+    """The names of the functions an exercise's check is passed (the catalog's, in the order of ``ex.args``)."""
+    return [name for name, kind in zip(exercise_objects().get(ex.id, ()), ex.args) if kind == "function"]
+
+
+def _raised(e: BaseException, ex: Exercise | None = None) -> str:
     if isinstance(e, CaseTooLong):
         return str(e)
-    text = your_code_raised(type(e).__name__, e)
+    text = your_code_raised(type(e).__name__, e, ex)
     # on a GPU only: the interpreter's own out-of-bounds error says "illegal address" too, and nothing is lost there
     if ON_GPU and type(e).__name__ != "OutOfBoundsError" and any(f in str(e) for f in _CUDA_FAULTS):
         text += ("; the kernel touched memory outside its tensors on the GPU, and this process's CUDA context is "
@@ -1101,14 +1108,14 @@ def grade_local(ex: Exercise, args: tuple, hidden: bool) -> Outcome:
             try:
                 timing = time_performance(ex, args, plan.time_seed)
             except Exception as e:  # noqa: BLE001
-                plan.fail([f"{ex.id}: at the timed size ({ex.performance.case.label}): " + _raised(e)], e)
+                plan.fail([f"{ex.id}: at the timed size ({ex.performance.case.label}): " + _raised(e, ex)], e)
                 break
             if not plan.judge_timing(timing):
                 break
         try:
             outs, result = _run_here(ex, args, plan.prepare(run))
         except Exception as e:  # noqa: BLE001 (the student's kernel or function may raise anything)
-            plan.fail_run(run, [_raised(e)], e)
+            plan.fail_run(run, [_raised(e, ex)], e)
             break
         if not plan.judge(run, outs, result):
             break

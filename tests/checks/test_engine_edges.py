@@ -12,7 +12,7 @@ import triton.language as tl
 from l99_edges import COPY
 
 from kernels.checks import engine
-from kernels.checks.spec import Case, CheckFailed
+from kernels.checks.spec import Case, CheckFailed, get
 from kernels.device import INTERPRET, ON_GPU
 from kernels.testing import poisoned
 
@@ -175,6 +175,11 @@ def test_an_unwritten_function_says_so():
         "not implemented yet: replace `raise NotImplementedError()` with your code")
     assert engine.your_code_raised("NotImplementedError", "complex inputs") == (
         "your code raised NotImplementedError: complex inputs")
+    # given the exercise, the stub's message names the function to write
+    ex = get("04_chunked_linear_attention.chunked_torch")
+    assert engine.your_code_raised("NotImplementedError", "", ex) == (
+        "your code raised NotImplementedError: `chunked_attention_torch` is not implemented yet: replace "
+        "`raise NotImplementedError()` with your code")
 
 
 def test_an_out_of_memory_that_torch_could_not_describe_says_out_of_memory():
@@ -311,3 +316,12 @@ def test_a_lost_cuda_context_is_announced_on_a_gpu_only(monkeypatch):
     monkeypatch.setattr(engine, "ON_GPU", True)
     assert "restart" not in engine._raised(oob)
     assert "CUDA context is now lost: restart the notebook's kernel" in engine._raised(fault)
+
+
+def test_counts_are_described_as_exact_answers():
+    """An exercise of functions that count (bytes, sectors) is exact: its cases say so, whether the check is passed
+    one function or two, never a dtype and a tolerance of 0e+00."""
+    for name in ("01_memory_hierarchy.sector_bytes", "02_naive_hbm_loops.bytes"):
+        ex = get(name)
+        text = engine.describe_case(ex, ex.visible[0], seed=1)
+        assert "exact answers" in text and "tolerance" not in text, text

@@ -63,6 +63,19 @@ def test_waiting_for_the_gpu_is_not_charged_to_the_submission():
     assert s.left() < 25
 
 
+def test_an_unwritten_function_is_named_in_the_graders_message():
+    """The sandbox sends a stub's bare NotImplementedError as a type and an empty message: the grader's line names
+    the function still to write, as the notebook's check does."""
+    from grader.grade import _Session
+    from kernels.checks.spec import get
+
+    s = object.__new__(_Session)
+    ex = get("07_backward.autograd")
+    lines = s._error_lines(ex, "small", {"error": {"type": "NotImplementedError", "message": ""}})
+    assert lines == ["07_backward.autograd failed on case 'small': your code raised NotImplementedError: "
+                     "`linear_attention` is not implemented yet: replace `raise NotImplementedError()` with your code"]
+
+
 def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):
     """``nbgrader autograde`` run by hand in a course folder grades through ``SandboxExecute``."""
     import json

@@ -21,12 +21,12 @@ from .reference import EPS
 __all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass"]
 
 _EPS = tl.constexpr(EPS)
-#: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice (K = V = 256: 16
-#: programs a head, 256 at B=2 H=8); small under the interpreter, so small test sizes cross several tiles.
-TILE = 16 if INTERPRET else 64
+#: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice on a GPU (K = V =
+#: 256: 16 programs a head, 256 at B=2 H=8); 16 under the interpreter, so small test sizes cross several tiles.
+TILE = 64
 #: The states kernel's warps and pipeline stages (PERF.md's sm_90 compile).
 STATE_WARPS = 4
-STATE_STAGES = 1 if INTERPRET else 3
+STATE_STAGES = 3
 
 
 @triton.jit
@@ -170,14 +170,14 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
     # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
     h = torch.empty(B, H, NS, K, V, dtype=q.dtype, device=q.device)
     z = torch.empty(B, H, NS, K, dtype=torch.float32, device=q.device) if normalize else None
-    tile = min(TILE, max(16, triton.next_power_of_2(max(K, V))))
+    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
     st_q, st_k, st_v, st_o = strides
     _states_kernel[(triton.cdiv(K, tile) * triton.cdiv(V, tile), B * H)](
         k, v, h, z, h0, ht, z0, zt,
         T, H, NS, *st_k, *st_v,
         K=K, V=V, BK=tile, BV=tile, BT=BT, S=S, HAS_H0=h0 is not None, STORE_HT=ht is not None,
         NORMALIZE=normalize, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
-        num_warps=STATE_WARPS, num_stages=STATE_STAGES,
+        num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
     )
     if NS == 0:
         return

@@ -5,7 +5,8 @@ the division done before the output store, ``z_state`` in and out), fp32 inputs 
 precision (TF32, or 3xTF32 where ``torch.get_float32_matmul_precision()`` is "highest"), any K, V ≤ 256, and two
 launches of the same loop: one program per (sequence, head, V block) walking its whole sequence, or segments of
 ``L`` tokens chained through L2 as in ``lookback.py``, for calls with too few chains to fill the GPU.
-:func:`fused_forward` is the entry point; ``dispatch.py`` picks its launch.
+:func:`fused_forward` is the entry point; ``dispatch.py`` picks its launch. A launch with ``Launch.states`` set
+runs ``states.py``'s two kernels instead (chunk states materialised, every block's output at once).
 """
 
 from __future__ import annotations

@@ -301,6 +301,29 @@ def test_trying_d256_states(normalize):
         assert_close("z_state", rz, final[1], tol)
 
 
+@pytest.mark.slow
+def test_states_kernels_compile_for_sm90():
+    """Both kernels compile for an H100/H200 at the candidate's K = V = 256 launch, normalising with every state,
+    their products on wgmma (PERF.md's table: no spill there)."""
+    from sm90 import compile_for_sm90
+
+    from kernels.linear_attention import states
+
+    change = dispatch.CANDIDATES["d256-states"][(256, "16")]
+    BT = dispatch.ONE_PASS[(256, "16")].BT
+    common = dict(K=256, V=256, BK=states.TILE, S=change["states"] * BT, NORMALIZE=True, UPCAST=False,
+                  PRECISION="tf32")
+    module = "kernels.linear_attention.states"
+    ptx = compile_for_sm90([
+        (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True),
+         dict(num_warps=states.STATE_WARPS, num_stages=states.STATE_STAGES)),
+        (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True),
+         dict(num_warps=change["num_warps"], num_stages=change["num_stages"])),
+    ], dtypes=("bf16",), scalars={"scale": "fp32", **{f"{n}_ptr": "*fp32" for n in ("z", "h0", "ht", "z0", "zt",
+                                                                                    "den")}})
+    assert all("wgmma.mma_async" in p for p in ptx.values()), "a product fell back to mma.sync"
+
+
 # The dispatch rule: whole sequences when their chains fill the GPU, otherwise chained segments.
 
 def test_dispatch_rule():

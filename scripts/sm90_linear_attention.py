@@ -28,14 +28,43 @@ from sm90_report import count, main  # noqa: E402
 
 from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS, change_of  # noqa: E402
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
+from kernels.linear_attention.states import (  # noqa: E402
+    STATE_STAGES,
+    STATE_WARPS,
+    TILE,
+    _states_kernel,
+    _states_output_kernel,
+)
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
 def _case(dtype, K, V, launch: Launch, *, normalize=False, h0=False, ht=False, z0=False, den=False, varlen=False,
-          tma=False):
+          tma=False, tile=TILE, state_warps=STATE_WARPS, state_stages=STATE_STAGES):
     return dict(dtype=dtype, K=K, V=V, launch=launch, normalize=normalize, h0=h0, ht=ht, z0=z0, den=den,
-                varlen=varlen, tma=tma)
+                varlen=varlen, tma=tma, tile=tile, state_warps=state_warps, state_stages=state_stages)
+
+
+def states_cases() -> dict[str, dict]:
+    """``states.py``'s two kernels at bf16 K = V = 256 (``Launch.states``): the candidate's launch and the tiles
+    around it (a stored state every 64 or 128 tokens, output V blocks of 64 or 128, warps, stages)."""
+    out = {}
+    bf16 = torch.bfloat16
+    for bt, states, bv, warps, stages in ((64, 2, 64, 8, 2), (64, 2, 64, 8, 3), (64, 2, 64, 4, 2),
+                                          (64, 2, 128, 8, 2), (64, 1, 64, 4, 3), (64, 1, 128, 8, 2),
+                                          (64, 1, 64, 8, 3), (64, 2, 256, 8, 1)):
+        lo = Launch(None, bt, bv, warps, stages, precision="tf32", states=states)
+        name = f"states bf16 K256 V256 S{bt * states} BV{bv} w{warps} s{stages}"
+        out[name] = _case(bf16, 256, 256, lo)
+        out[f"{name} norm"] = _case(bf16, 256, 256, lo, normalize=True)
+        out[f"{name} norm h0 ht"] = _case(bf16, 256, 256, lo, normalize=True, h0=True, ht=True, z0=True, den=True)
+    for warps, stages in ((4, 2), (4, 4), (8, 3)):
+        lo = Launch(None, 64, 64, 8, 2, precision="tf32", states=2)
+        out[f"states bf16 K256 V256 S128 states-kernel w{warps} s{stages}"] = _case(
+            bf16, 256, 256, lo, normalize=True, state_warps=warps, state_stages=stages)
+    lo = Launch(None, 64, 64, 8, 2, precision="tf32", states=2)
+    out["states bf16 K256 V256 S128 tile128 norm"] = _case(bf16, 256, 256, lo, normalize=True, tile=128)
+    return out
 
 
 def cases() -> dict[str, dict]:
@@ -56,7 +85,7 @@ def cases() -> dict[str, dict]:
                 out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True)
                 out[f"{name} norm mma h0 ht"] = _case(dtype, bk, bk, mma, normalize=True, h0=True, ht=True, z0=True)
             for cand, changes in CANDIDATES.items():  # the launch changes not yet the default
-                if (bk, kind) in changes:
+                if (bk, kind) in changes and "states" not in changes[(bk, kind)]:  # those: states_cases()
                     tried = Launch(**{**lo.__dict__, **change_of(cand, (bk, kind))})
                     v = min(bk, changes[(bk, kind)].get("max_V", bk))  # a change for narrower V: at its widest
                     label = f"{name[:name.rindex(' V')]} V{v}"
@@ -65,6 +94,37 @@ def cases() -> dict[str, dict]:
                     out[f"{label} norm try-{cand}"] = _case(dtype, bk, v, tried, normalize=True)
                     out[f"{label} norm h0 ht try-{cand}"] = _case(dtype, bk, v, tried, normalize=True, h0=True,
                                                                   ht=True, z0=True)
+    return {**out, **states_cases()}
+
+
+def _states_signatures(c: dict) -> dict[str, tuple]:
+    """``states.py``'s two kernels as ``states_pass`` launches them: name -> (kernel, signature, constexprs,
+    attrs, options)."""
+    dt = TRITON_TYPES[c["dtype"]]
+    lo: Launch = c["launch"]
+    K, V, tile = c["K"], c["V"], c["tile"]
+    p = {"ptr": dt, "aligned": True}
+    f32 = {"ptr": "fp32", "aligned": True}
+    i32 = {"type": "i32", "div16": False}
+    norm = c["normalize"]
+    flags = dict(K=K, V=V, NORMALIZE=norm, UPCAST=False, PRECISION=lo.precision)
+    states = dict(k_ptr=p, v_ptr=p, h_ptr=p, z_ptr=f32 if norm else None, h0_ptr=f32 if c["h0"] else None,
+                  ht_ptr=f32 if c["ht"] else None, z0_ptr=f32 if c["z0"] else None,
+                  zt_ptr=({"ptr": "fp32" if c["z0"] else dt, "aligned": True}) if norm else None,
+                  BK=tile, BV=tile, BT=lo.BT, S=lo.states * lo.BT, HAS_H0=c["h0"], STORE_HT=c["ht"],
+                  HAS_Z0=c["z0"], **flags)
+    output = dict(q_ptr=p, k_ptr=p, v_ptr=p, o_ptr=f32 if norm and c["z0"] else p, h_ptr=p,
+                  z_ptr=f32 if norm else None, den_ptr=f32 if c["den"] else None, scale={"type": "fp32"},
+                  BK=tile, BV=lo.BV, S=lo.states * lo.BT, STORE_DEN=c["den"], **flags)
+    out = {}
+    for name, kernel, values, options in (
+            ("states", _states_kernel, states, dict(num_warps=c["state_warps"], num_stages=c["state_stages"])),
+            ("output", _states_output_kernel, output, dict(num_warps=lo.num_warps, num_stages=lo.num_stages))):
+        for q in kernel.params:
+            if not q.is_constexpr and q.name not in values:
+                values[q.name] = {"type": "i32", "div16": q.name.startswith("stride")} if q.name.startswith(
+                    "stride") else i32
+        out[name] = (kernel, *specialise(kernel, values, specialize=True), options)
     return out
 
 
@@ -107,10 +167,16 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
 
 def report(c: dict) -> dict:
     lo: Launch = c["launch"]
+    if lo.states:
+        return {name: _report(*job) for name, job in _states_signatures(c).items()}
     sig, constexprs, attrs = _signature(c)
+    return _report(_fused_linear_attention_kernel, sig, constexprs, attrs,
+                   dict(num_warps=lo.num_warps, num_stages=lo.num_stages))
+
+
+def _report(kernel, sig, constexprs, attrs, options) -> dict:
     t0 = time.perf_counter()
-    k = compile_for(_fused_linear_attention_kernel, sig, constexprs, attrs,
-                    dict(num_warps=lo.num_warps, num_stages=lo.num_stages))
+    k = compile_for(kernel, sig, constexprs, attrs, options)
     seconds = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         ptx = pathlib.Path(d, "k.ptx")
@@ -145,6 +211,12 @@ def table(wanted) -> Iterator[tuple[str, dict, str]]:
             continue
         r = report(c)
         lo = c["launch"]
+        if lo.states:
+            yield name, r, f"{name:34s}: " + "; ".join(
+                f"{part} {x['registers']} regs, spill {x['spill_stores']}/{x['spill_loads']} B, smem "
+                f"{x['shared_bytes'] // 1024} KiB, HGMMA {x['hgmma']}, HMMA {x['hmma']}, LDL/STL {x['local_ld_st']} "
+                f"{' '.join(x['warnings'])}" for part, x in r.items())
+            continue
         yield name, r, (
             f"{name:34s} L={lo.L} BT{lo.BT} BV{lo.BV} w{lo.num_warps} s{lo.num_stages}: {r['registers']} regs, "
             f"spill {r['spill_stores']}/{r['spill_loads']} B, smem {r['shared_bytes'] // 1024} KiB, "

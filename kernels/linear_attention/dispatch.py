@@ -62,7 +62,10 @@ class Launch:
     :data:`NORM_MMA_FORMS`: "both", "qz" for ``q · z`` alone, "ksum" for ``Σ k`` alone, "wide" for both with
     ``q · z``'s operand 64 columns wide ("mid": 32), "qzt" for both with ``q · z`` as ``zᵀ qᵀ``; "" for
     reductions on the CUDA cores); ``kt``: kᵀ of the state update loaded from memory a second time, in its own
-    layout (for fp32, whose products cannot read one shared-memory copy of k both ways)."""
+    layout (for fp32, whose products cannot read one shared-memory copy of k both ways); ``states``: chunks a
+    state is stored for (``states.py``: a kernel writes the state before every ``states · BT`` tokens, another
+    computes every block of that many tokens at once, in V blocks of ``BV``; ``L`` is then unused), 0 for the
+    fused kernel."""
 
     L: int | None
     BT: int
@@ -74,6 +77,7 @@ class Launch:
     precision: str = "tf32x3"
     norm_mma: str = ""
     kt: bool = False
+    states: int = 0
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -85,6 +89,9 @@ class Launch:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1 and prefetch={self.prefetch} >= 0")
         if self.norm_mma not in NORM_MMA_FORMS:
             raise ValueError(f"norm_mma={self.norm_mma!r} must be one of {sorted(NORM_MMA_FORMS)}")
+        if self.states not in (0, 1, 2) or self.states * self.BT > 128:
+            raise ValueError(f"states={self.states} must be 0, 1 or 2 chunks, and states·BT at most 128 tokens "
+                             f"(BT={self.BT})")
         if self.precision not in ("tf32", "tf32x3", "ieee"):
             raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
@@ -137,12 +144,17 @@ NORM_MMA_PARTS = "both"
 #: "v64-bv32": 16-bit K=128 heads with V <= 64 in V blocks of 32, so that a batch whose one-block-a-head chains
 #: do not fill the GPU (B=4 H=16: 64 chains on 132 SMs) runs one pass of twice the chains instead of the chained
 #: launch (PERF.md, "K=128, V=64"). A change may hold ``max_V``: it applies to calls with V up to that only.
+#: "d256-states": 16-bit D=256 in two kernels (``states.py``): the states before every 128 tokens written by one
+#: (the sequential chain, 16 programs a head), every 128-token block's output computed at once by the other;
+#: normalising too. Packed sequences (cu_seqlens) keep the fused kernel (PERF.md, "D=256 by materialised chunk
+#: states").
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
     "d256-bv64": {(256, "16"): dict(BV=64)},
     "d256-bt32": {(256, "16"): dict(BT=32)},
     "v64-bv32": {(128, "16"): dict(BV=32, max_V=64)},
+    "d256-states": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=2)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
@@ -287,6 +299,8 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
     one = _tried((BK, kind), ONE_PASS[(BK, kind)], V)
+    if one.states:  # every block at once: nothing to chain
+        return dataclasses.replace(one, precision=precision)
     longest = max(lengths, default=0)
     chains = N * H * cdiv(V, min(one.BV, next_power_of_2(V)))
     if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
@@ -313,6 +327,10 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
             change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1]))
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
                                      **{f: x for f, x in change.items() if f != "BV"})
-        return dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
-    N = B if lengths is None else len(lengths)
-    return plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths, _sm_count(q.device.index or 0))
+        launch = dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
+    else:
+        N = B if lengths is None else len(lengths)
+        launch = plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths,
+                      _sm_count(q.device.index or 0))
+    # packed sequences keep the fused kernel
+    return dataclasses.replace(launch, states=0) if lengths is not None and launch.states else launch

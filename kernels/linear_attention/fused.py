@@ -5,7 +5,8 @@ the division done before the output store, ``z_state`` in and out), fp32 inputs 
 precision (TF32, or 3xTF32 where ``torch.get_float32_matmul_precision()`` is "highest"), any K, V ≤ 256, and two
 launches of the same loop: one program per (sequence, head, V block) walking its whole sequence, or segments of
 ``L`` tokens chained through L2 as in ``lookback.py``, for calls with too few chains to fill the GPU.
-:func:`fused_forward` is the entry point; ``dispatch.py`` picks its launch.
+:func:`fused_forward` is the entry point; ``dispatch.py`` picks its launch. A launch with ``Launch.states`` set
+runs ``states.py``'s two kernels instead (chunk states materialised, every block's output at once).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .dispatch import (
     settings,
 )
 from .reference import EPS
+from .states import states_pass
 
 __all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS", "NORM_MMA_FORMS"]
 
@@ -437,6 +439,9 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     if B * H == 0:
         return Forward(o, ht.zero_() if ht is not None else None, zt.zero_() if zt is not None else None, den,
                        launch)
+    if launch.states:  # the two kernels of states.py (dispatch candidate "d256-states")
+        states_pass(q, k, v, o, scale, h0, ht, z_state, zt, den, strides=plan.strides, **plan.constants)
+        return Forward(o, ht, zt, den, launch)
     if plan.grid is None:
         seg, rows = _segments(plan.lengths, launch.L, device)
         grid = (rows * H * cdiv(V, plan.constants["BV"]),)
@@ -499,6 +504,13 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         KT_LOAD=launch.kt, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *contiguous_strides(B, T, H, V)[:3])
+    if launch.states:
+        if cu_seqlens is not None:
+            raise ValueError("a launch with states set does not take packed sequences (cu_seqlens)")
+        constants = dict(S=launch.states * launch.BT, BT=launch.BT, BV=BV, num_warps=launch.num_warps,
+                         num_stages=launch.num_stages, precision=launch.precision, upcast=upcast_for_dot(q.dtype))
+        strides = (q.stride()[:3], k.stride()[:3], v.stride()[:3], contiguous_strides(B, T, H, V)[:3])
+        return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot, 0, constants, strides)
     return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
                  N * H * NV if chained else 0, constants, strides)
 

@@ -197,7 +197,9 @@ def test_bad_input():
                           (Launch(None, 16, 8, 4, 1), "BV"), (Launch(None, 16, 16, 3, 1), "num_warps"),
                           (Launch(None, 16, 16, 4, 0), "num_stages"), (Launch(None, 16, 16, 4, 1, precision="x"),
                                                                        "precision"),
-                          (Launch(None, 16, 16, 4, 1, norm_mma="yes"), "norm_mma")):
+                          (Launch(None, 16, 16, 4, 1, norm_mma="yes"), "norm_mma"),
+                          (Launch(None, 16, 16, 4, 1, states=3), "states"),
+                          (Launch(None, 64, 16, 4, 1, states=4), "states")):
         check_bad_input(fused_forward, q, k, v, 0.5, launch=launch, match=match)
 
 
@@ -244,6 +246,82 @@ def test_broken_normalisers_fail(broken):
     with pytest.raises(AssertionError):
         assert_close("o", ro, f.o, tol)
         assert_close("z_state", rz, f.z_state, tol)
+
+
+# Materialised chunk states (``states.py``, ``Launch.states``): a state stored every chunk or every two chunks,
+# each block of that many tokens computed from its stored state.
+
+STATES_LAUNCHES = {f"states{n}": Launch(None, 16, 16, 4, 1, states=n) for n in (1, 2)}
+
+
+@pytest.mark.parametrize("T", [37, 150])
+@pytest.mark.parametrize("launch", STATES_LAUNCHES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_states_launch(normalize, dtype, launch, T, allocations):
+    """K = 24, V = 40 (ragged tiles of 16), T no multiple of a block, B·H = 6; the initial state (and key sum) in
+    every other case, the final ones always out; the workspace of states is NaN-filled too."""
+    h0 = T == 37
+    case = make(2, T, 3, 24, 40, dtype, seed=T + len(launch), h0=h0, z0=h0 and normalize)
+    check(case, STATES_LAUNCHES[launch], allocations, normalize=normalize)
+    assert [p.out.dim() for p in allocations].count(5) == 1  # the workspace [B, H, NS, K, V] was NaN-filled
+
+
+def test_states_launch_k_not_v_and_no_tokens(allocations):
+    """K > V and K < V; T = 0 passes the initial states through."""
+    check(make(1, 50, 2, 48, 16, torch.float16, seed=51, h0=True, z0=True), STATES_LAUNCHES["states2"], allocations)
+    check(make(1, 50, 2, 16, 72, torch.float32, seed=52), STATES_LAUNCHES["states1"], allocations, normalize=False)
+    case = make(2, 0, 2, 16, 16, torch.float32, seed=53, h0=True, z0=True)
+    f = fused_forward(case["q"], case["k"], case["v"], 0.5, case["initial_state"], case["z_state"], True, True,
+                      launch=STATES_LAUNCHES["states2"])
+    assert torch.equal(f.final_state, case["initial_state"]) and torch.equal(f.z_state, case["z_state"])
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_d256_states(normalize):
+    """``dispatch.trying("d256-states")``: a 16-bit call whose K maps to the D=256 tables runs the states kernels
+    (under the interpreter at its small chunk: a state every 32 tokens), right against float64; packed sequences
+    keep the fused kernel; on the GPU's plan the launch is one pass with states every 128 tokens."""
+    case = make(1, 70, 2, 136, 40, torch.bfloat16, seed=54, h0=True, z0=normalize)
+    init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+    with dispatch.trying("d256-states"):
+        launch = dispatch.launch_for(case["q"], case["v"])
+        assert launch.states == 2 and launch.L is None
+        o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+        packed = dispatch.launch_for(case["q"], case["v"], [30, 40])
+        gpu = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)
+    assert packed.states == 0
+    assert gpu.states == 2 and gpu.L is None and gpu.BT * gpu.states == 128
+    assert dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132).states == 0  # not tried: the default
+    ro, rht, rz, _ = reference(case, normalize)
+    tol = tolerance(torch.bfloat16)
+    assert_close("o", ro, o, tol)
+    assert_close("final_state", rht, final[0] if normalize else final, tol)
+    if normalize:
+        assert_close("z_state", rz, final[1], tol)
+
+
+@pytest.mark.slow
+def test_states_kernels_compile_for_sm90():
+    """Both kernels compile for an H100/H200 at the candidate's K = V = 256 launch, normalising with every state,
+    their products on wgmma (PERF.md's table: no spill there)."""
+    from sm90 import compile_for_sm90
+
+    from kernels.linear_attention import states
+
+    change = dispatch.CANDIDATES["d256-states"][(256, "16")]
+    BT = dispatch.ONE_PASS[(256, "16")].BT
+    common = dict(K=256, V=256, BK=states.TILE, S=change["states"] * BT, NORMALIZE=True, UPCAST=False,
+                  PRECISION="tf32")
+    module = "kernels.linear_attention.states"
+    ptx = compile_for_sm90([
+        (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True),
+         dict(num_warps=states.STATE_WARPS, num_stages=states.STATE_STAGES)),
+        (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True),
+         dict(num_warps=change["num_warps"], num_stages=change["num_stages"])),
+    ], dtypes=("bf16",), scalars={"scale": "fp32", **{f"{n}_ptr": "*fp32" for n in ("z", "h0", "ht", "z0", "zt",
+                                                                                    "den")}})
+    assert all("wgmma.mma_async" in p for p in ptx.values()), "a product fell back to mma.sync"
 
 
 # The dispatch rule: whole sequences when their chains fill the GPU, otherwise chained segments.

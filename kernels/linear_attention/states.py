@@ -1,0 +1,189 @@
+"""States: the forward in two kernels, the chunk states materialised (dispatch candidate "d256-states").
+
+At K = V = 256 the fused kernel's time is its sequential chain of chunks (PERF.md, "D=256 by materialised chunk
+states"). Here the chain only sums states: :func:`_states_kernel` walks a head's chunks with a [BK, BV] tile of the
+state a program and writes the state before every ``S`` tokens to a workspace (in the inputs' dtype); then
+:func:`_states_output_kernel` computes every block of ``S`` tokens at once, ``o = scale · (q h + tril(q kᵀ) v)``,
+divided by ``scale · (q · z + rowsum(tril(q kᵀ))) + EPS`` when normalising (``z``: the key sum, stored beside each
+state). ``fused.fused_forward`` runs it for a launch with ``Launch.states`` set; packed sequences stay on the fused
+kernel (the dispatch never routes them here).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..device import INTERPRET
+from .reference import EPS
+
+__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass"]
+
+_EPS = tl.constexpr(EPS)
+#: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice on a GPU (K = V =
+#: 256: 16 programs a head, 256 at B=2 H=8); 16 under the interpreter, so small test sizes cross several tiles.
+TILE = 64
+#: The states kernel's warps and pipeline stages (PERF.md's sm_90 compile).
+STATE_WARPS = 4
+STATE_STAGES = 3
+
+
+@triton.jit
+def _states_kernel(
+    # pointers
+    k_ptr, v_ptr, h_ptr, z_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr,
+    # sizes
+    T, H, NS,
+    # strides (batch, token, head; the last dimension is unit-stride)
+    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    # meta-parameters
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, S: tl.constexpr,
+    HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Program (K tile · V tile, batch · head): the state's [BK, BV] tile before tokens ``i·S`` into ``h[b, h, i]``
+    for i < NS, and with it (V tile 0) the key sum into ``z[b, h, i]``; then the final ones where asked."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    ik = tl.program_id(0) // NV
+    iv = tl.program_id(0) % NV
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    offs_t = tl.arange(0, BT)
+    offs_k = ik * BK + tl.arange(0, BK)
+    offs_v = iv * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    offs_h = offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
+    m_h = mk[:, None] & mv[None, :]
+    if HAS_H0:
+        state = tl.load(h0_ptr + bh * K * V + offs_h, mask=m_h, other=0.0).to(tl.float32)
+    else:
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+    zs = tl.zeros([BK], dtype=tl.float32)
+    if HAS_Z0:
+        zs = tl.load(z0_ptr + bh * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    for i in range(0, NS):
+        tl.store(h_ptr + (bh * NS + i) * K * V + offs_h, state.to(h_ptr.dtype.element_ty), mask=m_h)
+        if NORMALIZE:
+            tl.store(z_ptr + (bh * NS + i) * K + offs_k, zs, mask=mk & (iv == 0))
+        for r in tl.static_range(S // BT):
+            rows = i * S + r * BT + offs_t
+            mt = rows < T
+            rows = rows.to(tl.int64)
+            kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                         other=0.0)  # [BT, BK]
+            vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                         other=0.0)  # [BT, BV]
+            if UPCAST:
+                kk = kk.to(tl.float32)
+                vv = vv.to(tl.float32)
+            state = tl.dot(tl.trans(kk), vv, state, input_precision=PRECISION)
+            if NORMALIZE:
+                zs += tl.sum(kk.to(tl.float32), 0)
+    if STORE_HT:
+        tl.store(ht_ptr + bh * K * V + offs_h, state, mask=m_h)
+    if NORMALIZE:
+        tl.store(zt_ptr + bh * K + offs_k, zs.to(zt_ptr.dtype.element_ty), mask=mk & (iv == 0))
+
+
+@triton.jit
+def _states_output_kernel(
+    # pointers
+    q_ptr, k_ptr, v_ptr, o_ptr, h_ptr, z_ptr, den_ptr,
+    # sizes
+    scale, T, H, NS,
+    # strides (batch, token, head; the last dimension is unit-stride)
+    stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
+    stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+    # meta-parameters
+    K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, S: tl.constexpr,
+    NORMALIZE: tl.constexpr, STORE_DEN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Program (V block, block of S tokens, batch · head): the block's output from the state stored before it,
+    the K axis in slices of BK."""
+    iv = tl.program_id(0)
+    i = tl.program_id(1)
+    bh = tl.program_id(2).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    offs_t = tl.arange(0, S)
+    rows = i * S + offs_t
+    mt = rows < T
+    rows = rows.to(tl.int64)
+    offs_v = iv * BV + tl.arange(0, BV)
+    mv = offs_v < V
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    h_base = h_ptr + (bh * NS + i) * K * V
+    out = tl.zeros([S, BV], dtype=tl.float32)
+    scores = tl.zeros([S, S], dtype=tl.float32)
+    qz = tl.zeros([S], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        offs_k = k0 + tl.arange(0, BK)
+        mk = offs_k < K
+        m_qk = mt[:, None] & mk[None, :]
+        qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=m_qk, other=0.0)  # [S, BK]
+        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=m_qk, other=0.0)  # [S, BK]
+        hh = tl.load(h_base + offs_k[:, None] * V + offs_v[None, :], mask=mk[:, None] & mv[None, :],
+                     other=0.0)  # [BK, BV]
+        if UPCAST:
+            qq = qq.to(tl.float32)
+            kk = kk.to(tl.float32)
+            hh = hh.to(tl.float32)
+        out = tl.dot(qq, hh, out, input_precision=PRECISION)
+        scores = tl.dot(qq, tl.trans(kk), scores, input_precision=PRECISION)
+        if NORMALIZE:
+            zz = tl.load(z_ptr + (bh * NS + i) * K + offs_k, mask=mk, other=0.0)  # [BK] fp32
+            qz += tl.sum(qq.to(tl.float32) * zz[None, :], 1)
+    scores = tl.where(offs_t[:, None] >= offs_t[None, :], scores, 0.0)  # [S, S]
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
+    if UPCAST:
+        vv = vv.to(tl.float32)
+    out = tl.dot(scores.to(vv.dtype), vv, out, input_precision=PRECISION)  # [S, BV]
+    if NORMALIZE:
+        den = (tl.sum(scores, 1) + qz) * scale + _EPS  # [S]
+        out = out * (scale / den)[:, None]
+        if STORE_DEN:
+            tl.store(den_ptr + (b * T + rows) * H + h, den, mask=mt & (iv == 0))
+    else:
+        out = out * scale
+    o_base = o_ptr + b * stride_ob + h * stride_oh
+    tl.store(o_base + rows[:, None] * stride_ot + offs_v[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=mt[:, None] & mv[None, :])
+
+
+def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: int, num_warps: int,
+                num_stages: int, precision: str, upcast: bool, strides: tuple) -> None:
+    """Run both kernels of one checked, unpacked call into the allocated outputs: ``o`` [B, T, H, V], ``ht`` (fp32
+    [B, H, K, V] or None), ``zt`` ([B, 1, H, K] when normalising, else None), ``den`` ([B, T, H] fp32 or None);
+    ``h0`` and ``z0`` the initial state and key sum or None. ``S`` tokens a stored state and an output block,
+    ``BT`` a step of the states kernel, ``BV`` the output's V block; ``strides``: q's, k's, v's and o's."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    NS = triton.cdiv(T, S)
+    normalize = zt is not None
+    # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
+    h = torch.empty(B, H, NS, K, V, dtype=q.dtype, device=q.device)
+    z = torch.empty(B, H, NS, K, dtype=torch.float32, device=q.device) if normalize else None
+    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
+    st_q, st_k, st_v, st_o = strides
+    _states_kernel[(triton.cdiv(K, tile) * triton.cdiv(V, tile), B * H)](
+        k, v, h, z, h0, ht, z0, zt,
+        T, H, NS, *st_k, *st_v,
+        K=K, V=V, BK=tile, BV=tile, BT=BT, S=S, HAS_H0=h0 is not None, STORE_HT=ht is not None,
+        NORMALIZE=normalize, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
+        num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
+    )
+    if NS == 0:
+        return
+    _states_output_kernel[(triton.cdiv(V, BV), NS, B * H)](
+        q, k, v, o, h, z, den,
+        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o,
+        K=K, V=V, BK=tile, BV=BV, S=S, NORMALIZE=normalize, STORE_DEN=den is not None, UPCAST=upcast,
+        PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
+    )

@@ -80,6 +80,46 @@ def test_torch_mistakes_are_named():
     fails(check(swapped), "dq and dk: each holds the other's gradient")
 
 
+def test_more_torch_mistakes_are_named():
+    """An off-by-one mask (one diagonal too many), float32 arithmetic on float64 inputs, and a do scaled in place
+    (the right gradients, the caller's tensor changed) fail with a message naming the fault."""
+    def check(src, hidden=False):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}),
+                     hidden=hidden)
+
+    fails(check(edit(TORCH, "b = (vc @ doc.transpose(-1, -2)).triu()", "b = (vc @ doc.transpose(-1, -2)).triu(-1)")),
+          "dk: what a mask one diagonal too wide gives")
+    in_float32 = TORCH
+    for old, new in (("    q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))",
+                      "    dtype = q.dtype\n    q, k, v, do = (x.float().transpose(1, 2) for x in (q, k, v, do))"),
+                     ("return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)",
+                      "return tuple(x.transpose(1, 2).to(dtype) for x in (dq, dk, dv))")):
+        in_float32 = edit(in_float32, old, new)
+    fails(check(in_float32), "dq, dk and dv: right to float32's precision")
+    in_place = TORCH
+    for old, new in (("    V = v.shape[-1]\n", "    V = v.shape[-1]\n    do.mul_(scale)\n"),
+                     ("scale * (doc @ state.transpose(-1, -2) + p @ kc)", "doc @ state.transpose(-1, -2) + p @ kc"),
+                     ("scale * (b @ qc)", "b @ qc"), ("scale * (a @ doc)", "a @ doc"),
+                     ("dstate = dstate + scale * qc", "dstate = dstate + qc")):
+        in_place = edit(in_place, old, new)
+    fails(check(in_place), "changed its input do in place")
+
+
+def test_one_token_left_at_zero_is_not_called_a_mask_mistake_alone():
+    """With T=1, shorter than a chunk, a loop that never starts and a mask without its diagonal both leave zeros:
+    the message names the loop, and the mask as the other way there."""
+    def check(src):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}),
+                     hidden=True)
+
+    zeroed = edit(TORCH, "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
+                  "torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)")
+    stops = edit(zeroed, "    starts = list(range(0, T, chunk_size))\n",
+                 "    starts = list(range(0, T - 1, chunk_size))\n")
+    fails(check(stops), "for T=1, less than one chunk: the only chunk, a short one, is never walked",
+          "without its diagonal")
+
+
 def test_unwritten_last_chunk_is_named_whatever_the_memory_held():
     """A backward that never walks the last, short chunk leaves those rows as torch.empty_like found them: NaN
     here, on a GPU whatever the allocator held (1e307 was seen; its square overflows a plain norm, which must not
@@ -140,6 +180,15 @@ def test_kernel_updates_before_use_are_named():
     dh_first = edit(edit(DKDV, dh_update, ""), "        a = tl.where(later", dh_update + "        a = tl.where(later")
     fails(grade("07_backward.dkdv", kernel(dh_first, "dkdv_kernel")), "dk and dv: what dH gives when",
           "counted twice")
+
+def test_kernel_mask_mistakes_are_named():
+    """A mask one diagonal too wide, and one comparing positions in the sequence (t0 + offsets) with positions in
+    the chunk, right in the first chunk only, are named."""
+    wide = edit(DQ, "causal = offs_c[:, None] >= offs_c[None, :]", "causal = offs_c[:, None] + 1 >= offs_c[None, :]")
+    fails(grade("07_backward.dq", kernel(wide, "dq_kernel")), "dq: what a mask one diagonal too wide gives")
+    absolute = edit(DQ, "p = tl.where(causal,", "p = tl.where(offs_t[:, None] >= offs_c[None, :],")
+    fails(grade("07_backward.dq", kernel(absolute, "dq_kernel")), "dq: what a mask comparing positions in the sequence")
+
 
 def _lesson_namespace():
     """The notebook's names an autograd answer relies on: the kernels, the launchers, the forward."""

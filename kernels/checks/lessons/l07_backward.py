@@ -60,15 +60,19 @@ def _inputs(case, gen):
 
 def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, masks_swapped=False, forwards=False,
              scale_twice=False, strict=False, unmasked=False, intra_scale2=False, no_scale=False, no_carry=False,
-             dh_unscaled=False, wide=False, absolute=False):
+             dh_unscaled=False, wide=False, absolute=False, untransposed=False):
     """The chunked gradients in float64, ``[B, T, H, *]``, or one of the plausible mistakes the flags name: the state
     ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the two passes' masks swapped (``M`` where dk, dv
     take ``Mᵀ``, and ``Mᵀ`` in dq), the dk/dv chunks walked first to last, ``scale`` applied again to the carried
     state, the mask without its diagonal (``strict``) or no mask at all, ``scale`` applied twice to the chunk's own
     term, no ``scale`` at all, states never carried from chunk to chunk, ``dH`` carried without its ``scale``, the mask
     one diagonal too wide (``wide``), the mask of token positions in the sequence against positions in the chunk
-    (``absolute``: right in the first chunk, nothing masked after it)."""
+    (``absolute``: right in the first chunk, nothing masked after it), the carried state read without its transpose
+    (``untransposed``: K and V padded with zeros to one size, as a kernel's blocks of one size pad them)."""
     q, k, v, do = (x.detach().double().transpose(1, 2) for x in (q, k, v, do))  # [B, H, T, *]
+    K, V = q.shape[-1], v.shape[-1]
+    if untransposed:
+        q, k, v, do = (torch.nn.functional.pad(x, (0, max(K, V) - x.shape[-1])) for x in (q, k, v, do))
     scale = 1.0 if no_scale else scale
     intra = scale * scale if intra_scale2 else scale
     T = q.shape[2]
@@ -88,6 +92,7 @@ def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, ma
         if state_first:
             S = S + kc.transpose(-1, -2) @ vc
         carried = S * scale if scale_twice else S
+        carried = carried.transpose(-1, -2) if untransposed else carried
         dq[:, :, t0:t0 + chunk] = (scale * doc @ carried.transpose(-1, -2)
                                    + intra * causal(doc @ vc.transpose(-1, -2), False, t0) @ kc)
         if not (state_first or no_carry):
@@ -100,11 +105,12 @@ def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, ma
             dH = dH + dh_scale * qc.transpose(-1, -2) @ doc
         a, b = causal(vc @ doc.transpose(-1, -2), True, t0), causal(kc @ qc.transpose(-1, -2), True, t0)
         carried = dH * scale if scale_twice else dH
+        carried = carried.transpose(-1, -2) if untransposed else carried
         dk[:, :, t0:t0 + chunk] = vc @ carried.transpose(-1, -2) + intra * (a @ qc)
         dv[:, :, t0:t0 + chunk] = kc @ carried + intra * (b @ doc)
         if not (dh_first or no_carry):
             dH = dH + dh_scale * qc.transpose(-1, -2) @ doc
-    return {"dq": dq.transpose(1, 2), "dk": dk.transpose(1, 2), "dv": dv.transpose(1, 2)}
+    return {"dq": dq[..., :K].transpose(1, 2), "dk": dk[..., :K].transpose(1, 2), "dv": dv[..., :V].transpose(1, 2)}
 
 
 _MISTAKES = (
@@ -138,6 +144,10 @@ _MISTAKES = (
                                               "the chunk gives (t0 + offsets against offsets): right in the first "
                                               "chunk, nothing masked after it; build the mask from the offsets "
                                               "within the chunk on both sides (tl.arange(0, BT))"),
+    (dict(untransposed=True), ("dq", "dk", "dv"), "what the carried state gives read without its transpose (the "
+                                                  "shapes fit where K and V pad to one block size): dq takes "
+                                                  "dO_c S_[c]ᵀ, dk takes V_c dHᵀ and dv takes K_c dH, with S and dH "
+                                                  "[K, V]"),
     (dict(intra_scale2=True), ("dq", "dk", "dv"), "what the chunk's own term gives scaled twice: scale the scores "
                                                   "or their product, not both"),
     (dict(no_scale=True), ("dq", "dk", "dv"), "what the gradients are without scale: every term carries one factor "

@@ -190,6 +190,15 @@ def test_kernel_mask_mistakes_are_named():
     fails(grade("07_backward.dq", kernel(absolute, "dq_kernel")), "dq: what a mask comparing positions in the sequence")
 
 
+def test_kernel_state_read_without_its_transpose_is_named():
+    """V_c dH for V_c dHᵀ compiles wherever K and V pad to one block size, as in both visible cases: named there,
+    K and V padded with zeros in the comparison as the kernel's blocks pad them."""
+    untransposed = edit(DKDV, "dk = tl.dot(v, tl.trans(dstate).to(v.dtype), dk,",
+                        "dk = tl.dot(v, dstate.to(v.dtype), dk,")
+    fails(grade("07_backward.dkdv", kernel(untransposed, "dkdv_kernel")),
+          "dk: what the carried state gives read without its transpose")
+
+
 def _lesson_namespace():
     """The notebook's names an autograd answer relies on: the kernels, the launchers, the forward."""
     import triton

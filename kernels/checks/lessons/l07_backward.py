@@ -60,7 +60,7 @@ def _inputs(case, gen):
 
 def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, masks_swapped=False, forwards=False,
              scale_twice=False, strict=False, unmasked=False, intra_scale2=False, no_scale=False, no_carry=False,
-             dh_unscaled=False, wide=False, absolute=False, untransposed=False):
+             dh_unscaled=False, wide=False, absolute=False, untransposed=False, intra_unscaled=False):
     """The chunked gradients in float64, ``[B, T, H, *]``, or one of the plausible mistakes the flags name: the state
     ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the two passes' masks swapped (``M`` where dk, dv
     take ``Mᵀ``, and ``Mᵀ`` in dq), the dk/dv chunks walked first to last, ``scale`` applied again to the carried
@@ -68,13 +68,14 @@ def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, ma
     term, no ``scale`` at all, states never carried from chunk to chunk, ``dH`` carried without its ``scale``, the mask
     one diagonal too wide (``wide``), the mask of token positions in the sequence against positions in the chunk
     (``absolute``: right in the first chunk, nothing masked after it), the carried state read without its transpose
-    (``untransposed``: K and V padded with zeros to one size, as a kernel's blocks of one size pad them)."""
+    (``untransposed``: K and V padded with zeros to one size, as a kernel's blocks of one size pad them), the
+    chunk's own term without ``scale`` (``intra_unscaled``)."""
     q, k, v, do = (x.detach().double().transpose(1, 2) for x in (q, k, v, do))  # [B, H, T, *]
     K, V = q.shape[-1], v.shape[-1]
     if untransposed:
         q, k, v, do = (torch.nn.functional.pad(x, (0, max(K, V) - x.shape[-1])) for x in (q, k, v, do))
     scale = 1.0 if no_scale else scale
-    intra = scale * scale if intra_scale2 else scale
+    intra = scale * scale if intra_scale2 else 1.0 if intra_unscaled else scale
     T = q.shape[2]
     starts = list(range(0, T, chunk))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -150,6 +151,9 @@ _MISTAKES = (
                                                   "[K, V]"),
     (dict(intra_scale2=True), ("dq", "dk", "dv"), "what the chunk's own term gives scaled twice: scale the scores "
                                                   "or their product, not both"),
+    (dict(intra_unscaled=True), ("dq", "dk", "dv"), "what the chunk's own (masked) term gives without scale: the "
+                                                    "carried term has its scale (in dH, or applied to dO_c S_[c]ᵀ), "
+                                                    "and the chunk's own term needs one too"),
     (dict(no_scale=True), ("dq", "dk", "dv"), "what the gradients are without scale: every term carries one factor "
                                               "of scale (dH too: dH += scale · Q_cᵀ dO_c)"),
     (dict(dh_unscaled=True), ("dk", "dv"), "what dH gives without its scale: the chunk's own term is scaled, and "
@@ -453,9 +457,12 @@ def _autograd_run(args, inputs, outputs, case):
         if t["input"] is None:
             where = t.get("where", "ctx.save_for_backward")
             how = "saved" if where == "ctx.save_for_backward" else f"kept on its context as {where}"
+            copy = ("" if t.get("copy_of") is None else f" (a copy of {'qkv'[t['copy_of']]}: .contiguous() of a "
+                    "strided view, .clone() and .float() make one, held from forward to backward; the kernels take "
+                    "any strides)")
             raise CheckFailed(f"your Function {how} a tensor of shape {tuple(t['shape'])} that is not one of q, k, "
-                              "v: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
-                              "states chunk by chunk")
+                              f"v{copy}: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds "
+                              "the states chunk by chunk")
     launches = r.get("launches_backward")
     if launches is not None and launches < 2:  # None: nothing could count them
         what = ("no Triton kernel: it computes the gradients some other way" if launches == 0 else

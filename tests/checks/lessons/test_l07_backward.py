@@ -237,6 +237,10 @@ def test_autograd_twins_fail():
     keeps = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
                           "ctx.save_for_backward(q, k, v, o)"), "linear_attention", ns)
     fails(grade("07_backward.autograd", keeps), "saved a tensor")
+    copies = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
+                           "ctx.save_for_backward(q.contiguous(), k.contiguous(), v.contiguous())"),
+                      "linear_attention", ns)
+    fails(grade("07_backward.autograd", copies, hidden=True), "saved a tensor", "a copy of q")
 
 
 _LAUNCH_DQ = """        dq = launch_dq(k, v, do, ctx.scale, chunk=chunk, block_k=min(pow2(q.shape[-1]), 64),

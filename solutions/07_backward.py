@@ -304,10 +304,10 @@ check("07_backward.dq", dq_kernel, hidden=True)
 # `dk`, two V blocks for `dv` at `D = 128`), so that the GPU has more programs than heads and each holds a
 # `[128, 64]` block in registers; they read the same chunks at the same time, from L2.
 #
-# The launcher below (given) pipelines two stages, `num_stages=2`, and the check launches your kernel the same way:
-# with Triton's default of three, chunks of 64 at `K = V = 128` in bf16 ask for 233,472 bytes of shared memory,
-# 1 KiB more than the 232,448 a block may have on an H100 or H200, and the launch fails with `OutOfResources`
-# (the interpreter has no such limit; lesson 06 shows how to read the figure from the compiler).
+# The launcher below (given) pipelines two stages, `num_stages=2`, and the check's GPU cases at `K = V = 128` launch
+# your kernel the same way: with Triton's default of three, chunks of 64 at `K = V = 128` in bf16 ask for 233,472
+# bytes of shared memory, 1 KiB more than the 232,448 a block may have on an H100 or H200, and the launch fails with
+# `OutOfResources` (the interpreter has no such limit; lesson 06 shows how to read the figure from the compiler).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-dkdv", "locked": false, "schema_version": 3, "solution": true}
 @triton.jit

@@ -237,9 +237,23 @@ def _diagnose_at(chunks):
                     wrong = _chunked(*args, chunk, **flags)
                     if all(close(got[n], wrong[n]) for n in off):
                         return f"{_listed(off)}: {why}"
-        return None
+        return _zero_rows(got, ref, off)
 
     return diagnose
+
+
+def _zero_rows(got: dict, ref: dict, off: list) -> str | None:
+    """Names the tokens whose rows of a gradient are all zero where the reference's are not, when some are and
+    some are not: rows that a chunk loop never writes into zeroed gradients (a slice one short, say)."""
+    for n in off:
+        rows = ((got[n] == 0).all(-1) & (ref[n] != 0).any(-1)).any(-1).any(0)  # [T]
+        tokens = rows.nonzero().flatten().tolist()
+        if 0 < len(tokens) < rows.numel():
+            shown = ", ".join(str(t) for t in tokens[:6]) + (", …" if len(tokens) > 6 else "")
+            return (f"{n}: the rows of tokens {shown} ({len(tokens)} of {rows.numel()}) are all zero where gradients "
+                    "are due: are they ever written? A chunk starting at t0 holds tokens t0 … t0 + chunk − 1, the "
+                    "slice t0:t0 + chunk")
+    return None
 
 
 def _reference(names):

@@ -120,6 +120,18 @@ def test_one_token_left_at_zero_is_not_called_a_mask_mistake_alone():
           "without its diagonal")
 
 
+def test_rows_a_chunk_loop_never_writes_are_named():
+    """A dq loop whose slice stops one token short leaves the last token of every chunk at zero (the gradients were
+    zeroed): the message names those tokens."""
+    short = edit(TORCH, "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
+                 "torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)")
+    short = edit(short, "kc, vc, doc = (x[:, :, t0:t0 + chunk_size] for x",
+                 "kc, vc, doc = (x[:, :, t0:t0 + chunk_size - 1] for x")
+    short = edit(short, "dq[:, :, t0:t0 + chunk_size] =", "dq[:, :, t0:t0 + chunk_size - 1] =")
+    out = grade("07_backward.backward_torch", function(short, "chunked_backward_torch", {"torch": torch}))
+    fails(out, "dq: the rows of tokens 63, 127 (2 of 150) are all zero")
+
+
 def test_unwritten_last_chunk_is_named_whatever_the_memory_held():
     """A backward that never walks the last, short chunk leaves those rows as torch.empty_like found them: NaN
     here, on a GPU whatever the allocator held (1e307 was seen; its square overflows a plain norm, which must not

@@ -67,11 +67,11 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
     which of the inputs it saved, then run its backward with ``grad_output``: a dict of ``output``, ``grads`` (of
     the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom`` (a ``torch.autograd.Function``'s
     node), ``saved`` (each tensor it saved or kept on its context: the input's index or None, the shape, and
-    where: ``ctx.save_for_backward`` or ``ctx.NAME``) and ``launches_backward`` (the Triton
-    launches its backward made; None when it did not run or nothing could count them); or whatever ``fn``
-    returned, when it is not a tensor (the check names what came back instead). ``grad_output`` is expanded to the
-    output's shape: one of size 1 along a dimension reaches the backward with stride 0 there, as ``o.sum(-1)``'s
-    backward hands it."""
+    where: ``ctx.save_for_backward`` or ``ctx.NAME``; ``copy_of``, an input's index, for a copy of that input) and
+    ``launches_backward`` (the Triton launches its backward made; None when it did not run or nothing could count
+    them); or whatever ``fn`` returned, when it is not a tensor (the check names what came back instead).
+    ``grad_output`` is expanded to the output's shape: one of size 1 along a dimension reaches the backward with
+    stride 0 there, as ``o.sum(-1)``'s backward hands it."""
     with torch.enable_grad():
         out = fn(*args, **kwargs)
         if not isinstance(out, torch.Tensor):
@@ -85,6 +85,10 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
                 return
             same = [i for i in requires if t.data_ptr() == args[i].data_ptr() and t.shape == args[i].shape]
             saved.append({"input": same[0] if same else None, "shape": list(t.shape), "where": where})
+            copies = [i for i in requires if not same and t.shape == args[i].shape
+                      and torch.equal(t.detach().to(args[i].dtype), args[i].detach())]
+            if copies:  # the same values in new memory: .contiguous() of a view, .clone(), .float()
+                saved[-1]["copy_of"] = copies[0]
 
         for t in (node.saved_tensors if custom else ()):
             if t is not None:

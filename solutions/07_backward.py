@@ -165,7 +165,8 @@ def chunked_backward_torch(q, k, v, do, scale, chunk_size=64):
 
 
 # %% nbgrader={"grade": false, "grade_id": "ex1-try", "locked": true, "schema_version": 3, "solution": false}
-shape = pick(cpu=sizes("linear_attention"), gpu=dict(B=2, H=4, T=1000, K=64, V=48))  # a quick look, fp32
+# a quick look, in float64, with K ≠ V (a state read without its transpose does not fit)
+shape = pick(cpu=dict(sizes("linear_attention"), V=24), gpu=dict(B=2, H=4, T=1000, K=64, V=48))
 B, H, T, K, V = (shape[n] for n in "BHTKV")
 q64, k64, v64, do64 = (randn(B, T, H, d, dtype=torch.float64, seed=s, scale=0.5)
                        for s, d in ((0, K), (1, K), (2, V), (3, V)))
@@ -179,6 +180,8 @@ try:
         print(f"{name}, chunked vs autograd of the recurrence, float64:", assert_close(name, auto, got, 1e-12))
 except NotImplementedError:
     print("write chunked_backward_torch first")
+except AssertionError as e:  # it runs, and a gradient is wrong
+    print(f"chunked_backward_torch runs, but is wrong: {e}")
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("07_backward.backward_torch", chunked_backward_torch)
@@ -301,10 +304,10 @@ check("07_backward.dq", dq_kernel, hidden=True)
 # `dk`, two V blocks for `dv` at `D = 128`), so that the GPU has more programs than heads and each holds a
 # `[128, 64]` block in registers; they read the same chunks at the same time, from L2.
 #
-# The launcher below (given) pipelines two stages, `num_stages=2`, and the check launches your kernel the same way:
-# with Triton's default of three, chunks of 64 at `K = V = 128` in bf16 ask for 233,472 bytes of shared memory,
-# 1 KiB more than the 232,448 a block may have on an H100 or H200, and the launch fails with `OutOfResources`
-# (the interpreter has no such limit; lesson 06 shows how to read the figure from the compiler).
+# The launcher below (given) pipelines two stages, `num_stages=2`, and the check's GPU cases at `K = V = 128` launch
+# your kernel the same way: with Triton's default of three, chunks of 64 at `K = V = 128` in bf16 ask for 233,472
+# bytes of shared memory, 1 KiB more than the 232,448 a block may have on an H100 or H200, and the launch fails with
+# `OutOfResources` (the interpreter has no such limit; lesson 06 shows how to read the figure from the compiler).
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-dkdv", "locked": false, "schema_version": 3, "solution": true}
 @triton.jit

@@ -60,25 +60,32 @@ def _inputs(case, gen):
 
 def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, masks_swapped=False, forwards=False,
              scale_twice=False, strict=False, unmasked=False, intra_scale2=False, no_scale=False, no_carry=False,
-             dh_unscaled=False):
+             dh_unscaled=False, wide=False, absolute=False, untransposed=False, intra_unscaled=False):
     """The chunked gradients in float64, ``[B, T, H, *]``, or one of the plausible mistakes the flags name: the state
     ``S`` (dq) or ``dH`` (dk, dv) updated before the chunk uses it, the two passes' masks swapped (``M`` where dk, dv
     take ``Mᵀ``, and ``Mᵀ`` in dq), the dk/dv chunks walked first to last, ``scale`` applied again to the carried
     state, the mask without its diagonal (``strict``) or no mask at all, ``scale`` applied twice to the chunk's own
-    term, no ``scale`` at all, states never carried from chunk to chunk, ``dH`` carried without its ``scale``."""
+    term, no ``scale`` at all, states never carried from chunk to chunk, ``dH`` carried without its ``scale``, the mask
+    one diagonal too wide (``wide``), the mask of token positions in the sequence against positions in the chunk
+    (``absolute``: right in the first chunk, nothing masked after it), the carried state read without its transpose
+    (``untransposed``: K and V padded with zeros to one size, as a kernel's blocks of one size pad them), the
+    chunk's own term without ``scale`` (``intra_unscaled``)."""
     q, k, v, do = (x.detach().double().transpose(1, 2) for x in (q, k, v, do))  # [B, H, T, *]
+    K, V = q.shape[-1], v.shape[-1]
+    if untransposed:
+        q, k, v, do = (torch.nn.functional.pad(x, (0, max(K, V) - x.shape[-1])) for x in (q, k, v, do))
     scale = 1.0 if no_scale else scale
-    intra = scale * scale if intra_scale2 else scale
+    intra = scale * scale if intra_scale2 else 1.0 if intra_unscaled else scale
     T = q.shape[2]
     starts = list(range(0, T, chunk))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
-    def causal(x, transposed):  # M (rows >= columns) for dq, Mᵀ for dk and dv; or the mistake's mask
-        if unmasked:
+    def causal(x, transposed, t0):  # M (rows >= columns) for dq, Mᵀ for dk and dv; or the mistake's mask
+        if unmasked or (absolute and t0 > 0):
             return x
         if transposed != masks_swapped:
-            return x.triu(1 if strict else 0)
-        return x.tril(-1 if strict else 0)
+            return x.triu(1 if strict else -1 if wide else 0)
+        return x.tril(-1 if strict else 1 if wide else 0)
 
     S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     for t0 in starts:
@@ -86,8 +93,9 @@ def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, ma
         if state_first:
             S = S + kc.transpose(-1, -2) @ vc
         carried = S * scale if scale_twice else S
+        carried = carried.transpose(-1, -2) if untransposed else carried
         dq[:, :, t0:t0 + chunk] = (scale * doc @ carried.transpose(-1, -2)
-                                   + intra * causal(doc @ vc.transpose(-1, -2), False) @ kc)
+                                   + intra * causal(doc @ vc.transpose(-1, -2), False, t0) @ kc)
         if not (state_first or no_carry):
             S = S + kc.transpose(-1, -2) @ vc
     dH = torch.zeros_like(S)
@@ -96,13 +104,14 @@ def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, ma
         dh_scale = 1.0 if dh_unscaled else scale
         if dh_first:
             dH = dH + dh_scale * qc.transpose(-1, -2) @ doc
-        a, b = causal(vc @ doc.transpose(-1, -2), True), causal(kc @ qc.transpose(-1, -2), True)
+        a, b = causal(vc @ doc.transpose(-1, -2), True, t0), causal(kc @ qc.transpose(-1, -2), True, t0)
         carried = dH * scale if scale_twice else dH
+        carried = carried.transpose(-1, -2) if untransposed else carried
         dk[:, :, t0:t0 + chunk] = vc @ carried.transpose(-1, -2) + intra * (a @ qc)
         dv[:, :, t0:t0 + chunk] = kc @ carried + intra * (b @ doc)
         if not (dh_first or no_carry):
             dH = dH + dh_scale * qc.transpose(-1, -2) @ doc
-    return {"dq": dq.transpose(1, 2), "dk": dk.transpose(1, 2), "dv": dv.transpose(1, 2)}
+    return {"dq": dq[..., :K].transpose(1, 2), "dk": dk[..., :K].transpose(1, 2), "dv": dv[..., :V].transpose(1, 2)}
 
 
 _MISTAKES = (
@@ -123,14 +132,28 @@ _MISTAKES = (
     (dict(scale_twice=True), ("dq", "dk", "dv"), "what the carried state gives when it is scaled twice: scale "
                                                  "multiplies every term once; in dq it is applied to dO_c S_[c]ᵀ (S "
                                                  "carries none), and dH already carries it (dH += scale · Q_cᵀ dO_c)"),
+    (dict(wide=True), ("dq", "dk", "dv"), "what a mask one diagonal too wide gives (.tril(1) or .triu(-1)): a "
+                                          "token also takes the term of its neighbour on the wrong side; the "
+                                          "diagonal is the last one kept (.tril() for dq, .triu() for dk and dv)"),
     (dict(strict=True), ("dq", "dk", "dv"), "what a mask without its diagonal gives (rows > columns): causal "
                                             "attention lets a token attend to itself, so the mask keeps the diagonal "
                                             "(rows >= columns for dq, rows <= columns for dk and dv)"),
     (dict(unmasked=True), ("dq", "dk", "dv"), "what the chunk's own block gives with no causal mask: within a chunk "
                                               "a token only sees the tokens up to itself (dq: rows >= columns; dk, "
                                               "dv: rows <= columns)"),
+    (dict(absolute=True), ("dq", "dk", "dv"), "what a mask comparing positions in the sequence with positions in "
+                                              "the chunk gives (t0 + offsets against offsets): right in the first "
+                                              "chunk, nothing masked after it; build the mask from the offsets "
+                                              "within the chunk on both sides (tl.arange(0, BT))"),
+    (dict(untransposed=True), ("dq", "dk", "dv"), "what the carried state gives read without its transpose (the "
+                                                  "shapes fit where K and V pad to one block size): dq takes "
+                                                  "dO_c S_[c]ᵀ, dk takes V_c dHᵀ and dv takes K_c dH, with S and dH "
+                                                  "[K, V]"),
     (dict(intra_scale2=True), ("dq", "dk", "dv"), "what the chunk's own term gives scaled twice: scale the scores "
                                                   "or their product, not both"),
+    (dict(intra_unscaled=True), ("dq", "dk", "dv"), "what the chunk's own (masked) term gives without scale: the "
+                                                    "carried term has its scale (in dH, or applied to dO_c S_[c]ᵀ), "
+                                                    "and the chunk's own term needs one too"),
     (dict(no_scale=True), ("dq", "dk", "dv"), "what the gradients are without scale: every term carries one factor "
                                               "of scale (dH too: dH += scale · Q_cᵀ dO_c)"),
     (dict(dh_unscaled=True), ("dk", "dv"), "what dH gives without its scale: the chunk's own term is scaled, and "
@@ -145,11 +168,25 @@ def _listed(names):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``‖a − b‖ / ‖b‖``; infinite where ``a`` holds NaN or inf."""
+    if not torch.isfinite(a).all():
+        return math.inf
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
 def _short_chunk_only(got: dict, args: list, chunks, close) -> str | None:
     """When the gradients ``got`` are those of the first ``T // c · c`` tokens alone (the gradients of that shorter
     problem there, anything after), for a chunk size ``c`` the answer may use: a loop over ``T // c`` chunks,
-    which never reaches a last, short chunk."""
+    which never reaches a last, short chunk. Shorter than every chunk, that leaves nothing written: zeros, or what
+    fresh memory holds (denormals, NaN, huge values), where gradients were due."""
     T = args[0].shape[1]
+    if all(T < c for c in chunks) and all(bool(((g.abs() > 1e-300) & (g.abs() < 1e300)).sum() == 0)
+                                          for g in got.values()):
+        also = " (or a mask without its diagonal: with one token, the diagonal is all there is)" if T == 1 else ""
+        return (f"{_listed(list(got))}: nothing but zeros or unwritten memory, for T={T}, less than one chunk: the "
+                f"only chunk, a short one, is never walked{also}; loop over ceil(T / chunk) chunks, the last one "
+                "masked to T")
     for c in chunks:
         start = T // c * c
         if 0 < start < T:
@@ -177,6 +214,11 @@ def _diagnose_at(chunks):
             return bool((a - b).norm() <= 1e-2 * max(float(a.norm()), float(b.norm()), 1e-30))
 
         grads = {n: g for n, g in got.items() if n in ("dq", "dk", "dv")}
+        errors = {n: _relative(got[n], ref[n]) for n in grads}
+        rounded = [n for n, e in errors.items() if e > 1e-10]
+        if case.dtype == torch.float64 and rounded and all(errors[n] < 1e-5 for n in rounded):
+            return (f"{_listed(rounded)}: right to float32's precision, not float64's: compute in the inputs' dtype "
+                    "(a .float(), or a buffer made without dtype=q.dtype, rounds every value to float32)")
         off = [n for n in got if not close(got[n], ref[n])]
         if not off or any(n not in grads for n in off):  # a wrong forward (o) is not a backward mistake
             return None
@@ -195,9 +237,23 @@ def _diagnose_at(chunks):
                     wrong = _chunked(*args, chunk, **flags)
                     if all(close(got[n], wrong[n]) for n in off):
                         return f"{_listed(off)}: {why}"
-        return None
+        return _zero_rows(got, ref, off)
 
     return diagnose
+
+
+def _zero_rows(got: dict, ref: dict, off: list) -> str | None:
+    """Names the tokens whose rows of a gradient are all zero where the reference's are not, when some are and
+    some are not: rows that a chunk loop never writes into zeroed gradients (a slice one short, say)."""
+    for n in off:
+        rows = ((got[n] == 0).all(-1) & (ref[n] != 0).any(-1)).any(-1).any(0)  # [T]
+        tokens = rows.nonzero().flatten().tolist()
+        if 0 < len(tokens) < rows.numel():
+            shown = ", ".join(str(t) for t in tokens[:6]) + (", …" if len(tokens) > 6 else "")
+            return (f"{n}: the rows of tokens {shown} ({len(tokens)} of {rows.numel()}) are all zero where gradients "
+                    "are due: are they ever written? A chunk starting at t0 holds tokens t0 … t0 + chunk − 1, the "
+                    "slice t0:t0 + chunk")
+    return None
 
 
 def _reference(names):
@@ -228,8 +284,14 @@ def _torch_run(args, inputs, outputs, case):
     B, T, H = q.shape[:3]
     chunks = math.ceil(T / chunk)
     budget = 80 * chunks * B * H + 200
+    before = {n: inputs[n].clone() for n in ("q", "k", "v", "do")}
     with _NoAutograd(max(chunk, q.shape[-1], v.shape[-1])) as counter:
         got = fn(q, k, v, do, scale, chunk_size=chunk)
+    changed = [n for n, x in before.items() if not torch.equal(inputs[n], x)]
+    if changed:
+        raise CheckFailed(f"chunked_backward_torch changed its input {_listed(changed)} in place (x *= scale, "
+                          "x.mul_(...), a slice assigned into it): the caller's tensors must come back as they "
+                          "went in (autograd may hand the same do to other backwards); compute into new tensors")
     if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(g, torch.Tensor) for g in got)):
         raise CheckFailed("chunked_backward_torch must return the tuple (dq, dk, dv) of tensors")
     if counter.widest is not None:
@@ -409,9 +471,12 @@ def _autograd_run(args, inputs, outputs, case):
         if t["input"] is None:
             where = t.get("where", "ctx.save_for_backward")
             how = "saved" if where == "ctx.save_for_backward" else f"kept on its context as {where}"
+            copy = ("" if t.get("copy_of") is None else f" (a copy of {'qkv'[t['copy_of']]}: .contiguous() of a "
+                    "strided view, .clone() and .float() make one, held from forward to backward; the kernels take "
+                    "any strides)")
             raise CheckFailed(f"your Function {how} a tensor of shape {tuple(t['shape'])} that is not one of q, k, "
-                              "v: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds the "
-                              "states chunk by chunk")
+                              f"v{copy}: save only the inputs (ctx.save_for_backward(q, k, v)); the backward rebuilds "
+                              "the states chunk by chunk")
     launches = r.get("launches_backward")
     if launches is not None and launches < 2:  # None: nothing could count them
         what = ("no Triton kernel: it computes the gradients some other way" if launches == 0 else

@@ -80,6 +80,58 @@ def test_torch_mistakes_are_named():
     fails(check(swapped), "dq and dk: each holds the other's gradient")
 
 
+def test_more_torch_mistakes_are_named():
+    """An off-by-one mask (one diagonal too many), float32 arithmetic on float64 inputs, and a do scaled in place
+    (the right gradients, the caller's tensor changed) fail with a message naming the fault."""
+    def check(src, hidden=False):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}),
+                     hidden=hidden)
+
+    fails(check(edit(TORCH, "b = (vc @ doc.transpose(-1, -2)).triu()", "b = (vc @ doc.transpose(-1, -2)).triu(-1)")),
+          "dk: what a mask one diagonal too wide gives")
+    in_float32 = TORCH
+    for old, new in (("    q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))",
+                      "    dtype = q.dtype\n    q, k, v, do = (x.float().transpose(1, 2) for x in (q, k, v, do))"),
+                     ("return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)",
+                      "return tuple(x.transpose(1, 2).to(dtype) for x in (dq, dk, dv))")):
+        in_float32 = edit(in_float32, old, new)
+    fails(check(in_float32), "dq, dk and dv: right to float32's precision")
+    in_place = TORCH
+    for old, new in (("    V = v.shape[-1]\n", "    V = v.shape[-1]\n    do.mul_(scale)\n"),
+                     ("scale * (doc @ state.transpose(-1, -2) + p @ kc)", "doc @ state.transpose(-1, -2) + p @ kc"),
+                     ("scale * (b @ qc)", "b @ qc"), ("scale * (a @ doc)", "a @ doc"),
+                     ("dstate = dstate + scale * qc", "dstate = dstate + qc")):
+        in_place = edit(in_place, old, new)
+    fails(check(in_place), "changed its input do in place")
+
+
+def test_one_token_left_at_zero_is_not_called_a_mask_mistake_alone():
+    """With T=1, shorter than a chunk, a loop that never starts and a mask without its diagonal both leave zeros:
+    the message names the loop, and the mask as the other way there."""
+    def check(src):
+        return grade("07_backward.backward_torch", function(src, "chunked_backward_torch", {"torch": torch}),
+                     hidden=True)
+
+    zeroed = edit(TORCH, "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
+                  "torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)")
+    stops = edit(zeroed, "    starts = list(range(0, T, chunk_size))\n",
+                 "    starts = list(range(0, T - 1, chunk_size))\n")
+    fails(check(stops), "for T=1, less than one chunk: the only chunk, a short one, is never walked",
+          "without its diagonal")
+
+
+def test_rows_a_chunk_loop_never_writes_are_named():
+    """A dq loop whose slice stops one token short leaves the last token of every chunk at zero (the gradients were
+    zeroed): the message names those tokens."""
+    short = edit(TORCH, "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)",
+                 "torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)")
+    short = edit(short, "kc, vc, doc = (x[:, :, t0:t0 + chunk_size] for x",
+                 "kc, vc, doc = (x[:, :, t0:t0 + chunk_size - 1] for x")
+    short = edit(short, "dq[:, :, t0:t0 + chunk_size] =", "dq[:, :, t0:t0 + chunk_size - 1] =")
+    out = grade("07_backward.backward_torch", function(short, "chunked_backward_torch", {"torch": torch}))
+    fails(out, "dq: the rows of tokens 63, 127 (2 of 150) are all zero")
+
+
 def test_unwritten_last_chunk_is_named_whatever_the_memory_held():
     """A backward that never walks the last, short chunk leaves those rows as torch.empty_like found them: NaN
     here, on a GPU whatever the allocator held (1e307 was seen; its square overflows a plain norm, which must not
@@ -141,6 +193,24 @@ def test_kernel_updates_before_use_are_named():
     fails(grade("07_backward.dkdv", kernel(dh_first, "dkdv_kernel")), "dk and dv: what dH gives when",
           "counted twice")
 
+def test_kernel_mask_mistakes_are_named():
+    """A mask one diagonal too wide, and one comparing positions in the sequence (t0 + offsets) with positions in
+    the chunk, right in the first chunk only, are named."""
+    wide = edit(DQ, "causal = offs_c[:, None] >= offs_c[None, :]", "causal = offs_c[:, None] + 1 >= offs_c[None, :]")
+    fails(grade("07_backward.dq", kernel(wide, "dq_kernel")), "dq: what a mask one diagonal too wide gives")
+    absolute = edit(DQ, "p = tl.where(causal,", "p = tl.where(offs_t[:, None] >= offs_c[None, :],")
+    fails(grade("07_backward.dq", kernel(absolute, "dq_kernel")), "dq: what a mask comparing positions in the sequence")
+
+
+def test_kernel_state_read_without_its_transpose_is_named():
+    """V_c dH for V_c dHᵀ compiles wherever K and V pad to one block size, as in both visible cases: named there,
+    K and V padded with zeros in the comparison as the kernel's blocks pad them."""
+    untransposed = edit(DKDV, "dk = tl.dot(v, tl.trans(dstate).to(v.dtype), dk,",
+                        "dk = tl.dot(v, dstate.to(v.dtype), dk,")
+    fails(grade("07_backward.dkdv", kernel(untransposed, "dkdv_kernel")),
+          "dk: what the carried state gives read without its transpose")
+
+
 def _lesson_namespace():
     """The notebook's names an autograd answer relies on: the kernels, the launchers, the forward."""
     import triton
@@ -179,6 +249,10 @@ def test_autograd_twins_fail():
     keeps = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
                           "ctx.save_for_backward(q, k, v, o)"), "linear_attention", ns)
     fails(grade("07_backward.autograd", keeps), "saved a tensor")
+    copies = function(edit(CELLS["ex4-function"], "ctx.save_for_backward(q, k, v)",
+                           "ctx.save_for_backward(q.contiguous(), k.contiguous(), v.contiguous())"),
+                      "linear_attention", ns)
+    fails(grade("07_backward.autograd", copies, hidden=True), "saved a tensor", "a copy of q")
 
 
 _LAUNCH_DQ = """        dq = launch_dq(k, v, do, ctx.scale, chunk=chunk, block_k=min(pow2(q.shape[-1]), 64),

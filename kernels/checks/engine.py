@@ -290,9 +290,10 @@ def precheck(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict) -> tuple[l
     return problems, notes.get(TRAFFIC, [])
 
 
-def _inputs_changed(cpu_inputs: dict, inputs: dict, buffers: dict[str, torch.Tensor]) -> list[str]:
+def _inputs_changed(cpu_inputs: dict, inputs: dict, buffers: dict[str, torch.Tensor], kernels: bool) -> list[str]:
     """Inputs must come back as they went in, padding included: a kernel that stores into an input, or into the
-    padding around one, wrote where only outputs may be written."""
+    padding around one, wrote where only outputs may be written; a function (``kernels`` false) that changes an
+    input in place changes its caller's tensor."""
     problems = []
     for k, buf in buffers.items():
         view = inputs[k]
@@ -307,8 +308,14 @@ def _inputs_changed(cpu_inputs: dict, inputs: dict, buffers: dict[str, torch.Ten
         in_view, around = int((changed & inside).sum()), int((changed & ~inside).sum())
         where = [f"{in_view} of its elements"] if in_view else []
         where += [f"{around} element(s) of the padding around it (an out-of-bounds store)"] if around else []
-        problems.append(f"{k}: the kernel wrote into its input `{k}`: {' and '.join(where)} changed; only the "
-                        "outputs may be written")
+        if kernels:
+            problems.append(f"{k}: the kernel wrote into its input `{k}`: {' and '.join(where)} changed; only the "
+                            "outputs may be written")
+        else:
+            problems.append(f"{k}: your code changed its input {k} in place ({' and '.join(where)} changed: x *= "
+                            "scale, x.mul_(...), a slice assigned into it): the caller's tensors must come back as "
+                            "they went in (autograd may hand the same tensor to other backwards); compute into new "
+                            "tensors")
     return problems
 
 
@@ -344,8 +351,8 @@ def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=Non
             _sync()
     except CheckFailed as e:
         return outs, {PROBLEMS: [str(e)]}
-    if not problems and kernels:
-        problems = _inputs_changed(cpu_inputs, inputs, buffers)
+    if not problems:
+        problems = _inputs_changed(cpu_inputs, inputs, buffers, kernels)
     if problems:
         return outs, {PROBLEMS: problems}
     if result is not None and not isinstance(result, dict):

@@ -17,7 +17,7 @@ import triton
 from ...device import pick
 from ...gradcall import call_and_backward, leaves
 from ...linear_attention.reference import reference_backward
-from ...testing import randn
+from ...testing import randn, rel_error
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 from .l04_chunked_linear_attention import _Counter, _tensor
 
@@ -168,13 +168,6 @@ def _listed(names):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    """``‖a − b‖ / ‖b‖``; infinite where ``a`` holds NaN or inf."""
-    if not torch.isfinite(a).all():
-        return math.inf
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
-
-
 def _short_chunk_only(got: dict, args: list, chunks, close) -> str | None:
     """When the gradients ``got`` are those of the first ``T // c · c`` tokens alone (the gradients of that shorter
     problem there, anything after), for a chunk size ``c`` the answer may use: a loop over ``T // c`` chunks,
@@ -214,7 +207,7 @@ def _diagnose_at(chunks):
             return bool((a - b).norm() <= 1e-2 * max(float(a.norm()), float(b.norm()), 1e-30))
 
         grads = {n: g for n, g in got.items() if n in ("dq", "dk", "dv")}
-        errors = {n: _relative(got[n], ref[n]) for n in grads}
+        errors = {n: rel_error(got[n], ref[n]) for n in grads}
         rounded = [n for n, e in errors.items() if e > 1e-10]
         if case.dtype == torch.float64 and rounded and all(errors[n] < 1e-5 for n in rounded):
             return (f"{_listed(rounded)}: right to float32's precision, not float64's: compute in the inputs' dtype "
@@ -284,14 +277,8 @@ def _torch_run(args, inputs, outputs, case):
     B, T, H = q.shape[:3]
     chunks = math.ceil(T / chunk)
     budget = 80 * chunks * B * H + 200
-    before = {n: inputs[n].clone() for n in ("q", "k", "v", "do")}
     with _NoAutograd(max(chunk, q.shape[-1], v.shape[-1])) as counter:
         got = fn(q, k, v, do, scale, chunk_size=chunk)
-    changed = [n for n, x in before.items() if not torch.equal(inputs[n], x)]
-    if changed:
-        raise CheckFailed(f"chunked_backward_torch changed its input {_listed(changed)} in place (x *= scale, "
-                          "x.mul_(...), a slice assigned into it): the caller's tensors must come back as they "
-                          "went in (autograd may hand the same do to other backwards); compute into new tensors")
     if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(g, torch.Tensor) for g in got)):
         raise CheckFailed("chunked_backward_torch must return the tuple (dq, dk, dv) of tensors")
     if counter.widest is not None:

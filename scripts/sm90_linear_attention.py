@@ -62,6 +62,12 @@ def states_cases() -> dict[str, dict]:
         lo = Launch(None, 64, 64, 8, 2, precision="tf32", states=2)
         out[f"states bf16 K256 V256 S128 states-kernel w{warps} s{stages}"] = _case(
             bf16, 256, 256, lo, normalize=True, state_warps=warps, state_stages=stages)
+    # the two candidates' normalising forms: q · z as the wide product (d256-states), on the CUDA cores unpipelined
+    for form, stages in (("wide", 2), ("", 1)):
+        lo = Launch(None, 64, 64, 8, stages, precision="tf32", states=2, norm_mma=form)
+        name = f"states bf16 K256 V256 S128 BV64 w8 s{stages} qz-{form or 'cuda'}"
+        out[f"{name} norm"] = _case(bf16, 256, 256, lo, normalize=True)
+        out[f"{name} norm h0 ht"] = _case(bf16, 256, 256, lo, normalize=True, h0=True, ht=True, z0=True, den=True)
     lo = Launch(None, 64, 64, 8, 2, precision="tf32", states=2)
     out["states bf16 K256 V256 S128 tile128 norm"] = _case(bf16, 256, 256, lo, normalize=True, tile=128)
     return out
@@ -115,7 +121,8 @@ def _states_signatures(c: dict) -> dict[str, tuple]:
                   HAS_Z0=c["z0"], **flags)
     output = dict(q_ptr=p, k_ptr=p, v_ptr=p, o_ptr=f32 if norm and c["z0"] else p, h_ptr=p,
                   z_ptr=f32 if norm else None, den_ptr=f32 if c["den"] else None, scale={"type": "fp32"},
-                  BK=tile, BV=lo.BV, S=lo.states * lo.BT, STORE_DEN=c["den"], **flags)
+                  BK=tile, BV=lo.BV, S=lo.states * lo.BT, STORE_DEN=c["den"],
+                  QZ_MMA=norm and bool(NORM_MMA_FORMS[lo.norm_mma][0]), **flags)
     out = {}
     for name, kernel, values, options in (
             ("states", _states_kernel, states, dict(num_warps=c["state_warps"], num_stages=c["state_stages"])),

@@ -146,15 +146,18 @@ NORM_MMA_PARTS = "both"
 #: launch (PERF.md, "K=128, V=64"). A change may hold ``max_V``: it applies to calls with V up to that only.
 #: "d256-states": 16-bit D=256 in two kernels (``states.py``): the states before every 128 tokens written by one
 #: (the sequential chain, 16 programs a head), every 128-token block's output computed at once by the other;
-#: normalising too. Packed sequences (cu_seqlens) keep the fused kernel (PERF.md, "D=256 by materialised chunk
-#: states").
+#: normalising too, ``q · z`` as the fused kernel's adopted wide product. Packed sequences (cu_seqlens) keep the
+#: fused kernel (PERF.md, "D=256 by materialised chunk states"). "d256-states-cuda": the same with ``q · z`` on the
+#: CUDA cores and the output kernel's K loop not pipelined: the H200 found that form, pipelined, 1.6-3.1e-2 off
+#: when normalising (right under the interpreter), and this tells the two causes apart.
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
     "d256-bv64": {(256, "16"): dict(BV=64)},
     "d256-bt32": {(256, "16"): dict(BT=32)},
     "v64-bv32": {(128, "16"): dict(BV=32, max_V=64)},
-    "d256-states": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=2)},
+    "d256-states": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=2, norm_mma="wide")},
+    "d256-states-cuda": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=1, norm_mma="")},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

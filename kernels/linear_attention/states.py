@@ -17,6 +17,7 @@ import triton.language as tl
 
 from ..device import INTERPRET
 from .reference import EPS
+from .sums import _query_key_sum_mma
 
 __all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass"]
 
@@ -102,9 +103,11 @@ def _states_output_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, S: tl.constexpr,
     NORMALIZE: tl.constexpr, STORE_DEN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    QZ_MMA: tl.constexpr,
 ):
     """Program (V block, block of S tokens, batch · head): the block's output from the state stored before it,
-    the K axis in slices of BK."""
+    the K axis in slices of BK; ``q · z`` on the CUDA cores, or (QZ_MMA) as the product ``q · [z_hi | z_lo | 0]``
+    that the fused kernel's adopted form runs (``sums.py``)."""
     iv = tl.program_id(0)
     i = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -138,7 +141,10 @@ def _states_output_kernel(
         scores = tl.dot(qq, tl.trans(kk), scores, input_precision=PRECISION)
         if NORMALIZE:
             zz = tl.load(z_ptr + (bh * NS + i) * K + offs_k, mask=mk, other=0.0)  # [BK] fp32
-            qz += tl.sum(qq.to(tl.float32) * zz[None, :], 1)
+            if QZ_MMA:
+                qz += _query_key_sum_mma(qq, zz, PRECISION, 64)
+            else:
+                qz += tl.sum(qq.to(tl.float32) * zz[None, :], 1)
     scores = tl.where(offs_t[:, None] >= offs_t[None, :], scores, 0.0)  # [S, S]
     v_base = v_ptr + b * stride_vb + h * stride_vh
     vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
@@ -158,11 +164,13 @@ def _states_output_kernel(
 
 
 def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: int, num_warps: int,
-                num_stages: int, precision: str, upcast: bool, strides: tuple) -> None:
+                num_stages: int, precision: str, upcast: bool, qz_mma: bool, strides: tuple) -> None:
     """Run both kernels of one checked, unpacked call into the allocated outputs: ``o`` [B, T, H, V], ``ht`` (fp32
     [B, H, K, V] or None), ``zt`` ([B, 1, H, K] when normalising, else None), ``den`` ([B, T, H] fp32 or None);
     ``h0`` and ``z0`` the initial state and key sum or None. ``S`` tokens a stored state and an output block,
-    ``BT`` a step of the states kernel, ``BV`` the output's V block; ``strides``: q's, k's, v's and o's."""
+    ``BT`` a step of the states kernel, ``BV`` the output's V block; ``qz_mma``: ``q · z`` as a tensor-core product
+    (any of the launch's tensor-core forms of it runs as the wide one, whose operand has the state product's shape);
+    ``strides``: q's, k's, v's and o's."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     NS = triton.cdiv(T, S)
@@ -185,5 +193,5 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
         q, k, v, o, h, z, den,
         float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o,
         K=K, V=V, BK=tile, BV=BV, S=S, NORMALIZE=normalize, STORE_DEN=den is not None, UPCAST=upcast,
-        PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
+        PRECISION=precision, QZ_MMA=normalize and qz_mma, num_warps=num_warps, num_stages=num_stages,
     )

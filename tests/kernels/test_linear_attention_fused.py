@@ -252,6 +252,7 @@ def test_broken_normalisers_fail(broken):
 # each block of that many tokens computed from its stored state.
 
 STATES_LAUNCHES = {f"states{n}": Launch(None, 16, 16, 4, 1, states=n) for n in (1, 2)}
+STATES_LAUNCHES["states2-wide"] = Launch(None, 16, 16, 4, 1, states=2, norm_mma="wide")  # q · z as a product
 
 
 @pytest.mark.parametrize("T", [37, 150])
@@ -277,16 +278,18 @@ def test_states_launch_k_not_v_and_no_tokens(allocations):
     assert torch.equal(f.final_state, case["initial_state"]) and torch.equal(f.z_state, case["z_state"])
 
 
+@pytest.mark.parametrize("candidate", ["d256-states", "d256-states-cuda"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
-def test_trying_d256_states(normalize):
+def test_trying_d256_states(normalize, candidate):
     """``dispatch.trying("d256-states")``: a 16-bit call whose K maps to the D=256 tables runs the states kernels
     (under the interpreter at its small chunk: a state every 32 tokens), right against float64; packed sequences
     keep the fused kernel; on the GPU's plan the launch is one pass with states every 128 tokens."""
     case = make(1, 70, 2, 136, 40, torch.bfloat16, seed=54, h0=True, z0=normalize)
     init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
-    with dispatch.trying("d256-states"):
+    with dispatch.trying(candidate):
         launch = dispatch.launch_for(case["q"], case["v"])
         assert launch.states == 2 and launch.L is None
+        assert launch.norm_mma == dispatch.CANDIDATES[candidate][(256, "16")]["norm_mma"]
         o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
         packed = dispatch.launch_for(case["q"], case["v"], [30, 40])
         gpu = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)
@@ -317,7 +320,7 @@ def test_states_kernels_compile_for_sm90():
     ptx = compile_for_sm90([
         (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True),
          dict(num_warps=states.STATE_WARPS, num_stages=states.STATE_STAGES)),
-        (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True),
+        (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True, QZ_MMA=True),
          dict(num_warps=change["num_warps"], num_stages=change["num_stages"])),
     ], dtypes=("bf16",), scalars={"scale": "fp32", **{f"{n}_ptr": "*fp32" for n in ("z", "h0", "ht", "z0", "zt",
                                                                                     "den")}})

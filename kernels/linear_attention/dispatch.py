@@ -149,7 +149,7 @@ NORM_MMA_PARTS = "both"
 #: normalising too, ``q · z`` as the fused kernel's adopted wide product. Packed sequences (cu_seqlens) keep the
 #: fused kernel (PERF.md, "D=256 by materialised chunk states"). "d256-states-cuda": the same with ``q · z`` on the
 #: CUDA cores and the output kernel's K loop not pipelined: the H200 found that form, pipelined, 1.6-3.1e-2 off
-#: when normalising (right under the interpreter), and this tells the two causes apart.
+#: when normalising (right under the interpreter); an H100 found it right unpipelined (``states.output_stages``).
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -167,8 +167,10 @@ TRYING = ""
 #: "d256-bv64": the same H100, 2026-12-06 (26 la-check cases; K=V=256 B2H8 T=16k bf16): 0.815 ms against 0.944
 #: raw, 1.035 against 1.195 normalising. "d256-bt32" was slower on both (1.50, 1.68), and stays a candidate.
 #: "v64-bv32": the same H100 (4 la-check cases; K=128 V=64 B4H16 T=16k bf16): 0.324 ms against 0.418 raw, 0.396
-#: against 0.434 normalising.
-ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32")
+#: against 0.434 normalising. "d256-states": an H100, 2026-12-06 (18 la-check cases, then the 61 of every K=256
+#: family with it as the default; K=V=256 B2H8 T=16k bf16): 0.685 ms against 0.804 raw, 0.982 against 1.025
+#: normalising; "d256-states-cuda" slower on both (0.825, 1.145), and stays a candidate.
+ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None) -> dict:
@@ -222,9 +224,10 @@ def trying(name: str):
 def applies(name: str, K: int, kind: str, normalize: bool, V: int | None = None) -> bool:
     """Whether candidate ``name`` (:data:`CANDIDATES`) changes the launch of a call with head sizes ``K`` and
     ``V`` (None: some V), inputs of ``kind`` ("16", or fp32's dot precision) and the normaliser or not: it changes
-    that key (K's tile, kind) at that V, and a change of the normaliser's form only where there is a normaliser."""
+    that key (K's tile, kind) at that V, and a change of the normaliser's form alone only where there is a
+    normaliser (a change that also moves tiles or kernels, as "d256-states" does, applies to both)."""
     change = change_of(name, (max(64, next_power_of_2(K)), kind), V)
-    return bool(change) and (normalize or "norm_mma" not in change)
+    return bool(change) and (normalize or set(change) - {"norm_mma", "max_V"} != set())
 
 
 def settings() -> tuple:

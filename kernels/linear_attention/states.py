@@ -19,7 +19,7 @@ from ..device import INTERPRET
 from .reference import EPS
 from .sums import _query_key_sum_mma
 
-__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass"]
+__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "output_stages"]
 
 _EPS = tl.constexpr(EPS)
 #: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice on a GPU (K = V =
@@ -193,5 +193,14 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
         q, k, v, o, h, z, den,
         float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o,
         K=K, V=V, BK=tile, BV=BV, S=S, NORMALIZE=normalize, STORE_DEN=den is not None, UPCAST=upcast,
-        PRECISION=precision, QZ_MMA=normalize and qz_mma, num_warps=num_warps, num_stages=num_stages,
+        PRECISION=precision, QZ_MMA=normalize and qz_mma, num_warps=num_warps,
+        num_stages=output_stages(num_stages, normalize, qz_mma),
     )
+
+
+def output_stages(num_stages: int, normalize: bool, qz_mma: bool) -> int:
+    """The output kernel's pipeline depth for a launch asking ``num_stages``: one where it normalises with
+    ``q · z`` on the CUDA cores, a form that came out 1.6-3.1e-2 off with its K loop pipelined on the GPU (the
+    H200 and an H100 alike; right unpipelined, and under the interpreter), PERF.md "D=256 by materialised chunk
+    states"."""
+    return 1 if normalize and not qz_mma else num_stages

@@ -281,9 +281,10 @@ def test_states_launch_k_not_v_and_no_tokens(allocations):
 @pytest.mark.parametrize("candidate", ["d256-states", "d256-states-cuda"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_d256_states(normalize, candidate):
-    """``dispatch.trying("d256-states")``: a 16-bit call whose K maps to the D=256 tables runs the states kernels
-    (under the interpreter at its small chunk: a state every 32 tokens), right against float64; packed sequences
-    keep the fused kernel; on the GPU's plan the launch is one pass with states every 128 tokens."""
+    """``dispatch.trying`` either states candidate: a 16-bit call whose K maps to the D=256 tables runs the states
+    kernels (under the interpreter at its small chunk: a state every 32 tokens), right against float64; packed
+    sequences keep the fused kernel; on the GPU's plan the launch is one pass with states every 128 tokens, and
+    "d256-states", adopted, is that plan without trying anything."""
     case = make(1, 70, 2, 136, 40, torch.bfloat16, seed=54, h0=True, z0=normalize)
     init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
     with dispatch.trying(candidate):
@@ -295,13 +296,24 @@ def test_trying_d256_states(normalize, candidate):
         gpu = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)
     assert packed.states == 0
     assert gpu.states == 2 and gpu.L is None and gpu.BT * gpu.states == 128
-    assert dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132).states == 0  # not tried: the default
+    default = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)  # not tried: "d256-states" is adopted
+    assert default.states == 2 and default.norm_mma == "wide"
     ro, rht, rz, _ = reference(case, normalize)
     tol = tolerance(torch.bfloat16)
     assert_close("o", ro, o, tol)
     assert_close("final_state", rht, final[0] if normalize else final, tol)
     if normalize:
         assert_close("z_state", rz, final[1], tol)
+
+
+def test_states_output_runs_cuda_core_q_z_unpipelined():
+    """The GPU found ``q · z`` on the CUDA cores wrong with the output kernel's K loop pipelined (an H100's la-check:
+    the "ksum" form, 2 stages, failed; 1 stage passed): that form gets one stage, every other keeps its launch's."""
+    from kernels.linear_attention.states import output_stages
+
+    assert output_stages(2, normalize=True, qz_mma=False) == 1
+    assert output_stages(2, normalize=True, qz_mma=True) == 2
+    assert output_stages(3, normalize=False, qz_mma=False) == 3
 
 
 @pytest.mark.slow

@@ -128,7 +128,7 @@ def cases() -> dict[str, Case]:
 SANITIZE = ["norm bf16 K128V128 small states L256", "raw fp32-high K128V128 small states try-fp32-kt",
             "raw fp32-high K256V256 large states",
             "norm fp16 K64V256 small states L512", "norm bf16 K128V128 packed states L1024",
-            "norm bf16 K256V256 small states", "norm bf16 K256V256 small states try-d256-states"]
+            "norm bf16 K256V256 small states", "norm bf16 K256V256 small states try-d256-states-s64"]
 SANITIZE_SHAPES = {"small": (1, 2, 1000 + 7), "large": (2, 3, 300 + 1)}
 SANITIZE_PACKED = [0, 1, 300, 0, 700, 65]
 

@@ -62,10 +62,12 @@ def states_cases() -> dict[str, dict]:
         lo = Launch(None, 64, 64, 8, 2, precision="tf32", states=2)
         out[f"states bf16 K256 V256 S128 states-kernel w{warps} s{stages}"] = _case(
             bf16, 256, 256, lo, normalize=True, state_warps=warps, state_stages=stages)
-    # the two candidates' normalising forms: q · z as the wide product (d256-states), on the CUDA cores unpipelined
-    for form, stages in (("wide", 2), ("", 1)):
-        lo = Launch(None, 64, 64, 8, stages, precision="tf32", states=2, norm_mma=form)
-        name = f"states bf16 K256 V256 S128 BV64 w8 s{stages} qz-{form or 'cuda'}"
+    # the two candidates' normalising forms: q · z as the wide product (d256-states), on the CUDA cores unpipelined;
+    # and the wide form at the launches PERF.md names next (a state every 64 tokens, output V blocks of 128)
+    for form, states, bv, stages in (("wide", 2, 64, 2), ("", 2, 64, 1), ("wide", 1, 64, 3), ("wide", 2, 128, 2),
+                                     ("wide", 1, 128, 2)):
+        lo = Launch(None, 64, bv, 8, stages, precision="tf32", states=states, norm_mma=form)
+        name = f"states bf16 K256 V256 S{64 * states} BV{bv} w8 s{stages} qz-{form or 'cuda'}"
         out[f"{name} norm"] = _case(bf16, 256, 256, lo, normalize=True)
         out[f"{name} norm h0 ht"] = _case(bf16, 256, 256, lo, normalize=True, h0=True, ht=True, z0=True, den=True)
     lo = Launch(None, 64, 64, 8, 2, precision="tf32", states=2)

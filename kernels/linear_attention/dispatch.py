@@ -150,6 +150,9 @@ NORM_MMA_PARTS = "both"
 #: fused kernel (PERF.md, "D=256 by materialised chunk states"). "d256-states-cuda": the same with ``q · z`` on the
 #: CUDA cores and the output kernel's K loop not pipelined: the H200 found that form, pipelined, 1.6-3.1e-2 off
 #: when normalising (right under the interpreter); an H100 found it right unpipelined (``states.output_stages``).
+#: "d256-states-bv128": the adopted states launch with output V blocks of 128 (half the recomputed scores, one
+#: program an SM at 229-236 registers); "d256-states-s64": a state every 64 tokens and V blocks of 128 (120
+#: registers, two programs an SM, twice the states' traffic): PERF.md, "D=256 by materialised chunk states".
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -158,6 +161,8 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "v64-bv32": {(128, "16"): dict(BV=32, max_V=64)},
     "d256-states": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=2, norm_mma="wide")},
     "d256-states-cuda": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=1, norm_mma="")},
+    "d256-states-bv128": {(256, "16"): dict(states=2, BV=128, num_warps=8, num_stages=2, norm_mma="wide")},
+    "d256-states-s64": {(256, "16"): dict(states=1, BV=128, num_warps=8, num_stages=2, norm_mma="wide")},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

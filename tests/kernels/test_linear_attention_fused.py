@@ -278,24 +278,26 @@ def test_states_launch_k_not_v_and_no_tokens(allocations):
     assert torch.equal(f.final_state, case["initial_state"]) and torch.equal(f.z_state, case["z_state"])
 
 
-@pytest.mark.parametrize("candidate", ["d256-states", "d256-states-cuda"])
+@pytest.mark.parametrize("candidate", ["d256-states", "d256-states-cuda", "d256-states-bv128", "d256-states-s64"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_d256_states(normalize, candidate):
-    """``dispatch.trying`` either states candidate: a 16-bit call whose K maps to the D=256 tables runs the states
-    kernels (under the interpreter at its small chunk: a state every 32 tokens), right against float64; packed
-    sequences keep the fused kernel; on the GPU's plan the launch is one pass with states every 128 tokens, and
-    "d256-states", adopted, is that plan without trying anything."""
+    """``dispatch.trying`` a states candidate: a 16-bit call whose K maps to the D=256 tables runs the states
+    kernels (under the interpreter at its small chunk: a state every 16 or 32 tokens), right against float64;
+    packed sequences keep the fused kernel; on the GPU's plan the launch is one pass with a state every 64 ·
+    states tokens, and "d256-states", adopted, is that plan without trying anything."""
     case = make(1, 70, 2, 136, 40, torch.bfloat16, seed=54, h0=True, z0=normalize)
     init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
     with dispatch.trying(candidate):
         launch = dispatch.launch_for(case["q"], case["v"])
-        assert launch.states == 2 and launch.L is None
-        assert launch.norm_mma == dispatch.CANDIDATES[candidate][(256, "16")]["norm_mma"]
+        change = dispatch.CANDIDATES[candidate][(256, "16")]
+        assert launch.states == change["states"] and launch.L is None
+        assert launch.norm_mma == change["norm_mma"]
         o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
         packed = dispatch.launch_for(case["q"], case["v"], [30, 40])
         gpu = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)
     assert packed.states == 0
-    assert gpu.states == 2 and gpu.L is None and gpu.BT * gpu.states == 128
+    assert gpu.states == change["states"] and gpu.L is None and gpu.BT * gpu.states == 64 * change["states"]
+    assert gpu.BV == change["BV"]
     default = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)  # not tried: "d256-states" is adopted
     assert default.states == 2 and default.norm_mma == "wide"
     ro, rht, rz, _ = reference(case, normalize)

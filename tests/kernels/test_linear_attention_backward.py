@@ -98,6 +98,28 @@ def test_api_gradients(normalize):
         assert_close(name, r, a, _tol(torch.float32))
 
 
+@pytest.mark.parametrize("normalize", [False, True])
+def test_api_gradients_through_the_states_forward(normalize):
+    """A 16-bit head of K = 136 (the D=256 tables, whose adopted launch is the two states kernels, ``states.py``) is
+    differentiable as any other: the unnormalised output the torch division differentiates comes from the states
+    kernels (an output 10% off fails the normalised case's dq), the backward's kernels run at K = 136; gradients
+    against float64, initial and final states in, T not a multiple of the chunk."""
+    from kernels.linear_attention import dispatch
+
+    c = _case(1, 70, 2, 136, 40, torch.bfloat16, None, True, seed=30)
+    assert dispatch.launch_for(c["q"], c["v"]).states, "the case no longer runs the states kernels"
+    z0 = None
+    if normalize:  # positive features, as a normalised attention is fed
+        c.update(q=c["q"].abs(), k=c["k"].abs())
+        z0 = randn(1, 1, 2, 136, seed=36).abs()
+        c["dz"] = randn(1, 1, 2, 136, seed=37)
+    got = _grads(chunk_linear_attn, c, normalize, z0)
+    f64 = {n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for n, x in c.items()}
+    ref = _grads(recurrent_linear_attention, f64, normalize, None if z0 is None else z0.double())
+    for name, a, r in zip(("dq", "dk", "dv", "dh0", "dz0"), got, ref):
+        assert_close(name, r, a, _tol(torch.bfloat16))
+
+
 def test_saves_only_inputs():
     """Between forward and backward autograd holds q, k, v and the initial state, the caller's own tensors."""
     c = _case(1, 40, 2, 16, 16, torch.float32, None, True, seed=30)

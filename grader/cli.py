@@ -57,6 +57,21 @@ def _lessons(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
+def _collected(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
+    """The students that ``names`` name, each one whose work collect left in ``root/submitted``; None: every
+    student. A name nothing was collected for is a ValueError listing those collected, never a run that silently
+    grades nothing."""
+    if not names:
+        return None
+    sub = root / "submitted"
+    collected = sorted(d.name for d in sub.iterdir() if d.is_dir()) if sub.is_dir() else []
+    unknown = [name for name in names if name not in collected]
+    if unknown:
+        raise ValueError(f"nothing collected for {', '.join(map(repr, unknown))} in {sub}: the collected students "
+                         "are " + (", ".join(collected) if collected else "none yet (collect first)"))
+    return list(dict.fromkeys(names))
+
+
 def _demo(args) -> int:
     import kernels  # noqa: F401  (decides GPU or interpreter first)
     from kernels.device import ON_GPU
@@ -188,6 +203,7 @@ def _students(root: pathlib.Path) -> set[str]:
 def _autograde(args) -> int:
     root = _course(args)
     args.lessons = _lessons(root, args.lessons)
+    args.students = _collected(root, args.students)
     if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
         from .distributed import main
 
@@ -271,10 +287,15 @@ def _feedback(args) -> int:
 def _export(args) -> int:
     from . import workflow
 
+    to = pathlib.Path(args.to)
+    if to.is_dir():
+        raise ValueError(f"{to} is a folder: name the CSV file to write, such as {to / 'grades.csv'}")
+    if not to.parent.is_dir():
+        raise ValueError(f"cannot write {to}: the folder {to.parent} does not exist")
     if args.nbgrader:
-        path = workflow.export(_course(args, graded=True), pathlib.Path(args.to))
+        path = workflow.export(_course(args, graded=True), to)
     else:
-        path = workflow.export_class(_course(args, graded=True), pathlib.Path(args.to))
+        path = workflow.export_class(_course(args, graded=True), to)
     print(f"grades written to {path}")
     return 0
 

@@ -307,6 +307,33 @@ def test_an_instructors_slips_get_a_message_and_change_nothing(tmp_path, fixture
     assert "nothing graded in" in capsys.readouterr().err and not out.exists()
 
 
+def test_a_mistyped_student_or_a_folder_to_export_to_gets_a_message(tmp_path, fixture_source, capsys):
+    """Regrading one student by a name nothing was collected for says so and names who was collected, instead
+    of grading nothing and exiting 0; an export to a folder, or into a folder that does not exist, says what to
+    give instead of a traceback. Neither draws a seed nor writes a file."""
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    _batch(tmp_path / "incoming", {f"alice/{fx}.ipynb": fixture_source, f"bob/{fx}.ipynb": fixture_source}, 1.8e9)
+    assert main(["--course", str(root), "collect", str(tmp_path / "incoming")]) == 0
+    capsys.readouterr()
+
+    def fails(args, *words):
+        assert main(["--course", str(root), *args]) == 2, args
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), err
+
+    fails(["autograde", "--students", "alcie"], "'alcie'", "alice, bob")
+    fails(["autograde", "--students", "bob", "alcie", "--lessons", "90"], "'alcie'", "alice, bob")
+    assert not (root / "reports" / "seed.json").exists()
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    fails(["export", "--to", str(folder)], "is a folder", str(folder / "grades.csv"))
+    fails(["export", "--to", str(tmp_path / "nosuch" / "grades.csv")], "does not exist", str(tmp_path / "nosuch"))
+    assert list(folder.iterdir()) == [] and not (tmp_path / "nosuch").exists()
+
+
 def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):
     """A Canvas upload named anything (``..._mylab.ipynb``) is found by its cells; one that is no lesson's is
     listed as skipped with its reason."""

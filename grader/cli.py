@@ -72,6 +72,18 @@ def _collected(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
+def _above_zero(cast):
+    """An argparse type: a number above 0 (``--slots 0`` would start no grading slot at all)."""
+    def parse(text: str):
+        value = cast(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} is not above 0")
+        return value
+
+    parse.__name__ = cast.__name__  # argparse names the type in "invalid int value: 'x'"
+    return parse
+
+
 def _demo(args) -> int:
     import kernels  # noqa: F401  (decides GPU or interpreter first)
     from kernels.device import ON_GPU
@@ -358,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("autograde", help="grade collected submissions in the sandbox and record them")
     p.add_argument("--lessons", nargs="*")
     p.add_argument("--students", nargs="*")
-    p.add_argument("--slots", type=int, default=2, help="submissions graded at once")
+    p.add_argument("--slots", type=_above_zero(int), default=2, help="submissions graded at once")
     p.add_argument("--seed", type=int, help="master seed (default: the term's, drawn at the first autograde and "
                    "recorded in reports/seed.json); one other than the term's grades every notebook again")
     p.add_argument("--new-seed", action="store_true", help="draw a new term seed: every notebook gets new inputs, "
@@ -366,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redo", action="store_true", help="grade again what an earlier run graded and recorded (by "
                    "default only notebooks new or changed since, or graded with another seed, mode, speed "
                    "policy or version of their lesson, are graded): after an update of the grader itself")
-    p.add_argument("--timeout", type=float, help="seconds per check (default 180 interpreter, 60 GPU)")
+    p.add_argument("--timeout", type=_above_zero(float), help="seconds per check (default 180 interpreter, 60 GPU)")
     p.add_argument("--speed-policy", choices=("zero", "exclude", "award"), default="zero",
                    help="without a GPU, speed requirements cannot be timed: score them 0 (default: 'needs a GPU'), "
                    "leave them out of the totals, or award them")
@@ -376,11 +388,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="grade on a cluster made here: one worker per GPU of this host (dask-cuda), Slurm jobs "
                         "(dask-jobqueue, --cluster-config), or --workers local worker processes")
     g.add_argument("--cluster-config", metavar="FILE", help="--cluster slurm: SLURMCluster options (YAML)")
-    g.add_argument("--workers", type=int, help="workers (local: processes, default 2; local-gpus: the first N "
-                                              "GPUs; slurm: jobs, default the config's)")
-    g.add_argument("--slots-per-worker", type=int, help="submissions a worker grades at once (default 3 on a GPU, "
-                                                        "1 in the interpreter)")
-    g.add_argument("--connect-timeout", type=float, default=20.0, help="seconds to reach the scheduler (20)")
+    g.add_argument("--workers", type=_above_zero(int),
+                   help="workers (local: processes, default 2; local-gpus: the first N GPUs; slurm: jobs, default the "
+                        "config's)")
+    g.add_argument("--slots-per-worker", type=_above_zero(int),
+                   help="submissions a worker grades at once (default 3 on a GPU, 1 in the interpreter)")
+    g.add_argument("--connect-timeout", type=_above_zero(float), default=20.0,
+                   help="seconds to reach the scheduler (20)")
     p.set_defaults(fn=_autograde)
     p = sub.add_parser("feedback", help="nbgrader generate_feedback for every autograded notebook")
     p.set_defaults(fn=_feedback)
@@ -398,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--gpu", action="store_true", help="require a GPU (fail if there is none)")
     d.add_argument("--work", help="the demo's course folder and report (default: grader/demo)")
     d.add_argument("--report", nargs="*", help="also copy grade-demo.json here (on a GPU: results/gpu and $OUT)")
-    d.add_argument("--slots", type=int, default=None, help="submissions graded at once (2; 3 on a GPU)")
+    d.add_argument("--slots", type=_above_zero(int), default=None, help="submissions graded at once (2; 3 on a GPU)")
     d.add_argument("--lessons", nargs="*", help="course lessons to include (default: all)")
     d.add_argument("--students", nargs="*", help="only these demo students")
     d.add_argument("--selection", default="all", choices=("all", "ci"),
@@ -409,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(fn=_demo)
     r = sub.add_parser("redteam", help="grade the red-team class (crafted attacks on lessons 00 and 02)")
     r.add_argument("--students", nargs="*", help="only these attacks")
-    r.add_argument("--slots", type=int, default=2)
+    r.add_argument("--slots", type=_above_zero(int), default=2)
     r.add_argument("--report", help="write the JSON report here (on a GPU: results/gpu/redteam.json)")
     r.set_defaults(fn=_redteam)
     args = ap.parse_args(argv)

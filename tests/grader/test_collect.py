@@ -334,6 +334,24 @@ def test_a_mistyped_student_or_a_folder_to_export_to_gets_a_message(tmp_path, fi
     assert list(folder.iterdir()) == [] and not (tmp_path / "nosuch").exists()
 
 
+def test_slots_and_timeouts_must_be_above_zero(tmp_path, fixture_source, capsys):
+    """``--slots 0`` once drew the term's seed and then stopped on an executor's "max_workers must be greater
+    than 0"; a negative ``--timeout`` was taken as given. Both are refused before the course is read."""
+    import pytest
+
+    from grader.cli import main
+
+    root = _course(tmp_path, fixture_source)
+    for args in (["--slots", "0"], ["--timeout", "-1"], ["--workers", "0", "--cluster", "local"],
+                 ["--slots-per-worker", "0", "--cluster", "local"]):
+        with pytest.raises(SystemExit) as e:
+            main(["--course", str(root), "autograde", *args])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {args[0]}: {args[1]} is not above 0" in err, err
+    assert not (root / "reports").exists()
+
+
 def test_lms_file_without_a_lesson_name(tmp_path, fixture_source):
     """A Canvas upload named anything (``..._mylab.ipynb``) is found by its cells; one that is no lesson's is
     listed as skipped with its reason."""

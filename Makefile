@@ -105,6 +105,8 @@ grade-demo: $(STAMP) sandbox-tool
 	$(BIN)/python -m grader demo
 
 grade-collect: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "make grade-collect needs SUBMISSIONS=dir (dir/<student>/*.ipynb) or \
+	SUBMISSIONS=lms.zip [ROSTER=roster.csv]" >&2; exit 2; }
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP) sandbox-tool

@@ -509,3 +509,15 @@ def test_a_lesson_saved_under_another_lessons_name_is_collected_as_its_own(tmp_p
     subs = collect_student("erin", d, lessons)
     assert subs[fx].path.endswith(f"{fx}.ipynb") and subs["00_setup"].notebook is None
     assert subs["00_setup"].notes[-1].endswith(f"it is {fx}'s"), subs["00_setup"].notes
+
+
+def test_make_grade_collect_without_submissions_says_what_to_give():
+    """``make grade-collect`` with no SUBMISSIONS= names the variable, not the Python command's missing
+    ``source`` argument."""
+    import subprocess
+
+    from grader.layout import ROOT
+
+    r = subprocess.run(["make", "-o", ".venv/.installed", "grade-collect"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "SUBMISSIONS=dir" in r.stderr and "SUBMISSIONS=lms.zip" in r.stderr, r.stderr
+    assert "grader collect" not in r.stdout

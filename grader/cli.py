@@ -59,16 +59,19 @@ def _lessons(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
 
 def _collected(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     """The students that ``names`` name, each one whose work collect left in ``root/submitted``; None: every
-    student. A name nothing was collected for is a ValueError listing those collected, never a run that silently
-    grades nothing."""
-    if not names:
-        return None
+    student. A name nothing was collected for, or a course with nothing collected, is a ValueError (listing those
+    collected), never a run that silently grades nothing."""
     sub = root / "submitted"
     collected = sorted(d.name for d in sub.iterdir() if d.is_dir()) if sub.is_dir() else []
+    if not collected:
+        raise ValueError(f"nothing collected in {sub}: collect the class's notebooks first (make grade-collect "
+                         "SUBMISSIONS=dir or SUBMISSIONS=lms.zip)")
+    if not names:
+        return None
     unknown = [name for name in names if name not in collected]
     if unknown:
         raise ValueError(f"nothing collected for {', '.join(map(repr, unknown))} in {sub}: the collected students "
-                         "are " + (", ".join(collected) if collected else "none yet (collect first)"))
+                         "are " + ", ".join(collected))
     return list(dict.fromkeys(names))
 
 
@@ -288,11 +291,16 @@ def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
 
 def _feedback(args) -> int:
     from . import workflow
+    from .classbook import load_results
 
-    failures = workflow.feedback(_course(args))
+    root = _course(args)
+    if not load_results(root):
+        raise ValueError(f"nothing graded in {root}: feedback shows autograde's results, so grade first (make "
+                         "grade-autograde)")
+    failures = workflow.feedback(root)
     for f in failures:
         print(f"feedback failed for {f[0]}/{f[1]}:\n{f[2]}", file=sys.stderr)
-    print(f"feedback HTML under {_course(args) / 'feedback'}")
+    print(f"feedback HTML under {root / 'feedback'}")
     return 1 if failures else 0
 
 

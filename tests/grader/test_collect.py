@@ -268,8 +268,9 @@ def test_collect_command(tmp_path, fixture_source, capsys):
 
 def test_an_instructors_slips_get_a_message_and_change_nothing(tmp_path, fixture_source, capsys):
     """What an instructor types wrong: a flat or empty folder, one notebook or a broken zip for collect, a lesson
-    by a name the course lacks, an extension for a mistyped student, an export from a folder with no course.
-    Each says what is wrong (exit 2); none writes a roster, a student, a CSV, or grades nothing silently."""
+    by a name the course lacks, autograde before anything was collected, feedback before anything was graded, an
+    extension for a mistyped student, an export from a folder with no course. Each says what is wrong (exit 2);
+    none writes a roster, a student, a seed, a CSV, or grades nothing silently."""
     from grader.cli import main
 
     fx = "90_grader_fixture"
@@ -295,6 +296,9 @@ def test_an_instructors_slips_get_a_message_and_change_nothing(tmp_path, fixture
     fails(["collect", str(flat), "--roster", str(tmp_path / "nosuch.csv")], "the roster", "nosuch.csv")
     assert not (root / "roster.csv").exists() and not (root / "submitted").exists()
     fails(["autograde", "--lessons", "01"], "no lesson '01'", "00_setup, 90_grader_fixture")
+    fails(["autograde"], "nothing collected in", "make grade-collect")
+    fails(["feedback"], "nothing graded in", "make grade-autograde")
+    assert not (root / "reports").exists() and not (root / "feedback").exists()
     fails(["due", "00_setup", "2026-12-01 00:00", "--student", "ghost"], "'ghost' is not a student of this course")
     assert main(["--course", str(root), "due", "90", "2026-12-01 00:00"]) == 0  # a lesson by its number
     assert f"{fx} is due 2026-12-01 00:00" in capsys.readouterr().out

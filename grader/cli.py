@@ -289,6 +289,18 @@ def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
     return path
 
 
+def _note_not_graded(root: pathlib.Path) -> None:
+    """Say on stderr which collected notebooks no run has graded yet: what feedback, export and report show for
+    them is an earlier version's result (or none), until autograde grades them."""
+    from . import workflow
+
+    todo = [f"{s.student}/{s.lesson}" for s in workflow.not_graded(root)]
+    if todo:
+        more = f" and {len(todo) - 10} more" if len(todo) > 10 else ""
+        print(f"note: {len(todo)} collected notebook(s) not graded since they were collected ({', '.join(todo[:10])}"
+              f"{more}): this shows their earlier result, or none; make grade-autograde grades them", file=sys.stderr)
+
+
 def _feedback(args) -> int:
     from . import workflow
     from .classbook import load_results
@@ -301,6 +313,7 @@ def _feedback(args) -> int:
     for f in failures:
         print(f"feedback failed for {f[0]}/{f[1]}:\n{f[2]}", file=sys.stderr)
     print(f"feedback HTML under {root / 'feedback'}")
+    _note_not_graded(root)
     return 1 if failures else 0
 
 
@@ -317,6 +330,7 @@ def _export(args) -> int:
     else:
         path = workflow.export_class(_course(args, graded=True), to)
     print(f"grades written to {path}")
+    _note_not_graded(_course(args))
     return 0
 
 
@@ -338,6 +352,7 @@ def _report(args) -> int:
     for line in gradebook_lines(root, rows):
         print(f"  {line}")
     _print_other_versions([(r.student, r.lesson, r) for r in rows])
+    _note_not_graded(root)
     return 0
 
 

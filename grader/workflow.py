@@ -25,7 +25,7 @@ from .repair import restore_metadata
 
 __all__ = ["COURSE", "api", "build_course", "collect", "collect_lms", "collect_zip", "remove_student",
            "autograde", "feedback", "export", "gradebook_scores", "record", "recorded", "submission_digest",
-           "how_graded", "to_grade", "class_results", "skipped_line", "lesson_digest"]
+           "how_graded", "to_grade", "not_graded", "class_results", "skipped_line", "lesson_digest"]
 
 COURSE = _ROOT / "grader"
 CONFIG = COURSE / "nbgrader_config.py"
@@ -462,6 +462,13 @@ def to_grade(root: pathlib.Path, subs: list[Submission], graded_as: dict, *,
     digests = {lesson: lesson_digest(root, lesson) for lesson in {s.lesson for s in subs}} if not redo else {}
     done = [not redo and recorded(root, s, graded_as, digest=digests[s.lesson]) for s in subs]
     return [s for s, d in zip(subs, done) if not d], [s for s, d in zip(subs, done) if d]
+
+
+def not_graded(root: pathlib.Path) -> list[Submission]:
+    """The collected submissions whose version no run has graded and recorded: collected (again) since the last
+    autograde, or never graded. Feedback, the class CSV and the report show what was recorded before for them."""
+    sources = sources_of(root)
+    return [s for s in submissions(root) if s.lesson in sources and not recorded(root, s)]
 
 
 def class_results(root: pathlib.Path, results: list, skipped: list[tuple[str, str]],

@@ -98,3 +98,31 @@ def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
     assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "zero"))[0]) == 0
     graded, summary = _autograde(root, capsys, "--redo")
     assert graded == 2 and summary["already_recorded"] == []
+
+
+def test_feedback_export_and_report_name_what_was_collected_since_grading(tmp_path, capsys):
+    """A second batch collected but not graded yet: feedback, the class CSV and the report still show the earlier
+    version's result, and each says so on stderr, naming the notebook; after autograde the note is gone."""
+    from grader.cli import main
+
+    root, rel = _build(tmp_path / "course")
+    _autograde(root, capsys)
+    batch = tmp_path / "incoming-2"
+    (batch / "bob").mkdir(parents=True)
+    again = json.loads(json.dumps(rel))
+    again["cells"][0]["source"] = "".join(again["cells"][0]["source"]) + "\n\n(my second try)"
+    (batch / "bob" / f"{LESSON}.ipynb").write_text(json.dumps(again, indent=1))
+    later = time.time() + 3600
+    os.utime(batch / "bob" / f"{LESSON}.ipynb", (later, later))
+    assert main(["--course", str(root), "collect", str(batch)]) == 0
+    capsys.readouterr()
+    commands = (["feedback"], ["report"], ["export", "--to", str(tmp_path / "grades.csv")])
+    for args in commands:
+        assert main(["--course", str(root), *args]) == 0
+        err = capsys.readouterr().err
+        assert f"1 collected notebook(s) not graded since they were collected (bob/{LESSON})" in err, (args, err)
+        assert "alice" not in err and "make grade-autograde" in err
+    _autograde(root, capsys)
+    for args in commands:
+        assert main(["--course", str(root), *args]) == 0
+        assert "not graded since" not in capsys.readouterr().err

@@ -110,7 +110,7 @@ grade-collect: $(STAMP)
 	$(BIN)/python -m grader collect $(SUBMISSIONS) $(if $(ZIP),--zip) $(if $(ROSTER),--roster $(ROSTER))
 
 grade-autograde: $(STAMP) sandbox-tool
-	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L)) $(if $(SPEED),--speed-policy $(SPEED)) $(if $(CLUSTER),--cluster $(CLUSTER)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(REDO),--redo)
+	$(BIN)/python -m grader autograde $(if $(L),--lessons $(L)) $(if $(SPEED),--speed-policy $(SPEED)) $(if $(CLUSTER),--cluster $(CLUSTER)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(STUDENTS),--students $(STUDENTS)) $(if $(REDO),--redo)
 
 grade-feedback: $(STAMP)
 	$(BIN)/python -m grader feedback

@@ -81,21 +81,28 @@ def _grads(fn, c, normalize, z0=None):
     return [x.grad for x in leaves + [h0] + ([z] if normalize else [])]
 
 
-@pytest.mark.parametrize("normalize", [False, True])
-def test_api_gradients(normalize):
-    """``chunk_linear_attn`` is differentiable with fla's signature: q, k, v, both parts of the initial state, and
-    the final state's gradient flowing back; a packed batch whose last sequence is not a chunk multiple."""
-    c = _case(1, 70, 2, 32, 32, torch.float32, [0, 3, 3, 70], True, seed=20)
+def _check_api_gradients(c, normalize, *, seed):
+    """``chunk_linear_attn``'s gradients of case ``c`` against the float64 recurrence's through the same API (the
+    normalised one on positive features, as a normalised attention is fed, with an initial key sum drawn from
+    ``seed`` and its final one's gradient from ``seed + 1``), at the tolerance of c's dtype."""
     z0 = None
-    if normalize:  # positive features, as a normalised attention is fed
+    if normalize:
+        N, (H, K) = c["initial_state"].shape[0], c["q"].shape[2:]
         c.update(q=c["q"].abs(), k=c["k"].abs())
-        z0 = randn(3, 1, 2, 32, seed=26).abs()
-        c["dz"] = randn(3, 1, 2, 32, seed=27)
+        z0 = randn(N, 1, H, K, seed=seed).abs()
+        c["dz"] = randn(N, 1, H, K, seed=seed + 1)
     got = _grads(chunk_linear_attn, c, normalize, z0)
     f64 = {n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for n, x in c.items()}
     ref = _grads(recurrent_linear_attention, f64, normalize, None if z0 is None else z0.double())
     for name, a, r in zip(("dq", "dk", "dv", "dh0", "dz0"), got, ref):
-        assert_close(name, r, a, _tol(torch.float32))
+        assert_close(name, r, a, _tol(c["q"].dtype))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_api_gradients(normalize):
+    """``chunk_linear_attn`` is differentiable with fla's signature: q, k, v, both parts of the initial state, and
+    the final state's gradient flowing back; a packed batch whose last sequence is not a chunk multiple."""
+    _check_api_gradients(_case(1, 70, 2, 32, 32, torch.float32, [0, 3, 3, 70], True, seed=20), normalize, seed=26)
 
 
 @pytest.mark.parametrize("normalize", [False, True])
@@ -108,16 +115,7 @@ def test_api_gradients_through_the_states_forward(normalize):
 
     c = _case(1, 70, 2, 136, 40, torch.bfloat16, None, True, seed=30)
     assert dispatch.launch_for(c["q"], c["v"]).states, "the case no longer runs the states kernels"
-    z0 = None
-    if normalize:  # positive features, as a normalised attention is fed
-        c.update(q=c["q"].abs(), k=c["k"].abs())
-        z0 = randn(1, 1, 2, 136, seed=36).abs()
-        c["dz"] = randn(1, 1, 2, 136, seed=37)
-    got = _grads(chunk_linear_attn, c, normalize, z0)
-    f64 = {n: (x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x) for n, x in c.items()}
-    ref = _grads(recurrent_linear_attention, f64, normalize, None if z0 is None else z0.double())
-    for name, a, r in zip(("dq", "dk", "dv", "dh0", "dz0"), got, ref):
-        assert_close(name, r, a, _tol(torch.bfloat16))
+    _check_api_gradients(c, normalize, seed=36)
 
 
 def test_saves_only_inputs():

@@ -325,12 +325,10 @@ def _export(args) -> int:
         raise ValueError(f"{to} is a folder: name the CSV file to write, such as {to / 'grades.csv'}")
     if not to.parent.is_dir():
         raise ValueError(f"cannot write {to}: the folder {to.parent} does not exist")
-    if args.nbgrader:
-        path = workflow.export(_course(args, graded=True), to)
-    else:
-        path = workflow.export_class(_course(args, graded=True), to)
+    root = _course(args, graded=True)
+    path = (workflow.export if args.nbgrader else workflow.export_class)(root, to)
     print(f"grades written to {path}")
-    _note_not_graded(_course(args))
+    _note_not_graded(root)
     return 0
 
 

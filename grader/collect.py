@@ -172,6 +172,7 @@ def collect_student(student: str, folder: pathlib.Path, lessons: dict[str, dict]
             s.notes.append(f"ignored extra file(s): {', '.join(extras)} (not a notebook of this course's lessons, "
                            f"which are {', '.join(sorted(lessons))})")
             break
+    _not_notebooks(folder, out)
     for name in refused:
         sub = out.get(pathlib.Path(name).stem) or next(iter(out.values()), None)
         if sub is not None:
@@ -201,6 +202,21 @@ def _other_version(p: pathlib.Path, out: dict[str, Submission], lessons: dict[st
 
 
 _AGAIN = " and collect again"
+
+
+def _not_notebooks(folder: pathlib.Path, out: dict[str, Submission]) -> None:
+    """A lesson with nothing to grade whose name starts a file that is not a notebook (``00_setup.html``,
+    ``00_setup.py``, ``00_setup.ipynb.txt``, as a download or an export renames it): the student handed the work
+    in, in a form collect cannot grade; said on that lesson's submission instead of a bare "not submitted"."""
+    found = [p for p in list(folder.glob("*")) + list(folder.glob("*/*"))
+             if p.suffix != ".ipynb" and not p.name.startswith(".") and ".ipynb_checkpoints" not in p.parts
+             and not p.is_symlink() and p.is_file()]
+    for p in sorted(found):
+        lesson = max((x for x in out if p.name.startswith(x) and out[x].notebook is None and not out[x].path),
+                     key=len, default=None)
+        if lesson is not None:
+            out[lesson].notes.append(f"handed in {p.name}, not a notebook: collect grades {lesson}.ipynb; if the "
+                                     f"work is in it, save it from JupyterLab as {lesson}.ipynb{_AGAIN}")
 
 
 def other_versions(sub: Submission) -> list[str]:

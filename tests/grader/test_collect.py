@@ -2,7 +2,7 @@
 
 import json
 
-from grader.collect import collect_student, read_notebook
+from grader.collect import collect_student, other_versions, read_notebook
 
 
 def test_odd_submissions(tmp_path, fixture_source):
@@ -525,3 +525,25 @@ def test_make_grade_collect_without_submissions_says_what_to_give():
     r = subprocess.run(["make", "-o", ".venv/.installed", "grade-collect"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode != 0 and "SUBMISSIONS=dir" in r.stderr and "SUBMISSIONS=lms.zip" in r.stderr, r.stderr
     assert "grader collect" not in r.stdout
+
+
+def test_not_a_notebook_is_named_on_its_lesson(tmp_path, fixture_source):
+    """A lesson handed in as an export (``.html``, ``.py``, a renamed ``.ipynb.txt``) is said on that lesson, not
+    left as a bare "not submitted"; a file named after no lesson, or one beside the lesson's notebook, is not."""
+    lesson = "90_grader_fixture"
+    lessons = {lesson: fixture_source, "00_setup": {"cells": []}, "01_memory": {"cells": []}}
+    d = tmp_path / "alice"
+    (d / "sub").mkdir(parents=True)
+    (d / f"{lesson}.ipynb").write_text(json.dumps(fixture_source))
+    (d / f"{lesson}.html").write_text("<html></html>")
+    (d / "00_setup.ipynb.txt").write_text("{}")
+    (d / "sub" / "01_memory.py").write_text("x = 1")
+    (d / "notes.txt").write_text("scratch")
+    (d / ".00_setup.swp").write_text("")
+    subs = collect_student("alice", d, lessons)
+    assert subs[lesson].notebook is not None and not any("not a notebook" in n for n in subs[lesson].notes)
+    for name, handed in (("00_setup", "00_setup.ipynb.txt"), ("01_memory", "01_memory.py")):
+        (note,) = [n for n in subs[name].notes if "not a notebook" in n]
+        assert note.startswith(f"handed in {handed}, not a notebook: collect grades {name}.ipynb")
+        assert note in other_versions(subs[name])
+    assert not any("notes.txt" in n or "swp" in n for s in subs.values() for n in s.notes)

@@ -1,5 +1,5 @@
-"""``python -m grader <command>``: collect, due, remove-student, autograde, feedback, export, report, lint, demo,
-redteam.
+"""``python -m grader <command>``: collect, due, remove-student, readmit, autograde, feedback, export, report,
+lint, demo, redteam.
 
 The instructor's workflow, one command per step, over the nbgrader course folder ``grader/`` (``--course`` for
 another; ``grader/GUIDE.md`` walks through a term), once the course build (``python -m grader.course``, ``make
@@ -7,8 +7,8 @@ course``) has made the student notebooks from ``solutions/``: ``collect`` a fold
 (``<dir>/<student>/*.ipynb``) or an LMS download (Canvas, Moodle, Blackboard, Gradescope; ``--roster``), never
 losing a collected notebook; ``due`` dates and extensions; ``autograde`` in the sandbox (on the GPU when there is
 one, in the interpreter otherwise, under ``--speed-policy``) with the term's seed; ``feedback`` (HTML per student);
-``export`` (the class CSV); ``report`` (the term's table). ``remove-student`` takes a student out; ``lint`` checks
-that every graded cell of every lesson is gradable.
+``export`` (the class CSV); ``report`` (the term's table). ``remove-student`` takes a student out, and collect
+skips them until ``readmit``; ``lint`` checks that every graded cell of every lesson is gradable.
 """
 
 from __future__ import annotations
@@ -200,6 +200,16 @@ def _remove_student(args) -> int:
     return 0
 
 
+def _readmit(args) -> int:
+    from . import workflow
+
+    root = _course(args)
+    for student in args.students:
+        done = workflow.readmit(root, student)
+        print(f"{student}: " + ("; ".join(done) if done else "was not removed (nothing to do)"))
+    return 0
+
+
 def _students(root: pathlib.Path) -> set[str]:
     """Who this course knows: a collected folder, a roster line or a gradebook entry."""
     from .lms import kept_roster
@@ -388,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                        "backups/removed/")
     p.add_argument("students", nargs="+")
     p.set_defaults(fn=_remove_student)
+    p = sub.add_parser("readmit", help="take a removed student back: the next collect collects them again")
+    p.add_argument("students", nargs="+")
+    p.set_defaults(fn=_readmit)
     p = sub.add_parser("autograde", help="grade collected submissions in the sandbox and record them")
     p.add_argument("--lessons", nargs="*")
     p.add_argument("--students", nargs="*")

@@ -226,6 +226,12 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
                 collected[sid] = collected.pop(name)
                 for sub in collected[sid].values():
                     sub.student = sid
+    removed = removed_students(root)
+    for name in [n for n in collected if n in removed]:
+        del collected[name]
+        if skipped is not None:
+            skipped.append(_skip(f"{name}/", f"{name} was removed from the course {removed[name]} (remove-student): "
+                                             f"not collected; `python -m grader readmit {name}` takes them back"))
     if lessons is None:
         lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
@@ -329,7 +335,7 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
     chosen, older = lms.select(found)
     with tempfile.TemporaryDirectory(prefix="grader-lms-") as tmp:
         lms.unpack(chosen, pathlib.Path(tmp))
-        collected = collect(root, pathlib.Path(tmp), lessons) if chosen else {}
+        collected = collect(root, pathlib.Path(tmp), lessons, skipped=skipped) if chosen else {}
     for subs in collected.values():
         for sub in subs.values():
             picked = next((e for e in chosen if (e.student, e.lesson) == (sub.student, sub.lesson)), None)
@@ -374,9 +380,38 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
                 done.append("removed from the gradebook (its scores are gone from exports)")
             except MissingEntry:
                 pass
+    if done:  # a later batch still holding their notebooks must not bring them back unasked
+        removed = removed_students(root)
+        removed[student] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        _removed_path(root).parent.mkdir(parents=True, exist_ok=True)
+        _removed_path(root).write_text(json.dumps(removed, indent=1, sort_keys=True))
+        done.append("collect skips them from now on (`python -m grader readmit` takes them back)")
     if (backup_dir(root)).exists():
         os.chmod(backup_dir(root), 0o700)
     return done
+
+
+def _removed_path(root: pathlib.Path) -> pathlib.Path:
+    return backup_dir(root) / "removed" / "students.json"
+
+
+def removed_students(root: pathlib.Path) -> dict[str, str]:
+    """Who ``remove-student`` took out of the course (id -> when), whom collect skips."""
+    path = _removed_path(root)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def readmit(root: pathlib.Path, student: str) -> list[str]:
+    """Undo :func:`remove_student`'s hold on collect: the next collect takes ``student``'s notebooks again.
+    Their earlier work stays where removal put it; returns what was done and where that work is."""
+    removed = removed_students(root)
+    if removed.pop(student, None) is None:
+        return []
+    _removed_path(root).write_text(json.dumps(removed, indent=1, sort_keys=True))
+    kept = sorted(d.relative_to(root) for d in (backup_dir(root) / "removed").glob(f"{student}-*") if d.is_dir())
+    return ["collect takes their notebooks again"] + [
+        f"their earlier work is kept in {d}/ (move its submitted/ to submitted/{student}/ to grade it again)"
+        for d in kept]
 
 
 def submissions(root: pathlib.Path, lessons: list[str] | None = None,

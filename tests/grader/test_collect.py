@@ -547,3 +547,34 @@ def test_not_a_notebook_is_named_on_its_lesson(tmp_path, fixture_source):
         assert note.startswith(f"handed in {handed}, not a notebook: collect grades {name}.ipynb")
         assert note in other_versions(subs[name])
     assert not any("notes.txt" in n or "swp" in n for s in subs.values() for n in s.notes)
+
+
+def test_removed_student_stays_out_until_readmitted(tmp_path, fixture_source, capsys):
+    """A removed student's notebooks in a later batch (a folder or an LMS download) are skipped with the reason,
+    not collected back into the course; ``readmit`` takes them back and says where their earlier work is."""
+    from grader import workflow
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    for who in ("dave", "erin"):
+        (tmp_path / "in" / who).mkdir(parents=True)
+        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert any("collect skips them" in d for d in workflow.remove_student(root, "dave"))
+    assert list(workflow.removed_students(root)) == ["dave"]
+    assert main(["--course", str(root), "collect", str(tmp_path / "in"), "--lessons", fx]) == 0
+    out = capsys.readouterr().out
+    assert "skipped dave/: dave was removed from the course" in out and "readmit dave" in out
+    assert not (root / "submitted" / "dave").exists() and (root / "submitted" / "erin" / fx / f"{fx}.ipynb").exists()
+    archive = _zip(tmp_path / "lms.zip", {f"dave_{fx}.ipynb": (_v(fixture_source, 2), (2026, 12, 1, 10, 0, 0))})
+    assert main(["--course", str(root), "collect", str(archive), "--lessons", fx]) == 0
+    assert "dave was removed from the course" in capsys.readouterr().out
+    assert not (root / "submitted" / "dave").exists()
+    assert main(["--course", str(root), "readmit", "dave", "frank"]) == 0
+    out = capsys.readouterr().out
+    assert "dave: collect takes their notebooks again; their earlier work is kept in backups/removed/dave-" in out
+    assert "frank: was not removed" in out
+    assert workflow.removed_students(root) == {}
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert (root / "submitted" / "dave" / fx / f"{fx}.ipynb").exists()

@@ -8,6 +8,7 @@ loads/stores. ``python scripts/sm90_linear_attention.py [--only NAME ...] [--jso
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import re
 import subprocess
@@ -102,7 +103,30 @@ def cases() -> dict[str, dict]:
                     out[f"{label} norm try-{cand}"] = _case(dtype, bk, v, tried, normalize=True)
                     out[f"{label} norm h0 ht try-{cand}"] = _case(dtype, bk, v, tried, normalize=True, h0=True,
                                                                   ht=True, z0=True)
-    return {**out, **states_cases()}
+    return {**out, **states_cases(), **grid_cases()}
+
+
+#: The generality benchmark's shapes the grid cases are planned for (``bench_general.SHAPES``): many chains
+#: (one pass) and one long sequence (chained), on an H100's or H200's 132 SMs.
+GRID_SHAPES = {"B4H16 T16k": (4, 16, 16384), "B1H8 T256k": (1, 8, 262144)}
+
+
+def grid_cases() -> dict[str, dict]:
+    """The launch ``chunk_linear_attn`` plans (``dispatch.plan``) for every (K, V) in {64, 128, 256}², bf16 and
+    fp32 in both precisions, raw and normalising, at the ``GRID_SHAPES``: what the generality grid's rows run.
+    Named ``grid <dtype> K<K> V<V> <shape>[ norm]``."""
+    from kernels.linear_attention.dispatch import plan
+
+    out = {}
+    for (label, (B, H, T)), dt, K, V in itertools.product(GRID_SHAPES.items(), ("bf16", "tf32", "tf32x3"),
+                                                           (64, 128, 256), (64, 128, 256)):
+        dtype = torch.bfloat16 if dt == "bf16" else torch.float32
+        lo = plan(K, V, dtype, B, H, [T], 132, None if dt == "bf16" else dt)
+        lo = Launch(**{**lo.__dict__, "precision": "tf32" if dt == "bf16" else lo.precision})
+        name = f"grid {'bf16' if dt == 'bf16' else 'fp32-' + dt} K{K} V{V} {label}"
+        out[name] = _case(dtype, K, V, lo)
+        out[f"{name} norm"] = _case(dtype, K, V, lo, normalize=True)
+    return out
 
 
 def _states_signatures(c: dict) -> dict[str, tuple]:

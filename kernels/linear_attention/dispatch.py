@@ -153,6 +153,9 @@ NORM_MMA_PARTS = "both"
 #: "d256-states-bv128": the adopted states launch with output V blocks of 128 (half the recomputed scores, one
 #: program an SM at 229-236 registers); "d256-states-s64": a state every 64 tokens and V blocks of 128 (120
 #: registers, two programs an SM, twice the states' traffic): PERF.md, "D=256 by materialised chunk states".
+#: "fp32-norm-wide": the adopted 16-bit normaliser form (``q · z`` through a 64-column operand, the key sum as
+#: ``kᵀ · e₀``) on fp32 TF32 launches of K <= 128, whose CUDA-core sums spill 772 bytes at D=128 (240 with it):
+#: TF32 is the precision those calls asked for, and z is split into two TF32 parts (PERF.md, "fp32 normalising").
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -163,6 +166,7 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "d256-states-cuda": {(256, "16"): dict(states=2, BV=64, num_warps=8, num_stages=1, norm_mma="")},
     "d256-states-bv128": {(256, "16"): dict(states=2, BV=128, num_warps=8, num_stages=2, norm_mma="wide")},
     "d256-states-s64": {(256, "16"): dict(states=1, BV=128, num_warps=8, num_stages=2, norm_mma="wide")},
+    "fp32-norm-wide": {(bk, "tf32"): dict(norm_mma="wide") for bk in (64, 128)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

@@ -308,6 +308,34 @@ def test_trying_d256_states(normalize, candidate):
         assert_close("z_state", rz, final[1], tol)
 
 
+@pytest.mark.parametrize("precision", ["high", "highest"])
+def test_trying_fp32_norm_wide(precision):
+    """``dispatch.trying("fp32-norm-wide")``: an fp32 normalising call under TF32 ("high") takes the 64-column
+    ``q · z`` form and the key sum as a product, right against float64 with every state in and out; under
+    "highest" (3xTF32) and on the D=256 tables nothing changes, and the default plan keeps the CUDA-core sums."""
+    case = make(1, 70, 2, 40, 24, torch.float32, seed=57, h0=True, z0=True)
+    init = (case["initial_state"], case["z_state"])
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        with dispatch.trying("fp32-norm-wide"):
+            launch = dispatch.launch_for(case["q"], case["v"])
+            o, (ht, zt) = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, True)
+            gpu = [dispatch.plan(K, K, torch.float32, 4, 16, [16384], 132) for K in (64, 128, 256)]
+        default = dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    tf32 = precision == "high"
+    assert launch.norm_mma == ("wide" if tf32 else "")
+    assert [lo.norm_mma for lo in gpu] == (["wide", "wide", ""] if tf32 else ["", "", ""])
+    assert default.norm_mma == ""
+    ro, rht, rz, _ = reference(case, True)
+    tol = tolerance(torch.float32)
+    assert_close("o", ro, o, tol)
+    assert_close("final_state", rht, ht, tol)
+    assert_close("z_state", rz, zt, tol)
+
+
 def test_states_output_runs_cuda_core_q_z_unpipelined():
     """The GPU found ``q · z`` on the CUDA cores wrong with the output kernel's K loop pipelined (an H100's la-check:
     the "ksum" form, 2 stages, failed; 1 stage passed): that form gets one stage, every other keeps its launch's."""

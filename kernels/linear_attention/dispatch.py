@@ -156,6 +156,9 @@ NORM_MMA_PARTS = "both"
 #: "fp32-norm-wide": the adopted 16-bit normaliser form (``q · z`` through a 64-column operand, the key sum as
 #: ``kᵀ · e₀``) on fp32 TF32 launches of K <= 128, whose CUDA-core sums spill 772 bytes at D=128 (240 with it):
 #: TF32 is the precision those calls asked for, and z is split into two TF32 parts (PERF.md, "fp32 normalising").
+#: "fp32-d256-states": "d256-states"'s launch for fp32 at D=256, whose one-pass launch (BT 32) runs on mma.sync and
+#: spills (300 bytes at TF32 normalising, 5,200 at 3xTF32 raw): the states kernels compile to wgmma without spill
+#: at TF32 (PERF.md, "fp32 at D=256").
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -167,6 +170,8 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "d256-states-bv128": {(256, "16"): dict(states=2, BV=128, num_warps=8, num_stages=2, norm_mma="wide")},
     "d256-states-s64": {(256, "16"): dict(states=1, BV=128, num_warps=8, num_stages=2, norm_mma="wide")},
     "fp32-norm-wide": {(bk, "tf32"): dict(norm_mma="wide") for bk in (64, 128)},
+    "fp32-d256-states": {(256, kind): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="wide")
+                         for kind in ("tf32", "tf32x3")},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

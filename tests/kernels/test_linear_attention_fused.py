@@ -336,6 +336,36 @@ def test_trying_fp32_norm_wide(precision):
     assert_close("z_state", rz, zt, tol)
 
 
+@pytest.mark.parametrize("precision", ["high", "highest"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_fp32_d256_states(precision, normalize):
+    """``dispatch.trying("fp32-d256-states")``: fp32 calls whose K maps to the D=256 tables run the states kernels
+    in either precision, right against float64 with every state in and out; packed sequences keep the fused
+    kernel, and the default plan keeps the one-pass launch."""
+    case = make(1, 70, 2, 136, 40, torch.float32, seed=58, h0=True, z0=normalize)
+    init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        with dispatch.trying("fp32-d256-states"):
+            launch = dispatch.launch_for(case["q"], case["v"])
+            packed = dispatch.launch_for(case["q"], case["v"], [30, 40])
+            o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+            gpu = dispatch.plan(256, 256, torch.float32, 2, 8, [16384], 132)
+        default = dispatch.plan(256, 256, torch.float32, 2, 8, [16384], 132)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    assert launch.states == 2 and packed.states == 0
+    assert gpu.states == 2 and gpu.BT == 64 and gpu.BV == 64 and gpu.precision == dispatch.PRECISIONS[precision]
+    assert default.states == 0
+    ro, rht, rz, _ = reference(case, normalize)
+    tol = tolerance(torch.float32)
+    assert_close("o", ro, o, tol)
+    assert_close("final_state", rht, final[0] if normalize else final, tol)
+    if normalize:
+        assert_close("z_state", rz, final[1], tol)
+
+
 def test_states_output_runs_cuda_core_q_z_unpipelined():
     """The GPU found ``q · z`` on the CUDA cores wrong with the output kernel's K loop pipelined (an H100's la-check:
     the "ksum" form, 2 stages, failed; 1 stage passed): that form gets one stage, every other keeps its launch's."""

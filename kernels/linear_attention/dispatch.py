@@ -159,6 +159,8 @@ NORM_MMA_PARTS = "both"
 #: "fp32-d256-states": "d256-states"'s launch for fp32 at D=256, whose one-pass launch (BT 32) runs on mma.sync and
 #: spills (300 bytes at TF32 normalising, 5,200 at 3xTF32 raw): the states kernels compile to wgmma without spill
 #: at TF32 (PERF.md, "fp32 at D=256").
+#: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
+#: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -172,6 +174,7 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-norm-wide": {(bk, "tf32"): dict(norm_mma="wide") for bk in (64, 128)},
     "fp32-d256-states": {(256, kind): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="wide")
                          for kind in ("tf32", "tf32x3")},
+    "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

@@ -336,6 +336,28 @@ def test_trying_fp32_norm_wide(precision):
     assert_close("z_state", rz, zt, tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_trying_norm_mid_w8(dtype):
+    """``dispatch.trying("norm-mid-w8")``: a 16-bit call whose K maps to the D=128 tables takes ``q · z`` through a
+    32-column operand (8 warps on the GPU), right against float64 with every state in and out; D=256 keeps its
+    launch and the default plan the wide form at 4 warps."""
+    case = make(1, 70, 2, 72, 40, dtype, seed=59, h0=True, z0=True)
+    init = (case["initial_state"], case["z_state"])
+    with dispatch.trying("norm-mid-w8"):
+        launch = dispatch.launch_for(case["q"], case["v"])
+        o, (ht, zt) = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, True)
+        gpu = dispatch.plan(128, 128, dtype, 4, 16, [16384], 132)
+        wide = dispatch.plan(256, 256, dtype, 2, 8, [16384], 132)
+    default = dispatch.plan(128, 128, dtype, 4, 16, [16384], 132)
+    assert launch.norm_mma == "mid" and (gpu.norm_mma, gpu.num_warps) == ("mid", 8)
+    assert wide.norm_mma == "wide" and (default.norm_mma, default.num_warps) == ("wide", 4)
+    ro, rht, rz, _ = reference(case, True)
+    tol = tolerance(dtype)
+    assert_close("o", ro, o, tol)
+    assert_close("final_state", rht, ht, tol)
+    assert_close("z_state", rz, zt, tol)
+
+
 @pytest.mark.parametrize("precision", ["high", "highest"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_fp32_d256_states(precision, normalize):

@@ -186,8 +186,14 @@ TRYING = ""
 #: "v64-bv32": the same H100 (4 la-check cases; K=128 V=64 B4H16 T=16k bf16): 0.324 ms against 0.418 raw, 0.396
 #: against 0.434 normalising. "d256-states": an H100, 2026-12-06 (18 la-check cases, then the 61 of every K=256
 #: family with it as the default; K=V=256 B2H8 T=16k bf16): 0.685 ms against 0.804 raw, 0.982 against 1.025
-#: normalising; "d256-states-cuda" slower on both (0.825, 1.145), and stays a candidate.
-ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states")
+#: normalising; "d256-states-cuda" slower on both (0.825, 1.145), and stays a candidate. "d256-states-bv128": an
+#: H100, 2026-12-07 (18 la-check cases; the same row): 0.576 ms against 0.685 raw (fla 0.672), 0.773 against 0.989
+#: normalising; at B4H16 T=4k normalising 0.423 against 0.520 (V=128), 0.778 against 0.993 (V=256).
+#: "d256-states-s64" was between them (0.696, 0.866), "norm-mid-w8" slower on every row (0.729 against 0.477 ms
+#: normalising at D=128, 0.513 against 0.389 raw): both stay candidates. "fp32-norm-wide" is faster (2.070 against
+#: 2.674 ms, fla 3.959) but its error against float64 is 3.5e-4 where the CUDA-core sums' and fla's are 3e-7: not
+#: adopted (PERF.md).
+ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""States: the forward in two kernels, the chunk states materialised (dispatch candidate "d256-states").
+"""States: the forward in two kernels, the chunk states materialised (the dispatch's 16-bit D=256 launch: "d256-states",
+with output V blocks of 128, "d256-states-bv128").
 
 At K = V = 256 the fused kernel's time is its sequential chain of chunks (PERF.md, "D=256 by materialised chunk
 states"). Here the chain only sums states: :func:`_states_kernel` walks a head's chunks with a [BK, BV] tile of the

@@ -400,16 +400,17 @@ def test_states_output_runs_cuda_core_q_z_unpipelined():
 
 @pytest.mark.slow
 def test_states_kernels_compile_for_sm90():
-    """Both kernels compile for an H100/H200 at the candidate's K = V = 256 launch, normalising with every state,
-    their products on wgmma (PERF.md's table: no spill there)."""
+    """Both kernels compile for an H100/H200 at the default K = V = 256 launch (the adopted states launch),
+    normalising with every state, their products on wgmma (PERF.md's table: no spill there)."""
     from sm90 import compile_for_sm90
 
     from kernels.linear_attention import states
 
-    change = dispatch.CANDIDATES["d256-states"][(256, "16")]
-    BT = dispatch.ONE_PASS[(256, "16")].BT
-    common = dict(K=256, V=256, BK=states.TILE, S=change["states"] * BT, NORMALIZE=True, UPCAST=False,
-                  PRECISION="tf32")
+    lo = dispatch.ONE_PASS[(256, "16")]
+    assert lo.states, "the D=256 default is no longer the states launch: this test compiles the wrong kernels"
+    change = dict(BV=lo.BV, num_warps=lo.num_warps, num_stages=lo.num_stages)
+    BT = lo.BT
+    common = dict(K=256, V=256, BK=states.TILE, S=lo.states * BT, NORMALIZE=True, UPCAST=False, PRECISION="tf32")
     module = "kernels.linear_attention.states"
     ptx = compile_for_sm90([
         (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True),

@@ -88,7 +88,8 @@ run_stage() {  # stage name, time limit in seconds
     # LA_VERSIONS (comma-separated) replaces the versions timed, e.g. "chunk_linear_attn,fla chunk" for the grid
     bench-la-general) la_versions=(chunk_linear_attn "norm on tensor cores" "try norm-wide" "try fp32-kt" "try d256-bv64" "try d256-bt32"
                                    "try v64-bv32" "try d256-states-cuda" "try d256-states-bv128" "try d256-states-s64" "try fp32-norm-wide"
-                                   "try fp32-d256-states" "try norm-mid-w8" "fla chunk")
+                                   "try fp32-d256-states" "try norm-mid-w8" "try d128-s2"
+                                   "fla chunk")
                       [ -z "${LA_VERSIONS:-}" ] || IFS=, read -ra la_versions <<< "$LA_VERSIONS"
                       FLA_CACHE_RESULTS=0 timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} --warm "${LA_WARM:-10}" \
                         --only "${la_versions[@]}" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \

@@ -123,7 +123,8 @@ def targets(quick: bool) -> list[Problem]:
              problem(True, "bf16", 128, 128, 1, 8, 262144), problem(False, "bf16", 128, 128, 1, 8, 262144),
              problem(True, "bf16", 64, 64, 64, 16, 256), problem(True, "bf16", 128, 128, 64, 16, 1024),
              problem(True, "bf16", 128, 128, 1, 16, 0, lens=PACKED),
-             problem(True, "bf16", 128, 128, 4, 16, 16384, state=True)]
+             problem(True, "bf16", 128, 128, 4, 16, 16384, state=True),
+             problem(True, "bf16", 128, 256, 4, 16, 4096)]
     if not quick:
         rows += [problem(n, "bf16", 128, 128, 4, 16, t) for t in (4096, 65536) for n in (True, False)]
         rows += [problem(False, "bf16", 256, 128, 4, 16, 16384), problem(False, "bf16", 128, 256, 4, 16, 16384),

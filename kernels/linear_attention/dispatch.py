@@ -161,6 +161,9 @@ NORM_MMA_PARTS = "both"
 #: at TF32 (PERF.md, "fp32 at D=256").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
+#: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
+#: stages' 138 KiB hold one): K=128 V=256 at B4H16 makes 256 programs, two waves at one an SM (1.86x its floor
+#: against V=128's 1.42x on an H100); PERF.md, "The generality grid's launches".
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -175,6 +178,7 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-d256-states": {(256, kind): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="wide")
                          for kind in ("tf32", "tf32x3")},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
+    "d128-s2": {(128, "16"): dict(num_stages=2)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:

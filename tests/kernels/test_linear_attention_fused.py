@@ -358,6 +358,19 @@ def test_trying_norm_mid_w8(dtype):
     assert_close("z_state", rz, zt, tol)
 
 
+def test_trying_d128_s2():
+    """``dispatch.trying("d128-s2")``: the 16-bit D=128 launches take two stages (the one pass of K=128 V=256 at
+    B4H16, and every other D=128 one), nothing else; the default keeps three."""
+    with dispatch.trying("d128-s2"):
+        tried = [dispatch.plan(128, v, torch.bfloat16, 4, 16, [4096], 132) for v in (128, 256)]
+        d256 = dispatch.plan(256, 256, torch.bfloat16, 4, 16, [4096], 132)
+    default = dispatch.plan(128, 256, torch.bfloat16, 4, 16, [4096], 132)
+    assert [lo.num_stages for lo in tried] == [2, 2] and default.num_stages == 3
+    assert dataclasses.replace(tried[1], num_stages=3) == default
+    assert d256 == dispatch.plan(256, 256, torch.bfloat16, 4, 16, [4096], 132)
+    assert dispatch.applies("d128-s2", 128, "16", False, 256) and not dispatch.applies("d128-s2", 256, "16", True)
+
+
 @pytest.mark.parametrize("precision", ["high", "highest"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_fp32_d256_states(precision, normalize):

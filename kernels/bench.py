@@ -91,14 +91,29 @@ def copy_bandwidth(nbytes: int | None = None) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def matmul_rate(dtype=torch.bfloat16) -> float:
-    """Measured dense matmul rate in FLOP/s for ``dtype`` (8192^3 on a GPU, small on the CPU)."""
+def matmul_rate(dtype=torch.bfloat16, precision: str | None = None) -> float:
+    """Measured dense matmul rate in FLOP/s for ``dtype`` (8192^3 on a GPU, small on the CPU); fp32 at
+    ``precision`` (``torch.set_float32_matmul_precision``'s names: "high" is TF32, "highest" IEEE) when given, at
+    the current setting otherwise; the setting is restored after."""
     n = 8192 if ON_GPU else 512
     dt = dtype if ON_GPU else torch.float32
     a = torch.randn(n, n, device=DEVICE).to(dt)
     b = torch.randn(n, n, device=DEVICE).to(dt)
-    ms = time_ms(lambda: a @ b)
+    old = torch.get_float32_matmul_precision()
+    if precision is not None:
+        torch.set_float32_matmul_precision(precision)
+    try:
+        ms = time_ms(lambda: a @ b)
+    finally:
+        torch.set_float32_matmul_precision(old)
     return 2 * n**3 / (ms * 1e-3)
+
+
+def _rate_key(p: Problem) -> tuple[torch.dtype, str | None]:
+    """The matmul rate a row's FLOP floor takes: its dtype's, and for fp32 at the precision the row runs under
+    (its ``precision`` parameter, if it has one): a TF32 row's floor is TF32's, not IEEE fp32's."""
+    precision = p.params.get("precision") if p.dtype == torch.float32 else None
+    return p.dtype, precision
 
 
 def graph_launch_us(fn: Callable[[], object], launches: int = 200) -> dict:
@@ -261,7 +276,7 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
         warmed = _warm(topic, problem_set, quick, problems, [v.name for v in versions],
                        getattr(mod, "warm_key", lambda p: p.label), warm, None if budget is None else budget / 2)
     bw = copy_bandwidth()
-    rates: dict[torch.dtype, float] = {}
+    rates: dict[tuple[torch.dtype, str | None], float] = {}
     rows = []
     out = out or pathlib.Path("bench-results")
     out.mkdir(parents=True, exist_ok=True)
@@ -273,10 +288,11 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
             result["stopped"] = f"budget of {budget:.0f} s spent; {len(problems) - len(rows)} problems not started"
             print(result["stopped"], flush=True)
             break
-        if p.dtype not in rates:
-            rates[p.dtype] = matmul_rate(p.dtype)
+        rate = _rate_key(p)
+        if rate not in rates:
+            rates[rate] = matmul_rate(*rate)
         floor_hbm = p.bytes / bw * 1e3
-        floor_flop = p.flops / rates[p.dtype] * 1e3
+        floor_flop = p.flops / rates[rate] * 1e3
         row = {"problem": p.label, **p.params, "bytes": p.bytes, "flops": p.flops,
                "hbm_floor_ms": floor_hbm, "flop_floor_ms": floor_flop, "versions": {}}
         inputs = p.make_inputs(0)
@@ -324,7 +340,7 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
         if ON_GPU:
             torch.cuda.empty_cache()
         # after every problem, so a run cut off by a time limit still leaves the rows it finished
-        result["matmul_rate_flops"] = {str(k): v for k, v in rates.items()}
+        result["matmul_rate_flops"] = {str(dt) + (f" {prec}" if prec else ""): v for (dt, prec), v in rates.items()}
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     result["complete"] = "stopped" not in result
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")

@@ -227,3 +227,30 @@ def test_unchecked_row_gathers_no_output(tmp_path, monkeypatch):
                        extra=[bench.Version("unchecked", fn, output=gathered)])
     entry = result["rows"][0]["versions"]["unchecked"]
     assert entry["status"] == "ok" and "rel_error" not in entry and ran, entry
+
+
+def test_fp32_floor_takes_the_rows_precision(tmp_path, monkeypatch):
+    """An fp32 row's FLOP floor is the matmul rate at the precision the row runs under (TF32 for "high"), measured
+    with torch set to it and the setting restored; the result names each rate it used."""
+    import json
+
+    from kernels import bench
+
+    seen = []
+
+    def timed(fn, **kw):
+        seen.append(torch.get_float32_matmul_precision())
+        return _once_ms(fn)
+
+    monkeypatch.setattr(bench, "time_ms", timed)
+    old = torch.get_float32_matmul_precision()
+    assert bench.matmul_rate(torch.float32, "medium") > 0
+    assert seen == ["medium"] and torch.get_float32_matmul_precision() == old
+    seen.clear()
+    bench.run("linear_attention", problem_set="general", where=bench.parse_where("dtype=float32"),
+              only=["chunk_linear_attn"], out=tmp_path)
+    saved = json.loads((tmp_path / "linear_attention-general-interpreter.json").read_text())
+    assert [r["precision"] for r in saved["rows"]] == ["high"]
+    assert list(saved["matmul_rate_flops"]) == ["torch.float32 high"]
+    assert seen[:2] == [old, "high"]  # the copy bandwidth, then the matmul rate at the row's precision
+    assert torch.get_float32_matmul_precision() == old

@@ -14,6 +14,7 @@ until the last), so a run stopped by a time limit keeps what it finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import json
@@ -31,8 +32,8 @@ from .device import DEVICE, MODE, ON_GPU, machine
 from .device import sync as _sync
 from .testing import rel_error
 
-__all__ = ["Problem", "Version", "copy_bandwidth", "matmul_rate", "time_ms", "graph_launch_us", "parse_where", "run",
-           "main"]
+__all__ = ["Problem", "Version", "copy_bandwidth", "float32_matmul_precision", "matmul_rate", "time_ms",
+           "graph_launch_us", "parse_where", "run", "main"]
 
 _L2_BYTES = 60 * 2**20
 
@@ -91,21 +92,28 @@ def copy_bandwidth(nbytes: int | None = None) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
+@contextlib.contextmanager
+def float32_matmul_precision(precision: str | None):
+    """``torch.set_float32_matmul_precision(precision)`` for the block ("high" is TF32, "highest" IEEE fp32), the
+    setting before it restored after; None leaves the setting as it is."""
+    old = torch.get_float32_matmul_precision()
+    if precision:
+        torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
 def matmul_rate(dtype=torch.bfloat16, precision: str | None = None) -> float:
     """Measured dense matmul rate in FLOP/s for ``dtype`` (8192^3 on a GPU, small on the CPU); fp32 at
-    ``precision`` (``torch.set_float32_matmul_precision``'s names: "high" is TF32, "highest" IEEE) when given, at
-    the current setting otherwise; the setting is restored after."""
+    ``precision`` (:func:`float32_matmul_precision`) when given, at the current setting otherwise."""
     n = 8192 if ON_GPU else 512
     dt = dtype if ON_GPU else torch.float32
     a = torch.randn(n, n, device=DEVICE).to(dt)
     b = torch.randn(n, n, device=DEVICE).to(dt)
-    old = torch.get_float32_matmul_precision()
-    if precision is not None:
-        torch.set_float32_matmul_precision(precision)
-    try:
+    with float32_matmul_precision(precision):
         ms = time_ms(lambda: a @ b)
-    finally:
-        torch.set_float32_matmul_precision(old)
     return 2 * n**3 / (ms * 1e-3)
 
 

@@ -12,13 +12,12 @@ row's own bytes (fp32 inputs at 4 bytes, the states and key sums read and writte
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import itertools
 
 import torch
 
-from ..bench import Problem, Version
+from ..bench import Problem, Version, float32_matmul_precision
 from ..device import DEVICE, ON_GPU
 from ..testing import tolerance
 from . import chunk_linear_attn, dispatch
@@ -146,19 +145,8 @@ def _flat(result) -> torch.Tensor:
     return torch.cat([x.flatten().to(wide) for x in parts])
 
 
-@contextlib.contextmanager
-def _matmul_precision(precision):
-    old = torch.get_float32_matmul_precision()
-    if precision:
-        torch.set_float32_matmul_precision(precision)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
-
-
 def _ours(q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens, precision):
-    with _matmul_precision(precision):
+    with float32_matmul_precision(precision):
         return chunk_linear_attn(q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens)
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 import torch
 
+from kernels.bench import float32_matmul_precision
 from kernels.device import DEVICE, ON_GPU, pick
 from kernels.linear_attention import chunk_linear_attn, dispatch
 from kernels.linear_attention import fused as fz
@@ -315,16 +316,12 @@ def test_trying_fp32_norm_wide(precision):
     "highest" (3xTF32) and on the D=256 tables nothing changes, and the default plan keeps the CUDA-core sums."""
     case = make(1, 70, 2, 40, 24, torch.float32, seed=57, h0=True, z0=True)
     init = (case["initial_state"], case["z_state"])
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
+    with float32_matmul_precision(precision):
         with dispatch.trying("fp32-norm-wide"):
             launch = dispatch.launch_for(case["q"], case["v"])
             o, (ht, zt) = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, True)
             gpu = [dispatch.plan(K, K, torch.float32, 4, 16, [16384], 132) for K in (64, 128, 256)]
         default = dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132)
-    finally:
-        torch.set_float32_matmul_precision(old)
     tf32 = precision == "high"
     assert launch.norm_mma == ("wide" if tf32 else "")
     assert [lo.norm_mma for lo in gpu] == (["wide", "wide", ""] if tf32 else ["", "", ""])
@@ -379,17 +376,13 @@ def test_trying_fp32_d256_states(precision, normalize):
     kernel, and the default plan keeps the one-pass launch."""
     case = make(1, 70, 2, 136, 40, torch.float32, seed=58, h0=True, z0=normalize)
     init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
+    with float32_matmul_precision(precision):
         with dispatch.trying("fp32-d256-states"):
             launch = dispatch.launch_for(case["q"], case["v"])
             packed = dispatch.launch_for(case["q"], case["v"], [30, 40])
             o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
             gpu = dispatch.plan(256, 256, torch.float32, 2, 8, [16384], 132)
         default = dispatch.plan(256, 256, torch.float32, 2, 8, [16384], 132)
-    finally:
-        torch.set_float32_matmul_precision(old)
     assert launch.states == 2 and packed.states == 0
     assert gpu.states == 2 and gpu.BT == 64 and gpu.BV == 64 and gpu.precision == dispatch.PRECISIONS[precision]
     assert default.states == 0
@@ -476,13 +469,9 @@ def test_candidate_change_limited_to_narrow_v():
 
 @pytest.mark.parametrize("mode, precision", [("highest", "tf32x3"), ("high", "tf32"), ("medium", "tf32")])
 def test_precision_follows_torch(mode, precision):
-    old = torch.get_float32_matmul_precision()
-    try:
-        torch.set_float32_matmul_precision(mode)
+    with float32_matmul_precision(mode):
         assert dispatch.plan(128, 128, torch.float32, 4, 16, [4096], 132).precision == precision
         assert dispatch.float32_precision() == precision
-    finally:
-        torch.set_float32_matmul_precision(old)
 
 
 def test_segment_tables():

@@ -190,24 +190,23 @@ def _due(args) -> int:
     return 0
 
 
-def _remove_student(args) -> int:
+def _each_student(args, act: str, nothing: str) -> int:
+    """``workflow.<act>(root, student)`` for every student named, a line each: what it did, or ``nothing``."""
     from . import workflow
 
     root = _course(args)
     for student in args.students:
-        done = workflow.remove_student(root, student)
-        print(f"{student}: " + ("; ".join(done) if done else "not in this course (nothing to do)"))
+        done = getattr(workflow, act)(root, student)
+        print(f"{student}: " + ("; ".join(done) if done else nothing))
     return 0
+
+
+def _remove_student(args) -> int:
+    return _each_student(args, "remove_student", "not in this course (nothing to do)")
 
 
 def _readmit(args) -> int:
-    from . import workflow
-
-    root = _course(args)
-    for student in args.students:
-        done = workflow.readmit(root, student)
-        print(f"{student}: " + ("; ".join(done) if done else "was not removed (nothing to do)"))
-    return 0
+    return _each_student(args, "readmit", "was not removed (nothing to do)")
 
 
 def _students(root: pathlib.Path) -> set[str]:

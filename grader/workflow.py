@@ -383,8 +383,7 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
     if done:  # a later batch still holding their notebooks must not bring them back unasked
         removed = removed_students(root)
         removed[student] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        _removed_path(root).parent.mkdir(parents=True, exist_ok=True)
-        _removed_path(root).write_text(json.dumps(removed, indent=1, sort_keys=True))
+        _save_removed(root, removed)
         done.append("collect skips them from now on (`python -m grader readmit` takes them back)")
     if (backup_dir(root)).exists():
         os.chmod(backup_dir(root), 0o700)
@@ -393,6 +392,11 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
 
 def _removed_path(root: pathlib.Path) -> pathlib.Path:
     return backup_dir(root) / "removed" / "students.json"
+
+
+def _save_removed(root: pathlib.Path, removed: dict[str, str]) -> None:
+    _removed_path(root).parent.mkdir(parents=True, exist_ok=True)
+    _removed_path(root).write_text(json.dumps(removed, indent=1, sort_keys=True))
 
 
 def removed_students(root: pathlib.Path) -> dict[str, str]:
@@ -407,7 +411,7 @@ def readmit(root: pathlib.Path, student: str) -> list[str]:
     removed = removed_students(root)
     if removed.pop(student, None) is None:
         return []
-    _removed_path(root).write_text(json.dumps(removed, indent=1, sort_keys=True))
+    _save_removed(root, removed)
     kept = sorted(d.relative_to(root) for d in (backup_dir(root) / "removed").glob(f"{student}-*") if d.is_dir())
     return ["collect takes their notebooks again"] + [
         f"their earlier work is kept in {d}/ (move its submitted/ to submitted/{student}/ to grade it again)"

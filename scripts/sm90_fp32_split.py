@@ -38,10 +38,37 @@ def _tf32_parts(x):
 
 
 @triton.jit
+def _bf16_parts(x):
+    """``x`` as three bf16 parts ``x1 + x2 + x3`` (each the bf16 rounding of what the ones before it left): 24 of
+    fp32's significant bits."""
+    x1 = x.to(tl.bfloat16)
+    r = x - x1.to(tl.float32)
+    x2 = r.to(tl.bfloat16)
+    x3 = (r - x2.to(tl.float32)).to(tl.bfloat16)
+    return x1, x2, x3
+
+
+@triton.jit
+def _dot6(a, b, acc):
+    """``acc + a·b`` from bf16 parts: the six products whose parts' orders sum to at most 4, smallest first."""
+    a1, a2, a3 = _bf16_parts(a)
+    b1, b2, b3 = _bf16_parts(b)
+    acc = tl.dot(a1, b3, acc)
+    acc = tl.dot(a3, b1, acc)
+    acc = tl.dot(a2, b2, acc)
+    acc = tl.dot(a1, b2, acc)
+    acc = tl.dot(a2, b1, acc)
+    return tl.dot(a1, b1, acc)
+
+
+@triton.jit
 def _dot3(a, b, acc, HAND: tl.constexpr):
     """``acc + a·b`` to about fp32's precision: three TF32 products of split operands (HAND 1: split here, 0: by
-    Triton), or one TF32 product (HAND 2: the precision "high" asks for, for comparison)."""
-    if HAND == 2:
+    Triton), one TF32 product (HAND 2: the precision "high" asks for, for comparison), or six bf16 products of
+    three-part splits (HAND 3)."""
+    if HAND == 3:
+        acc = _dot6(a, b, acc)
+    elif HAND == 2:
         acc = tl.dot(a, b, acc, input_precision="tf32")
     elif HAND:
         ah, al = _tf32_parts(a)
@@ -101,7 +128,8 @@ def _loop_halves(q_ptr, k_ptr, v_ptr, o_ptr, T, stride_k, stride_v, K: tl.conste
         tl.store(o_ptr + rows[:, None] * stride_v + offs_v[None, :], out)
 
 
-FORMS = {"tf32": (_loop, 2), "triton": (_loop, 0), "hand": (_loop, 1), "halves": (_loop_halves, 1)}
+FORMS = {"tf32": (_loop, 2), "triton": (_loop, 0), "hand": (_loop, 1), "halves": (_loop_halves, 1),
+         "bf16x6": (_loop, 3)}
 
 
 def table(wanted) -> Iterator[tuple[str, dict, str]]:

@@ -237,6 +237,8 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
     if known is not None:  # a student on the roster with nothing handed in: an explicit 0, not a silent gap
         for sid in known.names:
+            if sid in removed:  # still on the roster, but removed: no folder, no 0, until readmit
+                continue
             absent = {lesson: Submission(sid, lesson, None, ["not submitted"]) for lesson in lessons
                       if not (root / "submitted" / sid / lesson / f"{lesson}.ipynb").exists()}
             if sid not in collected and absent:

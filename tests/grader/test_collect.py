@@ -578,3 +578,31 @@ def test_removed_student_stays_out_until_readmitted(tmp_path, fixture_source, ca
     assert workflow.removed_students(root) == {}
     workflow.collect(root, tmp_path / "in", lessons=[fx])
     assert (root / "submitted" / "dave" / fx / f"{fx}.ipynb").exists()
+
+
+def test_removed_student_on_the_roster_is_not_filled_in(tmp_path, fixture_source):
+    """A removed student left on the kept roster is not made ``missing`` by a later collect: that would create
+    their folders again and autograde would put them back in the gradebook with 0s. After ``readmit`` they are
+    ``missing`` again like anyone on the roster who handed in nothing."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
+    for who in ("alice", "dave"):
+        (tmp_path / "in" / who).mkdir(parents=True)
+        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    assert workflow.remove_student(root, "dave")
+    (tmp_path / "later" / "alice").mkdir(parents=True)
+    (tmp_path / "later" / "alice" / f"{fx}.ipynb").write_text(json.dumps(_v(fixture_source, 2)))
+    for batch in ("in", "later"):  # with the removed student's folder in the batch, and without
+        skipped = []
+        got = workflow.collect(root, tmp_path / batch, lessons=[fx], skipped=skipped)
+        assert "dave" not in got and not (root / "submitted" / "dave").exists()
+        assert [s.name for s in skipped] == (["dave/"] if batch == "in" else [])
+    assert not any(s.student == "dave" for s in workflow.submissions(root))
+    workflow.readmit(root, "dave")
+    got = workflow.collect(root, tmp_path / "later", lessons=[fx])
+    assert got["dave"][fx].status == "missing"

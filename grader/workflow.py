@@ -337,7 +337,11 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
     chosen, older = lms.select(found)
     with tempfile.TemporaryDirectory(prefix="grader-lms-") as tmp:
         lms.unpack(chosen, pathlib.Path(tmp))
-        collected = collect(root, pathlib.Path(tmp), lessons, skipped=skipped) if chosen else {}
+        refused: list = []  # whole students collect refused (removed ones), named by their unpacked folder
+        collected = collect(root, pathlib.Path(tmp), lessons, skipped=refused) if chosen else {}
+    for s in refused:  # name the download's own files, as every other skipped file is named
+        files = [e.name for e in chosen if f"{e.student}/" == s.name]
+        skipped += [lms.Skipped(name, s.reason) for name in files or [s.name]]
     for subs in collected.values():
         for sub in subs.values():
             picked = next((e for e in chosen if (e.student, e.lesson) == (sub.student, sub.lesson)), None)

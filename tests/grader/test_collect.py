@@ -606,3 +606,22 @@ def test_removed_student_on_the_roster_is_not_filled_in(tmp_path, fixture_source
     workflow.readmit(root, "dave")
     got = workflow.collect(root, tmp_path / "later", lessons=[fx])
     assert got["dave"][fx].status == "missing"
+
+
+def test_removed_student_in_a_download_is_named_by_its_files(tmp_path, fixture_source):
+    """A removed student's files in an LMS download are printed under their names in the download, like every
+    other file collect skips, not under the temporary folder collect unpacks them to."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    (tmp_path / "in" / "dave").mkdir(parents=True)
+    (tmp_path / "in" / "dave" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    workflow.remove_student(root, "dave")
+    archive = _zip(tmp_path / "lms.zip", {f"dave_{fx}.ipynb": (_v(fixture_source, 2), (2026, 12, 1, 10, 0, 0)),
+                                         f"erin_{fx}.ipynb": (_v(fixture_source, 2), (2026, 12, 1, 10, 0, 0))})
+    got, skipped = workflow.collect_lms(root, archive, lessons=[fx])
+    assert set(got) == {"erin"}
+    (why,) = [s for s in skipped if "removed" in s.reason]
+    assert why.name == f"dave_{fx}.ipynb" and "readmit dave" in why.reason

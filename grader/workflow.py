@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -366,7 +367,10 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
 
     done = []
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    dest = backup_dir(root) / "removed" / f"{student}-{stamp}"
+    dest, n = backup_dir(root) / "removed" / f"{student}-{stamp}", 0
+    while dest.exists():  # removed, readmitted, collected and removed again within the second
+        n += 1
+        dest = backup_dir(root) / "removed" / f"{student}-{stamp}-{n}"
     for part in ("submitted", "autograded", "feedback", "reports/results"):
         d = root / part / student
         if d.is_dir() and not d.is_symlink():
@@ -411,6 +415,16 @@ def removed_students(root: pathlib.Path) -> dict[str, str]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _removed_dirs(root: pathlib.Path, student: str) -> list[pathlib.Path]:
+    """The folders :func:`remove_student` moved ``student``'s work to, oldest first: ``<student>-<time>`` exactly,
+    never another student's whose id starts with this one's (``ann-lee-<time>`` is not ``ann``'s)."""
+    folder = backup_dir(root) / "removed"
+    name = re.compile(re.escape(student) + r"-(\d{8}T\d{6}Z)(?:-(\d+))?")
+    found = [(m.group(1), int(m.group(2) or 0), d) for d in (folder.iterdir() if folder.is_dir() else [])
+             if d.is_dir() and (m := name.fullmatch(d.name))]
+    return [d for _, _, d in sorted(found)]
+
+
 def readmit(root: pathlib.Path, student: str) -> list[str]:
     """Undo :func:`remove_student`'s hold on collect: the next collect takes ``student``'s notebooks again.
     Their earlier work stays where removal put it; returns what was done and where that work is."""
@@ -418,7 +432,7 @@ def readmit(root: pathlib.Path, student: str) -> list[str]:
     if removed.pop(student, None) is None:
         return []
     _save_removed(root, removed)
-    kept = sorted(d.relative_to(root) for d in (backup_dir(root) / "removed").glob(f"{student}-*") if d.is_dir())
+    kept = [d.relative_to(root) for d in _removed_dirs(root, student)]
     return ["collect takes their notebooks again"] + [
         f"their earlier work is kept in {d}/ (move its submitted/ to submitted/{student}/ to grade it again)"
         for d in kept]

@@ -625,3 +625,25 @@ def test_removed_student_in_a_download_is_named_by_its_files(tmp_path, fixture_s
     assert set(got) == {"erin"}
     (why,) = [s for s in skipped if "removed" in s.reason]
     assert why.name == f"dave_{fx}.ipynb" and "readmit dave" in why.reason
+
+
+def test_readmit_names_only_the_students_own_work(tmp_path, fixture_source):
+    """``readmit ann`` points at ann's removed work, never at ann-lee's (whose id starts with hers); a student
+    removed again within the same second gets a folder of their own instead of a crash."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    for who in ("ann", "ann-lee"):
+        (tmp_path / "in" / who).mkdir(parents=True)
+        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert workflow.remove_student(root, "ann-lee") and workflow.remove_student(root, "ann")
+    for _ in range(2):  # back, collected, out again: twice in one second
+        workflow.readmit(root, "ann")
+        workflow.collect(root, tmp_path / "in", lessons=[fx])
+        assert workflow.remove_student(root, "ann")
+    done = workflow.readmit(root, "ann")
+    kept = [line for line in done if "earlier work" in line]
+    assert len(kept) == 3 and not any("ann-lee" in line for line in kept)
+    assert len(list((root / "backups" / "removed").glob("ann-2*/submitted"))) == 3

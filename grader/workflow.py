@@ -431,9 +431,15 @@ def readmit(root: pathlib.Path, student: str) -> list[str]:
     removed = removed_students(root)
     if removed.pop(student, None) is None:
         return []
+    from .lms import kept_roster
+
+    roster = kept_roster(root)  # read first: a roster that cannot be read stops readmit before it changes anything
     _save_removed(root, removed)
     kept = [d.relative_to(root) for d in _removed_dirs(root, student)]
-    return ["collect takes their notebooks again"] + [
+    back = ("collect takes their notebooks again" if roster is None or student in roster.names else
+            f"collect takes their notebooks again once they are on the roster: add their row back to "
+            f"{roster_path(root)} (until then collect refuses them as not on the roster)")
+    return [back] + [
         f"their earlier work is kept in {d}/ (move its submitted/ to submitted/{student}/ to grade it again)"
         for d in kept]
 

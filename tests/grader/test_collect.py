@@ -647,3 +647,29 @@ def test_readmit_names_only_the_students_own_work(tmp_path, fixture_source):
     kept = [line for line in done if "earlier work" in line]
     assert len(kept) == 3 and not any("ann-lee" in line for line in kept)
     assert len(list((root / "backups" / "removed").glob("ann-2*/submitted"))) == 3
+
+
+def test_readmit_says_when_the_student_is_off_the_roster(tmp_path, fixture_source, capsys):
+    """The guide has a removed student taken out of the roster; ``readmit`` then says that collect refuses them
+    until they are back on it, rather than that the next collect collects them."""
+    from grader import workflow
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
+    for who in ("alice", "dave"):
+        (tmp_path / "in" / who).mkdir(parents=True)
+        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    workflow.remove_student(root, "dave")
+    (root / "roster.csv").write_text("student_id,name\nalice,Alice A\n")
+    assert main(["--course", str(root), "readmit", "dave"]) == 0
+    out = capsys.readouterr().out
+    assert "once they are on the roster: add their row back to" in out and str(root / "roster.csv") in out
+    (root / "roster.csv").write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert (root / "submitted" / "dave" / fx / f"{fx}.ipynb").exists()
+    workflow.remove_student(root, "dave")
+    assert workflow.readmit(root, "dave")[0] == "collect takes their notebooks again"

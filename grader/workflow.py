@@ -365,6 +365,9 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
     ``backups/removed/<student>-<time>/``. Returns what was done, one line each."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    from .lms import kept_roster
+
+    roster = kept_roster(root)  # read first: one that cannot be read stops removal before it moves anything
     done = []
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     dest, n = backup_dir(root) / "removed" / f"{student}-{stamp}", 0
@@ -390,6 +393,9 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
                 done.append("removed from the gradebook (its scores are gone from exports)")
             except MissingEntry:
                 pass
+    if roster is not None and student in roster.names:  # in the course even before anything was collected
+        done.append(f"still on the roster {roster_path(root)}: take them out of it too, or the class CSV keeps a row "
+                    "of zeros for them")
     if done:  # a later batch still holding their notebooks must not bring them back unasked
         removed = removed_students(root)
         removed[student] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -673,3 +673,21 @@ def test_readmit_says_when_the_student_is_off_the_roster(tmp_path, fixture_sourc
     assert (root / "submitted" / "dave" / fx / f"{fx}.ipynb").exists()
     workflow.remove_student(root, "dave")
     assert workflow.readmit(root, "dave")[0] == "collect takes their notebooks again"
+
+
+def test_remove_a_roster_student_before_anything_is_collected(tmp_path, fixture_source):
+    """A student who withdraws before the first batch is on the kept roster only: remove-student takes them out
+    (not "not in this course"), so that collect does not give them a 0 for every lesson, and reminds the
+    instructor of the roster."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    (root / "roster.csv").write_text("student_id,name\nalice,Alice A\nwill,Will W\n")
+    done = workflow.remove_student(root, "will")
+    assert any("still on the roster" in d for d in done) and "will" in workflow.removed_students(root)
+    (tmp_path / "in" / "alice").mkdir(parents=True)
+    (tmp_path / "in" / "alice" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    got = workflow.collect(root, tmp_path / "in", lessons=[fx])
+    assert set(got) == {"alice"} and not (root / "submitted" / "will").exists()
+    assert workflow.remove_student(root, "nobody") == []

@@ -441,13 +441,19 @@ def readmit(root: pathlib.Path, student: str) -> list[str]:
 
     roster = kept_roster(root)  # read first: a roster that cannot be read stops readmit before it changes anything
     _save_removed(root, removed)
-    kept = [d.relative_to(root) for d in _removed_dirs(root, student)]
+    kept = []  # the removals that took notebooks away (one that took only empty "missing" folders is no help)
+    for d in _removed_dirs(root, student):
+        lessons = [f"{nb.parent.name} handed in {_stamp(when)}" if (when := _read_stamp(nb.parent)) is not None
+                   else nb.parent.name for nb in sorted((d / "submitted").glob("*/*.ipynb"))
+                   if nb.stem == nb.parent.name]
+        if lessons:
+            kept.append((d.relative_to(root), lessons))
     back = ("collect takes their notebooks again" if roster is None or student in roster.names else
             f"collect takes their notebooks again once they are on the roster: add their row back to "
             f"{roster_path(root)} (until then collect refuses them as not on the roster)")
     return [back] + [
-        f"their earlier work is kept in {d}/ (move its submitted/ to submitted/{student}/ to grade it again)"
-        for d in kept]
+        f"their earlier work ({', '.join(lessons)}) is kept in {d}/ (to grade it again, move the lesson folders of "
+        f"its submitted/ to submitted/{student}/, in place of any empty one there)" for d, lessons in kept]
 
 
 def submissions(root: pathlib.Path, lessons: list[str] | None = None,

@@ -573,7 +573,8 @@ def test_removed_student_stays_out_until_readmitted(tmp_path, fixture_source, ca
     assert not (root / "submitted" / "dave").exists()
     assert main(["--course", str(root), "readmit", "dave", "frank"]) == 0
     out = capsys.readouterr().out
-    assert "dave: collect takes their notebooks again; their earlier work is kept in backups/removed/dave-" in out
+    assert (f"dave: collect takes their notebooks again; their earlier work ({fx} handed in " in out
+            and ") is kept in backups/removed/dave-" in out)
     assert "frank: was not removed" in out
     assert workflow.removed_students(root) == {}
     workflow.collect(root, tmp_path / "in", lessons=[fx])
@@ -691,3 +692,34 @@ def test_remove_a_roster_student_before_anything_is_collected(tmp_path, fixture_
     got = workflow.collect(root, tmp_path / "in", lessons=[fx])
     assert set(got) == {"alice"} and not (root / "submitted" / "will").exists()
     assert workflow.remove_student(root, "nobody") == []
+
+
+def test_readmit_names_the_removals_that_hold_work(tmp_path, fixture_source):
+    """A student removed twice, the second time with only an empty ``missing`` folder (readmitted, then a batch
+    without them): readmit points at the removal that holds their notebook, with the lesson and its hand-in
+    time, not at the empty one."""
+    import os
+
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
+    for who in ("alice", "dave"):
+        (tmp_path / "in" / who).mkdir(parents=True)
+        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+        os.utime(tmp_path / "in" / who / f"{fx}.ipynb", (1764583200, 1764583200))  # 2025-12-01 10:00 UTC
+    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    workflow.remove_student(root, "dave")
+    workflow.readmit(root, "dave")
+    (tmp_path / "later" / "alice").mkdir(parents=True)
+    (tmp_path / "later" / "alice" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    assert workflow.collect(root, tmp_path / "later", lessons=[fx])["dave"][fx].status == "missing"
+    workflow.remove_student(root, "dave")
+    assert len(list((root / "backups" / "removed").glob("dave-*"))) == 2
+    (first, *_), = [sorted((root / "backups" / "removed").glob("dave-*"))]
+    kept = [line for line in workflow.readmit(root, "dave") if "earlier work" in line]
+    assert kept == [f"their earlier work ({fx} handed in 2025-12-01 10:00:00 UTC) is kept in "
+                    f"backups/removed/{first.name}/ (to grade it again, move the lesson folders of its submitted/ "
+                    "to submitted/dave/, in place of any empty one there)"]

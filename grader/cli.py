@@ -191,13 +191,19 @@ def _due(args) -> int:
 
 
 def _each_student(args, act: str, nothing: str) -> int:
-    """``workflow.<act>(root, student)`` for every student named, a line each: what it did, or ``nothing``."""
+    """``workflow.<act>(root, student)`` for every student named, a line each: what it did, or ``nothing`` (and,
+    where the name is another key of the roster, such as an LMS id or an e-mail address, whose id it is)."""
     from . import workflow
+    from .lms import kept_roster
 
     root = _course(args)
+    roster = kept_roster(root)
     for student in args.students:
         done = getattr(workflow, act)(root, student)
-        print(f"{student}: " + ("; ".join(done) if done else nothing))
+        sid = roster.find(student) if roster is not None and not done else None
+        again = f"python -m grader{f' --course {args.course}' if args.course else ''} {args.cmd} {sid}"
+        hint = f"; on the roster {student} is {sid}: {again}" if sid not in (None, student) else ""
+        print(f"{student}: " + ("; ".join(done) if done else nothing + hint))
     return 0
 
 

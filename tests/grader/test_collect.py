@@ -723,3 +723,18 @@ def test_readmit_names_the_removals_that_hold_work(tmp_path, fixture_source):
     assert kept == [f"their earlier work ({fx} handed in 2025-12-01 10:00:00 UTC) is kept in "
                     f"backups/removed/{first.name}/ (to grade it again, move the lesson folders of its submitted/ "
                     "to submitted/dave/, in place of any empty one there)"]
+
+
+def test_remove_student_by_a_roster_key_names_the_id(tmp_path, fixture_source, capsys):
+    """``remove-student 1004`` (the LMS's user id, another key of the roster) does nothing, and says whose id to
+    give instead."""
+    from grader import workflow
+    from grader.cli import main
+
+    root = _course(tmp_path, fixture_source)
+    (root / "roster.csv").write_text("Student,ID,SIS Login ID\nDoe Dave,1004,dave\n")
+    assert main(["--course", str(root), "remove-student", "1004", "zed"]) == 0
+    out = capsys.readouterr().out
+    assert f"1004: not in this course (nothing to do); on the roster 1004 is dave: python -m grader --course {root} " \
+           "remove-student dave" in out
+    assert "zed: not in this course (nothing to do)\n" in out and workflow.removed_students(root) == {}

@@ -57,15 +57,22 @@ def _lessons(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
-def _collected(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
+def _how(course: str | None, make: str, command: str) -> str:
+    """How to run a step on this course: the make target on grader/, else the command with its --course (the
+    Makefile's targets work on grader/ only)."""
+    return f"python -m grader --course {course} {command}" if course else make
+
+
+def _collected(root: pathlib.Path, names: list[str] | None, course: str | None = None) -> list[str] | None:
     """The students that ``names`` name, each one whose work collect left in ``root/submitted``; None: every
     student. A name nothing was collected for, or a course with nothing collected, is a ValueError (listing those
     collected), never a run that silently grades nothing."""
     sub = root / "submitted"
     collected = sorted(d.name for d in sub.iterdir() if d.is_dir()) if sub.is_dir() else []
     if not collected:
-        raise ValueError(f"nothing collected in {sub}: collect the class's notebooks first (make grade-collect "
-                         "SUBMISSIONS=dir or SUBMISSIONS=lms.zip)")
+        raise ValueError(f"nothing collected in {sub}: collect the class's notebooks first ("
+                         + _how(course, "make grade-collect SUBMISSIONS=dir or SUBMISSIONS=lms.zip",
+                                "collect DIR_OR_ZIP") + ")")
     if not names:
         return None
     unknown = [name for name in names if name not in collected]
@@ -233,7 +240,7 @@ def _students(root: pathlib.Path) -> set[str]:
 def _autograde(args) -> int:
     root = _course(args)
     args.lessons = _lessons(root, args.lessons)
-    args.students = _collected(root, args.students)
+    args.students = _collected(root, args.students, args.course)
     if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
         from .distributed import main
 
@@ -304,7 +311,7 @@ def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
     return path
 
 
-def _note_not_graded(root: pathlib.Path) -> None:
+def _note_not_graded(root: pathlib.Path, course: str | None = None) -> None:
     """Say on stderr which collected notebooks no run has graded yet: what feedback, export and report show for
     them is an earlier version's result (or none), until autograde grades them."""
     from . import workflow
@@ -312,8 +319,9 @@ def _note_not_graded(root: pathlib.Path) -> None:
     todo = [f"{s.student}/{s.lesson}" for s in workflow.not_graded(root)]
     if todo:
         more = f" and {len(todo) - 10} more" if len(todo) > 10 else ""
+        grade = _how(course, "make grade-autograde", "autograde")
         print(f"note: {len(todo)} collected notebook(s) not graded since they were collected ({', '.join(todo[:10])}"
-              f"{more}): this shows their earlier result, or none; make grade-autograde grades them", file=sys.stderr)
+              f"{more}): this shows their earlier result, or none; {grade} grades them", file=sys.stderr)
 
 
 def _feedback(args) -> int:
@@ -322,13 +330,13 @@ def _feedback(args) -> int:
 
     root = _course(args)
     if not load_results(root):
-        raise ValueError(f"nothing graded in {root}: feedback shows autograde's results, so grade first (make "
-                         "grade-autograde)")
+        raise ValueError(f"nothing graded in {root}: feedback shows autograde's results, so grade first ("
+                         + _how(args.course, "make grade-autograde", "autograde") + ")")
     failures = workflow.feedback(root)
     for f in failures:
         print(f"feedback failed for {f[0]}/{f[1]}:\n{f[2]}", file=sys.stderr)
     print(f"feedback HTML under {root / 'feedback'}")
-    _note_not_graded(root)
+    _note_not_graded(root, args.course)
     return 1 if failures else 0
 
 
@@ -343,7 +351,7 @@ def _export(args) -> int:
     root = _course(args, graded=True)
     path = (workflow.export if args.nbgrader else workflow.export_class)(root, to)
     print(f"grades written to {path}")
-    _note_not_graded(root)
+    _note_not_graded(root, args.course)
     return 0
 
 
@@ -365,7 +373,7 @@ def _report(args) -> int:
     for line in gradebook_lines(root, rows):
         print(f"  {line}")
     _print_other_versions([(r.student, r.lesson, r) for r in rows])
-    _note_not_graded(root)
+    _note_not_graded(root, args.course)
     return 0
 
 

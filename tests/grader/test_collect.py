@@ -296,8 +296,9 @@ def test_an_instructors_slips_get_a_message_and_change_nothing(tmp_path, fixture
     fails(["collect", str(flat), "--roster", str(tmp_path / "nosuch.csv")], "the roster", "nosuch.csv")
     assert not (root / "roster.csv").exists() and not (root / "submitted").exists()
     fails(["autograde", "--lessons", "01"], "no lesson '01'", "00_setup, 90_grader_fixture")
-    fails(["autograde"], "nothing collected in", "make grade-collect")
-    fails(["feedback"], "nothing graded in", "make grade-autograde")
+    # the Makefile's targets work on grader/ only: with --course the hint is the command on that course
+    fails(["autograde"], "nothing collected in", f"python -m grader --course {root} collect")
+    fails(["feedback"], "nothing graded in", f"python -m grader --course {root} autograde")
     assert not (root / "reports").exists() and not (root / "feedback").exists()
     fails(["due", "00_setup", "2026-12-01 00:00", "--student", "ghost"], "'ghost' is not a student of this course")
     assert main(["--course", str(root), "due", "90", "2026-12-01 00:00"]) == 0  # a lesson by its number
@@ -738,3 +739,23 @@ def test_remove_student_by_a_roster_key_names_the_id(tmp_path, fixture_source, c
     assert f"1004: not in this course (nothing to do); on the roster 1004 is dave: python -m grader --course {root} " \
            "remove-student dave" in out
     assert "zed: not in this course (nothing to do)\n" in out and workflow.removed_students(root) == {}
+
+
+def test_hints_name_the_make_target_only_for_grader(tmp_path, fixture_source, capsys):
+    """A class of its own (``--course``) is told the command with its --course, since ``make grade-*`` works on
+    grader/ only; grader/ itself is told the make target."""
+    from grader import workflow
+    from grader.cli import _how, _note_not_graded
+
+    assert _how(None, "make grade-autograde", "autograde") == "make grade-autograde"
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    (tmp_path / "in" / "alice").mkdir(parents=True)
+    (tmp_path / "in" / "alice" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    _note_not_graded(root, str(root))  # what feedback, export and report add on stderr
+    err = capsys.readouterr().err
+    assert f"(alice/{fx}): this shows their earlier result, or none; python -m grader --course {root} autograde " \
+           "grades them" in err
+    _note_not_graded(root)
+    assert "or none; make grade-autograde grades them" in capsys.readouterr().err

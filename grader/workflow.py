@@ -121,6 +121,12 @@ def _read_stamp(d: pathlib.Path) -> float | None:
         return None
 
 
+def grader_command(root: pathlib.Path, command: str) -> str:
+    """``python -m grader COMMAND`` as it reaches the course ``root``: with its ``--course`` unless it is grader/."""
+    default = pathlib.Path(root).resolve() == (_ROOT / "grader").resolve()
+    return f"python -m grader {command}" if default else f"python -m grader --course {root} {command}"
+
+
 def backup_dir(root: pathlib.Path) -> pathlib.Path:
     """Where collect keeps every notebook it replaces: ``backups/<student>/<lesson>/<hand-in time>.ipynb``."""
     return root / "backups"
@@ -231,8 +237,9 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     for name in [n for n in collected if n in removed]:
         del collected[name]
         if skipped is not None:
+            back = grader_command(root, f"readmit {name}")
             skipped.append(_skip(f"{name}/", f"{name} was removed from the course {removed[name]} (remove-student): "
-                                             f"not collected; `python -m grader readmit {name}` takes them back"))
+                                             f"not collected; `{back}` takes them back"))
     if lessons is None:
         lessons = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
                           if sub.notebook is not None or sub.notes != ["not submitted"]})
@@ -400,7 +407,8 @@ def remove_student(root: pathlib.Path, student: str) -> list[str]:
         removed = removed_students(root)
         removed[student] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         _save_removed(root, removed)
-        done.append("collect skips them from now on (`python -m grader readmit` takes them back)")
+        back = grader_command(root, f"readmit {student}")
+        done.append(f"collect skips them from now on (`{back}` takes them back)")
     if (backup_dir(root)).exists():
         os.chmod(backup_dir(root), 0o700)
     return done

@@ -759,3 +759,21 @@ def test_hints_name_the_make_target_only_for_grader(tmp_path, fixture_source, ca
            "grades them" in err
     _note_not_graded(root)
     assert "or none; make grade-autograde grades them" in capsys.readouterr().err
+
+
+def test_readmit_hint_reaches_the_course(tmp_path, fixture_source):
+    """In a class of its own, remove-student and collect tell the readmit command with that class's --course
+    (``python -m grader readmit`` alone would look in grader/ and find no one removed)."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    (tmp_path / "in" / "dave").mkdir(parents=True)
+    (tmp_path / "in" / "dave" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    command = f"`python -m grader --course {root} readmit dave`"
+    assert any(command in line for line in workflow.remove_student(root, "dave"))
+    skipped = []
+    workflow.collect(root, tmp_path / "in", lessons=[fx], skipped=skipped)
+    assert [s.name for s in skipped] == ["dave/"] and command in skipped[0].reason
+    assert workflow.grader_command(workflow._ROOT / "grader", "readmit dave") == "python -m grader readmit dave"

@@ -121,7 +121,7 @@ def test_feedback_export_and_report_name_what_was_collected_since_grading(tmp_pa
         assert main(["--course", str(root), *args]) == 0
         err = capsys.readouterr().err
         assert f"1 collected notebook(s) not graded since they were collected (bob/{LESSON})" in err, (args, err)
-        assert "alice" not in err and "make grade-autograde" in err
+        assert "alice" not in err and f"python -m grader --course {root} autograde grades them" in err
     _autograde(root, capsys)
     for args in commands:
         assert main(["--course", str(root), *args]) == 0

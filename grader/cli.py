@@ -147,13 +147,17 @@ def _collect(args) -> int:
               "download (its zip, or the folder it unpacks to, with --lms)", file=sys.stderr)
         return 2
     if args.zip or args.lms or source.is_file():
-        collected, skipped = workflow.collect_lms(root, source, roster=roster, lessons=lessons)
+        collected, skipped = workflow.collect_lms(root, source, roster=roster, lessons=lessons,
+                                                  replace_newer=args.replace_newer)
     else:
         skipped = []
-        collected = workflow.collect(root, source, lessons, roster=roster, skipped=skipped)
+        collected = workflow.collect(root, source, lessons, roster=roster, skipped=skipped,
+                                     replace_newer=args.replace_newer)
     for s in skipped:
         print(f"skipped {s.name}: {s.reason}")
     counts: dict[str, int] = {}
+    others = sorted({lesson for subs in collected.values() for lesson, sub in subs.items()
+                     if sub.status == "not collected" and sub.notebook is not None})
     for student, subs in collected.items():
         for lesson, sub in subs.items():
             if sub.status == "not collected":
@@ -164,8 +168,10 @@ def _collect(args) -> int:
             notes = f"; {'; '.join(notes)}" if notes else ""
             print(f"{student:>20} {lesson:<28} {sub.status}{notes}")
     kept = workflow.backup_dir(root)
+    versions = kept.is_dir() and any(p.name != "removed" for p in kept.iterdir())  # removed/: remove-student's
     print("collected: " + (", ".join(f"{n} {w}" for w, n in sorted(counts.items())) or "nothing new")
-          + (f"; earlier versions are kept under {kept}" if kept.is_dir() and any(kept.iterdir()) else ""))
+          + (f"; earlier versions are kept under {kept}" if versions else "")
+          + (f"; not collected, as --lessons asked: the batch's notebooks of {', '.join(others)}" if others else ""))
     _print_other_versions([(student, lesson, sub) for student, subs in collected.items()
                            for lesson, sub in subs.items() if sub.status != "not collected"])
     return 0
@@ -199,19 +205,22 @@ def _due(args) -> int:
 
 def _each_student(args, act: str, nothing: str) -> int:
     """``workflow.<act>(root, student)`` for every student named, a line each: what it did, or ``nothing`` (and,
-    where the name is another key of the roster, such as an LMS id or an e-mail address, whose id it is)."""
+    where the name is another key of the roster, such as an LMS id or an e-mail address, whose id it is). Exit
+    status 1 when some name did nothing, else 0."""
     from . import workflow
     from .lms import kept_roster
 
     root = _course(args)
     roster = kept_roster(root)
+    status = 0
     for student in args.students:
         done = getattr(workflow, act)(root, student)
         sid = roster.find(student) if roster is not None and not done else None
         again = f"python -m grader{f' --course {args.course}' if args.course else ''} {args.cmd} {sid}"
         hint = f"; on the roster {student} is {sid}: {again}" if sid not in (None, student) else ""
         print(f"{student}: " + ("; ".join(done) if done else nothing + hint))
-    return 0
+        status = status or (0 if done else 1)  # a name that matched no one is a mistake a script should see
+    return status
 
 
 def _remove_student(args) -> int:
@@ -401,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--roster", help="CSV from the LMS mapping its ids to students (kept for later collects); "
                    "files of students not on it are refused")
     p.add_argument("--lessons", nargs="*", help="lessons to collect (default: those anyone submitted)")
+    p.add_argument("--replace-newer", action="store_true",
+                   help="this batch's notebooks replace collected ones even where those are newer (the one meant was "
+                        "an earlier copy); the replaced ones are kept under backups/")
     p.set_defaults(fn=_collect)
     p = sub.add_parser("due", help="set a lesson's due date (or one student's extension) in the gradebook")
     p.add_argument("lesson")

@@ -193,8 +193,10 @@ def _other_version(p: pathlib.Path, out: dict[str, Submission], lessons: dict[st
     if sub.path:
         graded = pathlib.Path(sub.path).name
         later = when is not None and sub.timestamp is not None and when > sub.timestamp
+        again = _AGAIN if later else (f" and collect it alone (FOLDER/{sub.student}/{lesson}.ipynb) with "
+                                      "--replace-newer: an earlier copy never replaces a collected one otherwise")
         sub.notes.append(f"also handed in {p.name}, saved {'later' if later else 'earlier'} than the graded {graded}: "
-                         f"if that is the one meant, rename it {lesson}.ipynb{_AGAIN}")
+                         f"if that is the one meant, rename it {lesson}.ipynb{again}")
     else:
         sub.notes.append(f"handed in {p.name}, not graded: collect grades {lesson}.ipynb (or a notebook with its "
                          f"cells); if that is the one meant, rename it {lesson}.ipynb{_AGAIN}")

@@ -190,7 +190,7 @@ def _same(path: pathlib.Path, nb: dict) -> bool:
 
 
 def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None = None, *,
-            roster: pathlib.Path | None = None, skipped: list | None = None) -> dict:
+            roster: pathlib.Path | None = None, skipped: list | None = None, replace_newer: bool = False) -> dict:
     """``folder/<student>/*.ipynb`` -> ``root/submitted/<student>/<lesson>/<lesson>.ipynb``, read defensively.
 
     ``lessons``: the lessons being collected (default: every lesson someone in ``folder`` submitted). Collect
@@ -201,7 +201,9 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
     stays), ``missing`` (nothing collected: graded as an explicit 0, the reason kept in ``reports/notes.json``).
     A student or lesson not in this batch is left as it is. With a roster (given, or kept from an earlier
     collect), a folder whose name is not on it is not collected; it is added to ``skipped`` with the reason, and
-    a student on it with nothing collected for a lesson being collected is ``missing``.
+    a student on it with nothing collected for a lesson being collected is ``missing``. ``replace_newer``: this
+    batch's notebooks replace collected ones even where those were handed in later (the one a student meant was
+    an earlier copy); the replaced one is kept under ``backups/`` all the same.
     """
     sources = sources_of(root)
     if not sources:
@@ -282,12 +284,14 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
                 mine[lesson] = sub.notes  # this batch's, of the same notebook (another version beside it, say)
                 continue
             before = _read_stamp(d) if had else None
-            if had and before is not None and when <= before:
-                sub.status = f"kept (the one collected is newer: {_stamp(before)}; this one {_stamp(when)})"
+            if had and before is not None and when <= before and not replace_newer:
+                sub.status = (f"kept (the one collected is newer: {_stamp(before)}; this one {_stamp(when)}; "
+                              "collect --replace-newer takes it in its place)")
                 continue
             if had:
                 kept = _keep_backup(root, student, lesson, d)
-                sub.status = f"replaced (the older one kept as {kept.relative_to(root)})"
+                which = "newer" if before is not None and when <= before else "older"  # newer: --replace-newer
+                sub.status = f"replaced (the {which} one kept as {kept.relative_to(root)})"
             else:
                 sub.status = "new"
             tmp = d / f".{lesson}.ipynb.part"
@@ -326,12 +330,13 @@ def _named_regexp() -> str:
 
 
 def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Path | None = None,
-                lessons: list[str] | None = None, max_bytes: int = 2 << 30) -> tuple[dict, list]:
+                lessons: list[str] | None = None, max_bytes: int = 2 << 30,
+                replace_newer: bool = False) -> tuple[dict, list]:
     """An LMS download (a zip, or the folder it unpacks to) -> :func:`collect`; see :mod:`grader.lms`.
 
     Returns (what :func:`collect` returns, the skipped files as :class:`grader.lms.Skipped`). Resubmissions:
     the newest of a student's files for one lesson, by the archive's dates; it goes through :func:`collect`,
-    so it replaces a collected notebook only if it is newer than that one.
+    so it replaces a collected notebook only if it is newer than that one (or, with ``replace_newer``, always).
     """
     import tempfile
 
@@ -346,7 +351,8 @@ def collect_lms(root: pathlib.Path, source: pathlib.Path, *, roster: pathlib.Pat
     with tempfile.TemporaryDirectory(prefix="grader-lms-") as tmp:
         lms.unpack(chosen, pathlib.Path(tmp))
         refused: list = []  # whole students collect refused (removed ones), named by their unpacked folder
-        collected = collect(root, pathlib.Path(tmp), lessons, skipped=refused) if chosen else {}
+        collected = collect(root, pathlib.Path(tmp), lessons, skipped=refused,
+                            replace_newer=replace_newer) if chosen else {}
     for s in refused:  # name the download's own files, as every other skipped file is named
         files = [e.name for e in chosen if f"{e.student}/" == s.name]
         skipped += [lms.Skipped(name, s.reason) for name in files or [s.name]]

@@ -14,11 +14,12 @@ def _guide_paths() -> list[str]:
     text = (ROOT / "grader" / "GUIDE.md").read_text()
     paths = re.findall(r"cp -r grader (\S+?)`", text) + re.findall(r"cp -r grader (\S+) &&", text)
     paths += re.findall(r"(?:SUBMISSIONS|ROSTER)=([^`\s]+)", text)
+    paths += re.findall(r"python -m grader (?:--course \S+ )?collect ([^`\s.][^`\s,]*)", text)
     return sorted({p.rstrip("/") for p in paths})
 
 
 def test_guide_names_class_folders():
-    assert {"terms/2027", "staging", "incoming", "roster.csv", "canvas-00.zip"} <= set(_guide_paths())
+    assert {"terms/2027", "staging", "incoming", "roster.csv", "canvas-00.zip", "again"} <= set(_guide_paths())
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout")

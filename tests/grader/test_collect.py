@@ -493,6 +493,66 @@ def test_another_version_under_a_longer_name_is_named_not_graded(tmp_path, fixtu
                      f"00_setup, {fx})"]
 
 
+def test_an_earlier_copy_meant_is_taken_as_the_note_says(tmp_path, fixture_source, capsys):
+    """``L_final.ipynb`` saved *before* the graded ``L.ipynb``: the note says how to take it (renamed, alone, with
+    ``--replace-newer``), since renaming it and collecting again leaves the newer one collected; doing what it
+    says grades the earlier copy, with its own hand-in time, and keeps the one it replaces under backups/."""
+    import os
+
+    from grader import workflow
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    d = tmp_path / "in" / "alice"
+    d.mkdir(parents=True)
+    graded, final = d / f"{fx}.ipynb", d / f"{fx}_final.ipynb"
+    graded.write_text(json.dumps(_v(fixture_source, 2)))
+    final.write_text(json.dumps(_v(fixture_source, 1)))
+    os.utime(graded, (1_700_036_000, 1_700_036_000))
+    os.utime(final, (1_700_000_000, 1_700_000_000))
+    assert main(["--course", str(root), "collect", str(tmp_path / "in")]) == 0
+    out = capsys.readouterr().out
+    assert (f"also handed in {final.name}, saved earlier than the graded {graded.name}: if that is the one meant, "
+            f"rename it {fx}.ipynb and collect it alone (FOLDER/alice/{fx}.ipynb) with --replace-newer" in out)
+    target = root / "submitted" / "alice" / fx / f"{fx}.ipynb"
+    assert _version(target) == 2
+    again = tmp_path / "again" / "alice"
+    again.mkdir(parents=True)
+    os.replace(final, again / f"{fx}.ipynb")  # renamed: its date stays the earlier one
+    assert main(["--course", str(root), "collect", str(tmp_path / "again")]) == 0  # as before: kept, and says why
+    assert "collect --replace-newer takes it in its place" in capsys.readouterr().out
+    assert _version(target) == 2
+    assert main(["--course", str(root), "collect", str(tmp_path / "again"), "--replace-newer"]) == 0
+    assert "replaced (the newer one kept as backups/alice/" in capsys.readouterr().out
+    assert _version(target) == 1
+    kept = list((root / "backups" / "alice" / fx).glob("*.ipynb"))
+    assert len(kept) == 1 and _version(kept[0]) == 2  # nothing lost: the newer copy is under backups/
+    assert (target.parent / "timestamp.txt").read_text() == workflow._stamp(1_700_000_000)  # its own hand-in time
+
+
+def test_collect_summary_names_what_it_left_and_kept(tmp_path, fixture_source, capsys):
+    """The summary line says which lessons' notebooks of the batch ``--lessons`` left out, and mentions backups/
+    only once it holds earlier versions (not only a removed student's folders)."""
+    from grader import workflow
+    from grader.cli import main
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    for student in ("alice", "dave"):
+        d = tmp_path / "in" / student
+        d.mkdir(parents=True)
+        (d / f"{fx}.ipynb").write_text(json.dumps(_v(fixture_source, 1)))
+        (d / "00_setup.ipynb").write_text(json.dumps(_v(fixture_source, 1)))
+    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    workflow.remove_student(root, "dave")
+    capsys.readouterr()
+    assert main(["--course", str(root), "collect", str(tmp_path / "in"), "--lessons", fx]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("collected: ") and "earlier versions" not in last, last
+    assert "not collected, as --lessons asked: the batch's notebooks of 00_setup" in last, last
+
+
 def test_a_lesson_saved_under_another_lessons_name_is_collected_as_its_own(tmp_path, fixture_source):
     """Lesson 90's notebook saved as ``00_setup.ipynb`` (a learner's Save As slip) is 90's submission when no file
     is named for 90; 00_setup is then missing, with a note saying where its name went. With a file named for 90
@@ -572,7 +632,7 @@ def test_removed_student_stays_out_until_readmitted(tmp_path, fixture_source, ca
     assert main(["--course", str(root), "collect", str(archive), "--lessons", fx]) == 0
     assert "dave was removed from the course" in capsys.readouterr().out
     assert not (root / "submitted" / "dave").exists()
-    assert main(["--course", str(root), "readmit", "dave", "frank"]) == 0
+    assert main(["--course", str(root), "readmit", "dave", "frank"]) == 1  # frank: nothing to readmit
     out = capsys.readouterr().out
     assert (f"dave: collect takes their notebooks again; their earlier work ({fx} handed in " in out
             and ") is kept in backups/removed/dave-" in out)
@@ -734,7 +794,7 @@ def test_remove_student_by_a_roster_key_names_the_id(tmp_path, fixture_source, c
 
     root = _course(tmp_path, fixture_source)
     (root / "roster.csv").write_text("Student,ID,SIS Login ID\nDoe Dave,1004,dave\n")
-    assert main(["--course", str(root), "remove-student", "1004", "zed"]) == 0
+    assert main(["--course", str(root), "remove-student", "1004", "zed"]) == 1  # neither is a student here
     out = capsys.readouterr().out
     assert f"1004: not in this course (nothing to do); on the roster 1004 is dave: python -m grader --course {root} " \
            "remove-student dave" in out

@@ -22,6 +22,7 @@ import time
 import zipfile
 
 from .layout import ROOT as _ROOT
+from .layout import scripts_on_path
 
 
 def _course(args, *, graded: bool = False) -> pathlib.Path:
@@ -488,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from .grade import SetupError
 
+    scripts_on_path()  # nbgrader runs alembic by name
     try:
         return args.fn(args)
     except (SetupError, ValueError, FileNotFoundError) as e:

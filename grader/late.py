@@ -107,14 +107,11 @@ def set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: s
 
 
 def _set_due(db_url: str, lesson: str, when: datetime.datetime | None, student: str | None = None) -> str:
-    import os
-    import sys
-
     from nbgrader.api import Gradebook
 
-    bindir = os.path.dirname(sys.executable)  # a new gradebook runs nbgrader's migrations (alembic) from there
-    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+    from .layout import scripts_on_path
+
+    scripts_on_path()  # a new gradebook runs nbgrader's migrations (alembic) by name
     with Gradebook(db_url) as gb:
         assignment = gb.update_or_create_assignment(lesson)
         if student is None:

@@ -6,9 +6,11 @@ scripts find the lesson sources, the student notebooks and the nbgrader course f
 
 from __future__ import annotations
 
+import os
 import pathlib
+import sys
 
-__all__ = ["ROOT", "SOLUTIONS", "COURSE", "GRADER", "README", "WORK"]
+__all__ = ["ROOT", "SOLUTIONS", "COURSE", "GRADER", "README", "WORK", "scripts_on_path"]
 
 #: the repository: the folder that holds ``kernels/``, ``grader/`` and ``solutions/``
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -22,3 +24,12 @@ GRADER = ROOT / "grader"
 README = ROOT / "README.md"
 #: the learner's own copy of ``course/`` that ``make lab`` opens (git ignores it)
 WORK = ROOT / "my-work"
+
+
+def scripts_on_path() -> None:
+    """Put this interpreter's scripts folder (``.venv/bin``) first on PATH if it is not on it: nbgrader runs
+    ``alembic`` by name when it makes a gradebook, which fails ("No such file or directory: 'alembic'") for
+    ``.venv/bin/python -m grader`` run without the environment activated."""
+    scripts = str(pathlib.Path(sys.executable).parent)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([scripts, os.environ.get("PATH", "")])

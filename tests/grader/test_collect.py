@@ -553,6 +553,26 @@ def test_collect_summary_names_what_it_left_and_kept(tmp_path, fixture_source, c
     assert "not collected, as --lessons asked: the batch's notebooks of 00_setup" in last, last
 
 
+def test_grader_runs_from_the_venv_without_activating_it(tmp_path, fixture_source):
+    """``.venv/bin/python -m grader`` with the environment not activated (its scripts not on PATH) still makes a
+    gradebook: nbgrader runs ``alembic`` by name."""
+    import os
+    import subprocess
+    import sys
+
+    from grader.layout import ROOT
+
+    root = _course(tmp_path, fixture_source)
+    _batch(tmp_path / "in", {"alice/90_grader_fixture.ipynb": _v(fixture_source, 1)}, 1_700_000_000)
+    scripts = os.path.dirname(sys.executable)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != scripts)
+    for args in (["collect", str(tmp_path / "in")], ["export", "--nbgrader", "--to", str(tmp_path / "grades.csv")]):
+        res = subprocess.run([sys.executable, "-m", "grader", "--course", str(root), *args], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120, env=dict(os.environ, PATH=path or os.defpath))
+        assert res.returncode == 0, (args, res.stderr[-2000:])
+    assert (root / "gradebook.db").is_file()
+
+
 def test_a_lesson_saved_under_another_lessons_name_is_collected_as_its_own(tmp_path, fixture_source):
     """Lesson 90's notebook saved as ``00_setup.ipynb`` (a learner's Save As slip) is 90's submission when no file
     is named for 90; 00_setup is then missing, with a note saying where its name went. With a file named for 90

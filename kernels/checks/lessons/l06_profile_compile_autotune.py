@@ -264,6 +264,7 @@ def _loads_wide(kernel) -> None:
 def _why_narrow(kernel) -> str:
     """Where to look for what keeps a load one element wide: the decorator if it keeps anything unspecialised,
     else the masks and offsets."""
+    kernel = getattr(kernel, "jit_fn", kernel)  # the check's compile pass hands a Recorder wrapping the kernel
     kept = getattr(kernel, "do_not_specialize", None) or (getattr(kernel, "kwargs", None) or {}).get(
         "do_not_specialize")  # a compiled kernel's, or the interpreter's (it keeps the decorator's arguments)
     if kept:

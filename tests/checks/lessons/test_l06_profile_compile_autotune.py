@@ -130,3 +130,15 @@ def test_narrow_loads_point_at_the_decorator_only_where_it_keeps_something_unspe
     assert "look at the decorator" in l06._why_narrow(planted)
     why = l06._why_narrow(plain)
     assert "decorator keeps everything specialised" in why and "<= K" in why, why
+
+
+def test_narrow_loads_read_the_decorator_through_the_compile_pass_recorder():
+    """The notebook's check compiles the kernel for sm_90 through a Recorder that wraps it; the hint must still see
+    the decorator behind it, not tell a learner with `do_not_specialize` that it keeps everything specialised."""
+    from kernels.checks.provenance import Recorder
+
+    planted = kernel(edit(CELLS["ex3-kernel"], "@triton.jit\n", '@triton.jit(do_not_specialize=["stride_ak"])\n'),
+                     "fixed_matmul_kernel")
+    assert "look at the decorator" in l06._why_narrow(Recorder(planted))
+    why = l06._why_narrow(Recorder(kernel(CELLS["ex3-kernel"], "fixed_matmul_kernel")))
+    assert "decorator keeps everything specialised" in why, why

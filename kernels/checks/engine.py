@@ -366,6 +366,39 @@ def _first(mask: torch.Tensor) -> tuple:
     return tuple(int(i) for i in mask.nonzero()[0])
 
 
+def _ranges(indices: list[int], most: int = 3) -> str:
+    """Sorted indices as runs, ``0-63, 128-191``; past ``most`` runs, how many more."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return text + (f" and {len(runs) - most} more runs" if len(runs) > most else "")
+
+
+def _where(mask: torch.Tensor) -> str:
+    """Where the True elements of ``mask`` lie when that has a short name: every element at some indices of one
+    dimension (say a chunk of tokens never reached, or a tail past the last block), the rest everywhere; else ""."""
+    if mask.all():
+        return "; nothing was written"
+    for d in range(mask.dim()):
+        if mask.shape[d] < 2:
+            continue
+        others = [x for x in range(mask.dim()) if x != d]
+        hit = mask.any(dim=others) if others else mask
+        shape = [1] * mask.dim()
+        shape[d] = mask.shape[d]
+        if torch.equal(mask, hit.reshape(shape).expand_as(mask)):
+            at = hit.nonzero().flatten().tolist()
+            where = f"index {at[0]}" if len(at) == 1 else f"indices {_ranges(at)}"
+            if mask.dim() == 1:
+                return f"; exactly {where} (of {mask.shape[0]})"
+            return f"; exactly {where} of dimension {d} (of {mask.shape[d]}), at every index of the others"
+    return ""
+
+
 def _compare(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float, device="cpu",
              scale: float = 0.0) -> str | None:
     """What is wrong with ``got`` against ``ref`` (None: within ``tol``), compared in float64 on ``device``; the
@@ -457,7 +490,8 @@ def _verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, 
                                         "computed from those undefined lanes, or never written")
                     else:
                         problems.append(f"{name}: output not written: {n} of {p.out.numel()} elements still hold "
-                                        f"the NaN poison, first at {first} (outputs start filled with NaN: a kernel "
+                                        f"the NaN poison, first at {first}{_where(unwritten)} (outputs start "
+                                        "filled with NaN: a kernel "
                                         "that reads an output before storing to it, a state never zeroed, say, "
                                         "spreads that NaN too)")
                     continue

@@ -36,6 +36,9 @@ def test_correct_output_passes(scale_case):
 @pytest.mark.parametrize("fill, match", [
     (lambda ref: lambda b, g, n: None, "output not written"),
     (lambda ref: lambda b, g, n: (b[g: g + n - 1].copy_(ref[:-1]), None), "1 of 1000 elements still hold"),
+    (lambda ref: lambda b, g, n: (b[g: g + n - 1].copy_(ref[:-1]), None), "exactly index 999 (of 1000)"),
+    (lambda ref: lambda b, g, n: (b[g + 64: g + n].copy_(ref[64:]), None), "exactly indices 0-63 (of 1000)"),
+    (lambda ref: lambda b, g, n: None, "nothing was written"),
     (lambda ref: lambda b, g, n: (b[g: g + n].copy_(ref), b[g + n].fill_(0)), "wrote out of bounds"),
     (lambda ref: lambda b, g, n: (b[g: g + n].copy_(ref), b[g - 1].fill_(float("nan"))), "wrote out of bounds"),
     (lambda ref: lambda b, g, n: (b[g: g + n].copy_(ref), b[g + 3].add_(1.0)), "relative error"),

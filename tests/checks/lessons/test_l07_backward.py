@@ -175,6 +175,8 @@ def test_solution_kernels_pass(hidden, cell, name, exercise):
      "", ["relative error"]),  # dS never carried
     (DKDV, "dkdv_kernel", "dkdv", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = i * BT + offs_c",
      ["walk from the last chunk to the first"]),  # walks forwards
+    (DKDV, "dkdv_kernel", "dkdv", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = (n - i) * BT + offs_c",
+     ["output not written", "exactly indices 0-", "of dimension 1", "at every index of the others"]),  # never chunk 0
 ])
 def test_broken_kernels_fail(source, name, exercise, old, new, words):
     fails(grade(f"07_backward.{exercise}", kernel(edit(source, old, new), name)), *words)

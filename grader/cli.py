@@ -58,13 +58,15 @@ def _lessons(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
-def _how(course: str | None, make: str, command: str) -> str:
-    """How to run a step on this course: the make target on grader/, else the command with its --course (the
-    Makefile's targets work on grader/ only)."""
-    return f"python -m grader --course {course} {command}" if course else make
+def _how(root: pathlib.Path, make: str, command: str) -> str:
+    """How to run a step on the course ``root``: the make target on grader/, else the command with its --course
+    (the Makefile's targets work on grader/ only)."""
+    from . import workflow
+
+    return make if workflow.default_course(root) else workflow.grader_command(root, command)
 
 
-def _collected(root: pathlib.Path, names: list[str] | None, course: str | None = None) -> list[str] | None:
+def _collected(root: pathlib.Path, names: list[str] | None) -> list[str] | None:
     """The students that ``names`` name, each one whose work collect left in ``root/submitted``; None: every
     student. A name nothing was collected for, or a course with nothing collected, is a ValueError (listing those
     collected), never a run that silently grades nothing."""
@@ -72,7 +74,7 @@ def _collected(root: pathlib.Path, names: list[str] | None, course: str | None =
     collected = sorted(d.name for d in sub.iterdir() if d.is_dir()) if sub.is_dir() else []
     if not collected:
         raise ValueError(f"nothing collected in {sub}: collect the class's notebooks first ("
-                         + _how(course, "make grade-collect SUBMISSIONS=dir or SUBMISSIONS=lms.zip",
+                         + _how(root, "make grade-collect SUBMISSIONS=dir or SUBMISSIONS=lms.zip",
                                 "collect DIR_OR_ZIP") + ")")
     if not names:
         return None
@@ -217,7 +219,7 @@ def _each_student(args, act: str, nothing: str) -> int:
     for student in args.students:
         done = getattr(workflow, act)(root, student)
         sid = roster.find(student) if roster is not None and not done else None
-        again = f"python -m grader{f' --course {args.course}' if args.course else ''} {args.cmd} {sid}"
+        again = workflow.grader_command(root, f"{args.cmd} {sid}")
         hint = f"; on the roster {student} is {sid}: {again}" if sid not in (None, student) else ""
         print(f"{student}: " + ("; ".join(done) if done else nothing + hint))
         status = status or (0 if done else 1)  # a name that matched no one is a mistake a script should see
@@ -250,7 +252,7 @@ def _students(root: pathlib.Path) -> set[str]:
 def _autograde(args) -> int:
     root = _course(args)
     args.lessons = _lessons(root, args.lessons)
-    args.students = _collected(root, args.students, args.course)
+    args.students = _collected(root, args.students)
     if args.scheduler or args.cluster:  # on a Dask cluster (grader/distributed.py)
         from .distributed import main
 
@@ -321,7 +323,7 @@ def _failure_log(root: pathlib.Path, failure) -> pathlib.Path:
     return path
 
 
-def _note_not_graded(root: pathlib.Path, course: str | None = None) -> None:
+def _note_not_graded(root: pathlib.Path) -> None:
     """Say on stderr which collected notebooks no run has graded yet: what feedback, export and report show for
     them is an earlier version's result (or none), until autograde grades them."""
     from . import workflow
@@ -329,7 +331,7 @@ def _note_not_graded(root: pathlib.Path, course: str | None = None) -> None:
     todo = [f"{s.student}/{s.lesson}" for s in workflow.not_graded(root)]
     if todo:
         more = f" and {len(todo) - 10} more" if len(todo) > 10 else ""
-        grade = _how(course, "make grade-autograde", "autograde")
+        grade = _how(root, "make grade-autograde", "autograde")
         print(f"note: {len(todo)} collected notebook(s) not graded since they were collected ({', '.join(todo[:10])}"
               f"{more}): this shows their earlier result, or none; {grade} grades them", file=sys.stderr)
 
@@ -341,12 +343,12 @@ def _feedback(args) -> int:
     root = _course(args)
     if not load_results(root):
         raise ValueError(f"nothing graded in {root}: feedback shows autograde's results, so grade first ("
-                         + _how(args.course, "make grade-autograde", "autograde") + ")")
+                         + _how(root, "make grade-autograde", "autograde") + ")")
     failures = workflow.feedback(root)
     for f in failures:
         print(f"feedback failed for {f[0]}/{f[1]}:\n{f[2]}", file=sys.stderr)
     print(f"feedback HTML under {root / 'feedback'}")
-    _note_not_graded(root, args.course)
+    _note_not_graded(root)
     return 1 if failures else 0
 
 
@@ -361,7 +363,7 @@ def _export(args) -> int:
     root = _course(args, graded=True)
     path = (workflow.export if args.nbgrader else workflow.export_class)(root, to)
     print(f"grades written to {path}")
-    _note_not_graded(root, args.course)
+    _note_not_graded(root)
     return 0
 
 
@@ -383,7 +385,7 @@ def _report(args) -> int:
     for line in gradebook_lines(root, rows):
         print(f"  {line}")
     _print_other_versions([(r.student, r.lesson, r) for r in rows])
-    _note_not_graded(root, args.course)
+    _note_not_graded(root)
     return 0
 
 

@@ -121,10 +121,15 @@ def _read_stamp(d: pathlib.Path) -> float | None:
         return None
 
 
+def default_course(root: pathlib.Path) -> bool:
+    """Whether ``root`` is grader/, the course every command (and every ``make grade-*`` target) works on unless
+    given ``--course``."""
+    return pathlib.Path(root).resolve() == (_ROOT / "grader").resolve()
+
+
 def grader_command(root: pathlib.Path, command: str) -> str:
     """``python -m grader COMMAND`` as it reaches the course ``root``: with its ``--course`` unless it is grader/."""
-    default = pathlib.Path(root).resolve() == (_ROOT / "grader").resolve()
-    return f"python -m grader {command}" if default else f"python -m grader --course {root} {command}"
+    return f"python -m grader {command}" if default_course(root) else f"python -m grader --course {root} {command}"
 
 
 def backup_dir(root: pathlib.Path) -> pathlib.Path:
@@ -284,14 +289,14 @@ def collect(root: pathlib.Path, folder: pathlib.Path, lessons: list[str] | None 
                 mine[lesson] = sub.notes  # this batch's, of the same notebook (another version beside it, say)
                 continue
             before = _read_stamp(d) if had else None
-            if had and before is not None and when <= before and not replace_newer:
+            older = had and before is not None and when <= before  # than the one collected
+            if older and not replace_newer:
                 sub.status = (f"kept (the one collected is newer: {_stamp(before)}; this one {_stamp(when)}; "
                               "collect --replace-newer takes it in its place)")
                 continue
             if had:
                 kept = _keep_backup(root, student, lesson, d)
-                which = "newer" if before is not None and when <= before else "older"  # newer: --replace-newer
-                sub.status = f"replaced (the {which} one kept as {kept.relative_to(root)})"
+                sub.status = f"replaced (the {'newer' if older else 'older'} one kept as {kept.relative_to(root)})"
             else:
                 sub.status = "new"
             tmp = d / f".{lesson}.ipynb.part"

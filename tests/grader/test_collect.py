@@ -89,6 +89,20 @@ def _batch(folder, files: dict, when: float):
     return folder
 
 
+def _alice_and_dave(tmp_path, fixture_source):
+    """A course whose roster (``tmp_path/roster.csv``, kept by collect) names alice and dave, each with the fixture
+    lesson collected, handed in 2025-12-01 10:00 UTC (``tmp_path/in``): the class the removal tests start from."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
+    _batch(tmp_path / "in", {f"{who}/{fx}.ipynb": fixture_source for who in ("alice", "dave")}, 1764583200)
+    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    return root
+
+
 def test_collect_never_loses_work(tmp_path, fixture_source):
     """A later batch holding fewer notebooks, an older copy, an unreadable copy or the same notebook again
     changes nothing collected; a newer version replaces it and the older one is kept as a backup."""
@@ -669,13 +683,7 @@ def test_removed_student_on_the_roster_is_not_filled_in(tmp_path, fixture_source
     from grader import workflow
 
     fx = "90_grader_fixture"
-    root = _course(tmp_path, fixture_source)
-    roster = tmp_path / "roster.csv"
-    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
-    for who in ("alice", "dave"):
-        (tmp_path / "in" / who).mkdir(parents=True)
-        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
-    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    root = _alice_and_dave(tmp_path, fixture_source)
     assert workflow.remove_student(root, "dave")
     (tmp_path / "later" / "alice").mkdir(parents=True)
     (tmp_path / "later" / "alice" / f"{fx}.ipynb").write_text(json.dumps(_v(fixture_source, 2)))
@@ -738,13 +746,7 @@ def test_readmit_says_when_the_student_is_off_the_roster(tmp_path, fixture_sourc
     from grader.cli import main
 
     fx = "90_grader_fixture"
-    root = _course(tmp_path, fixture_source)
-    roster = tmp_path / "roster.csv"
-    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
-    for who in ("alice", "dave"):
-        (tmp_path / "in" / who).mkdir(parents=True)
-        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
-    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    root = _alice_and_dave(tmp_path, fixture_source)
     workflow.remove_student(root, "dave")
     (root / "roster.csv").write_text("student_id,name\nalice,Alice A\n")
     assert main(["--course", str(root), "readmit", "dave"]) == 0
@@ -779,19 +781,10 @@ def test_readmit_names_the_removals_that_hold_work(tmp_path, fixture_source):
     """A student removed twice, the second time with only an empty ``missing`` folder (readmitted, then a batch
     without them): readmit points at the removal that holds their notebook, with the lesson and its hand-in
     time, not at the empty one."""
-    import os
-
     from grader import workflow
 
     fx = "90_grader_fixture"
-    root = _course(tmp_path, fixture_source)
-    roster = tmp_path / "roster.csv"
-    roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
-    for who in ("alice", "dave"):
-        (tmp_path / "in" / who).mkdir(parents=True)
-        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
-        os.utime(tmp_path / "in" / who / f"{fx}.ipynb", (1764583200, 1764583200))  # 2025-12-01 10:00 UTC
-    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    root = _alice_and_dave(tmp_path, fixture_source)
     workflow.remove_student(root, "dave")
     workflow.readmit(root, "dave")
     (tmp_path / "later" / "alice").mkdir(parents=True)
@@ -821,22 +814,24 @@ def test_remove_student_by_a_roster_key_names_the_id(tmp_path, fixture_source, c
     assert "zed: not in this course (nothing to do)\n" in out and workflow.removed_students(root) == {}
 
 
-def test_hints_name_the_make_target_only_for_grader(tmp_path, fixture_source, capsys):
+def test_hints_name_the_make_target_only_for_grader(tmp_path, fixture_source, capsys, monkeypatch):
     """A class of its own (``--course``) is told the command with its --course, since ``make grade-*`` works on
     grader/ only; grader/ itself is told the make target."""
     from grader import workflow
     from grader.cli import _how, _note_not_graded
+    from grader.layout import GRADER
 
-    assert _how(None, "make grade-autograde", "autograde") == "make grade-autograde"
+    assert _how(GRADER, "make grade-autograde", "autograde") == "make grade-autograde"
     fx = "90_grader_fixture"
     root = _course(tmp_path, fixture_source)
     (tmp_path / "in" / "alice").mkdir(parents=True)
     (tmp_path / "in" / "alice" / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
     workflow.collect(root, tmp_path / "in", lessons=[fx])
-    _note_not_graded(root, str(root))  # what feedback, export and report add on stderr
+    _note_not_graded(root)  # what feedback, export and report add on stderr
     err = capsys.readouterr().err
     assert f"(alice/{fx}): this shows their earlier result, or none; python -m grader --course {root} autograde " \
            "grades them" in err
+    monkeypatch.setattr(workflow, "default_course", lambda root: True)  # the same notebooks as grader/'s own
     _note_not_graded(root)
     assert "or none; make grade-autograde grades them" in capsys.readouterr().err
 

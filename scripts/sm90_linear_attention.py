@@ -8,6 +8,7 @@ loads/stores. ``python scripts/sm90_linear_attention.py [--only NAME ...] [--jso
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import pathlib
 import re
@@ -122,7 +123,7 @@ def grid_cases() -> dict[str, dict]:
                                                            (64, 128, 256), (64, 128, 256)):
         dtype = torch.bfloat16 if dt == "bf16" else torch.float32
         lo = plan(K, V, dtype, B, H, [T], 132, None if dt == "bf16" else dt)
-        lo = Launch(**{**lo.__dict__, "precision": "tf32" if dt == "bf16" else lo.precision})
+        lo = dataclasses.replace(lo, precision="tf32" if dt == "bf16" else lo.precision)
         name = f"grid {'bf16' if dt == 'bf16' else 'fp32-' + dt} K{K} V{V} {label}"
         out[name] = _case(dtype, K, V, lo)
         out[f"{name} norm"] = _case(dtype, K, V, lo, normalize=True)

@@ -70,6 +70,17 @@ def check(case, launch=None, made=(), *, normalize=True, tol=None):
     return f
 
 
+def agrees(case, o, final, normalize=True):
+    """``chunk_linear_attn``'s output and final state(s) (the pair ``(S, z)`` when normalising) against the float64
+    oracle, at the inputs' dtype's tolerance."""
+    ro, rht, rz, _ = reference(case, normalize)
+    tol = tolerance(case["q"].dtype)
+    assert_close("o", ro, o, tol)
+    assert_close("final_state", rht, final[0] if normalize else final, tol)
+    if normalize:
+        assert_close("z_state", rz, final[1], tol)
+
+
 NORMALIZE_CASES = [(launch, dtype, states) for i, (launch, dtype) in enumerate(
     (lo, dt) for lo in LAUNCHES for dt in (torch.float32, torch.float16, torch.bfloat16))
     for states in (("none", "h0", "z0", "both")[i % 4], ("both", "none", "h0", "z0")[i % 4])]
@@ -301,12 +312,7 @@ def test_trying_d256_states(normalize, candidate):
     assert gpu.BV == change["BV"]
     default = dispatch.plan(256, 256, torch.bfloat16, 2, 8, [16384], 132)  # not tried: "d256-states" is adopted
     assert default.states == 2 and default.norm_mma == "wide"
-    ro, rht, rz, _ = reference(case, normalize)
-    tol = tolerance(torch.bfloat16)
-    assert_close("o", ro, o, tol)
-    assert_close("final_state", rht, final[0] if normalize else final, tol)
-    if normalize:
-        assert_close("z_state", rz, final[1], tol)
+    agrees(case, o, final, normalize)
 
 
 @pytest.mark.parametrize("precision", ["high", "highest"])
@@ -326,11 +332,7 @@ def test_trying_fp32_norm_wide(precision):
     assert launch.norm_mma == ("wide" if tf32 else "")
     assert [lo.norm_mma for lo in gpu] == (["wide", "wide", ""] if tf32 else ["", "", ""])
     assert default.norm_mma == ""
-    ro, rht, rz, _ = reference(case, True)
-    tol = tolerance(torch.float32)
-    assert_close("o", ro, o, tol)
-    assert_close("final_state", rht, ht, tol)
-    assert_close("z_state", rz, zt, tol)
+    agrees(case, o, (ht, zt))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -348,11 +350,7 @@ def test_trying_norm_mid_w8(dtype):
     default = dispatch.plan(128, 128, dtype, 4, 16, [16384], 132)
     assert launch.norm_mma == "mid" and (gpu.norm_mma, gpu.num_warps) == ("mid", 8)
     assert wide.norm_mma == "wide" and (default.norm_mma, default.num_warps) == ("wide", 4)
-    ro, rht, rz, _ = reference(case, True)
-    tol = tolerance(dtype)
-    assert_close("o", ro, o, tol)
-    assert_close("final_state", rht, ht, tol)
-    assert_close("z_state", rz, zt, tol)
+    agrees(case, o, (ht, zt))
 
 
 def test_trying_d128_s2():
@@ -386,12 +384,7 @@ def test_trying_fp32_d256_states(precision, normalize):
     assert launch.states == 2 and packed.states == 0
     assert gpu.states == 2 and gpu.BT == 64 and gpu.BV == 64 and gpu.precision == dispatch.PRECISIONS[precision]
     assert default.states == 0
-    ro, rht, rz, _ = reference(case, normalize)
-    tol = tolerance(torch.float32)
-    assert_close("o", ro, o, tol)
-    assert_close("final_state", rht, final[0] if normalize else final, tol)
-    if normalize:
-        assert_close("z_state", rz, final[1], tol)
+    agrees(case, o, final, normalize)
 
 
 def test_states_output_runs_cuda_core_q_z_unpipelined():

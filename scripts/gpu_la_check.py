@@ -110,7 +110,10 @@ def cases() -> dict[str, Case]:
     base = list(out)
     for name in CANDIDATES:
         if name not in ADOPTED:
-            out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm, c.V)]
+            # a change of how segments chain (Launch.lookback) only where the launch is chained
+            chained_only = any("lookback" in change for change in CANDIDATES[name].values())
+            out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm, c.V)
+                    and not (chained_only and (c.L == 0 or (c.L is None and c.shape != "small")))]
     # the other tensor-core forms on a few families: the key sum alone (the product the H200 computed right), and
     # q · z as zᵀ qᵀ (z the register operand); "both" and "qz" (a 16-column q · z operand) gave wrong outputs
     for dtype, K, V, shape, L in (("bf16", 128, 128, "large", 0), ("bf16", 128, 128, "small", 512),
@@ -211,10 +214,10 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
             else:
                 launch = dispatch.ONE_PASS[key]
             launch = dataclasses.replace(launch, norm_mma=case.mma)
-            if case.tried:
+            if case.tried:  # the case's own segment length (or whole sequences) stays
                 change = dispatch.change_of(case.tried, key, case.V)
-                launch = dataclasses.replace(launch, **({f: x for f, x in change.items() if f != "BV"} if tiny
-                                                        else change))
+                launch = dataclasses.replace(launch, **{f: x for f, x in change.items()
+                                                        if f != "L" and (f != "BV" or not tiny)})
             result["launch"] = dataclasses.asdict(launch)
             f = fused_forward(q, k, v, scale, h0, z0, True, case.norm, cu, launch=launch)
             o, ht, zt = f.o, f.final_state, f.z_state

@@ -185,7 +185,8 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
                       LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
                       QZ_MMA=NORM_MMA_FORMS[lo.norm_mma][0] if c["normalize"] else 0,
-                      KSUM_MMA=c["normalize"] and NORM_MMA_FORMS[lo.norm_mma][1], KT_LOAD=lo.kt)
+                      KSUM_MMA=c["normalize"] and NORM_MMA_FORMS[lo.norm_mma][1], KT_LOAD=lo.kt,
+                      LOOKBACK=lo.lookback if chained else 0)
     values = dict(constexprs)
     for p in _fused_linear_attention_kernel.params:
         if p.is_constexpr:

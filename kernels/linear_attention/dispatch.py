@@ -65,7 +65,10 @@ class Launch:
     layout (for fp32, whose products cannot read one shared-memory copy of k both ways); ``states``: chunks a
     state is stored for (``states.py``: a kernel writes the state before every ``states · BT`` tokens, another
     computes every block of that many tokens at once, in V blocks of ``BV``; ``L`` is then unused), 0 for the
-    fused kernel."""
+    fused kernel; ``lookback``: how a chained launch's segments find their prefix state (0: each waits for its
+    predecessor's, handed on along the chain; 1: the decoupled look-back, each adding up its predecessors' own
+    sums back to the nearest published prefix; 2: the same with no prefix published but segment 0's, so that
+    every walk sums all its predecessors: the summing path, for tests)."""
 
     L: int | None
     BT: int
@@ -78,6 +81,7 @@ class Launch:
     norm_mma: str = ""
     kt: bool = False
     states: int = 0
+    lookback: int = 0
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -92,6 +96,9 @@ class Launch:
         if self.states not in (0, 1, 2) or self.states * self.BT > 128:
             raise ValueError(f"states={self.states} must be 0, 1 or 2 chunks, and states·BT at most 128 tokens "
                              f"(BT={self.BT})")
+        if self.lookback not in (0, 1, 2):
+            raise ValueError(f"lookback={self.lookback} must be 0 (the serial chain), 1 (the decoupled look-back) "
+                             f"or 2 (the look-back summing every segment's own state)")
         if self.precision not in ("tf32", "tf32x3", "ieee"):
             raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
@@ -164,6 +171,12 @@ NORM_MMA_PARTS = "both"
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
 #: stages' 138 KiB hold one): K=128 V=256 at B4H16 makes 256 programs, two waves at one an SM (1.86x its floor
 #: against V=128's 1.42x on an H100); PERF.md, "The generality grid's launches".
+#: "lookback-512", "lookback-1024": 16-bit D <= 128 chained launches with the decoupled look-back
+#: (``Launch.lookback``) and segments of at most 512 or 1024 tokens, short enough that the segments in flight fit
+#: in L2 for phase B's re-read, where the serial chain's one-by-one hand-on limits how short they can be; PERF.md,
+#: "The decoupled look-back". "lookback-512-sums": the same with no prefix published but the first segment's, so
+#: that every segment sums its predecessors' own states: the look-back's summing path, which the interpreter
+#: (programs one after another, every predecessor done) never takes; a check, not a candidate for speed.
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -179,6 +192,9 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
                          for kind in ("tf32", "tf32x3")},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
+    "lookback-512": {(bk, "16"): dict(lookback=1, L=512) for bk in (64, 128)},
+    "lookback-1024": {(bk, "16"): dict(lookback=1, L=1024) for bk in (64, 128)},
+    "lookback-512-sums": {(bk, "16"): dict(lookback=2, L=512) for bk in (64, 128)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
@@ -213,8 +229,13 @@ def _adopt(names: tuple[str, ...]) -> None:
         for key, change in CANDIDATES[name].items():
             if "max_V" in change:  # a change for some V only: _plan applies it call by call
                 continue
-            ONE_PASS[key] = dataclasses.replace(ONE_PASS[key], **change)
+            ONE_PASS[key] = _one_pass(dataclasses.replace(ONE_PASS[key], **change))
             CHAINED[key] = dataclasses.replace(CHAINED[key], **change)
+
+
+def _one_pass(launch: Launch) -> Launch:
+    """A whole-sequence launch: a change's segment length ``L`` and look-back are the chained launch's alone."""
+    return launch if launch.L is None and not launch.lookback else dataclasses.replace(launch, L=None, lookback=0)
 
 
 _adopt(ADOPTED)
@@ -331,7 +352,7 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     BK = max(64, next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
-    one = _tried((BK, kind), ONE_PASS[(BK, kind)], V)
+    one = _one_pass(_tried((BK, kind), ONE_PASS[(BK, kind)], V))
     if one.states:  # every block at once: nothing to chain
         return dataclasses.replace(one, precision=precision)
     longest = max(lengths, default=0)
@@ -359,7 +380,7 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
         for name in ADOPTED + ((TRYING,) if TRYING else ()):
             change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1]))
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
-                                     **{f: x for f, x in change.items() if f != "BV"})
+                                     **{f: x for f, x in change.items() if f not in ("BV", "L")})
         launch = dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
     else:
         N = B if lengths is None else len(lengths)

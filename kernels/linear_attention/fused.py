@@ -85,12 +85,82 @@ class Forward(NamedTuple):
 
 
 @triton.jit
+def _initial(h0_ptr, offs_state, m_state, BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr):
+    if HAS_H0:
+        state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
+    else:
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+    return state
+
+
+@triton.jit
+def _publish(slot_ptr, state, zs, flag, status, offs_ring, offs_k, BK: tl.constexpr, BV: tl.constexpr,
+             NORMALIZE: tl.constexpr):
+    """Write a state (and key sum) into a slot, then raise its flag to ``status``: every thread's stores are
+    issued before the barrier, and the release makes them visible before the flag."""
+    tl.store(slot_ptr + offs_ring, state)
+    if NORMALIZE:
+        tl.store(slot_ptr + BK * BV + offs_k, zs)
+    tl.debug_barrier()
+    tl.atomic_xchg(flag, status, sem="release", scope="gpu")
+
+
+@triton.jit
+def _look_back(ring_ptr, flag_ptr, h0_ptr, chain, j, NSEG, last, local, zs, zs_local, offs_ring, offs_k, offs_state,
+               m_state, BK: tl.constexpr, BV: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr,
+               NORMALIZE: tl.constexpr, INCLUSIVE: tl.constexpr):
+    """The decoupled look-back: each segment of a chain has two slots, its own sum (the aggregate, flag 1) and
+    its inclusive prefix (flag 2). A segment publishes its aggregate as soon as phase A has it, then walks back
+    over its predecessors, adding aggregates until it meets an inclusive prefix, so it waits for predecessors'
+    phase A, never for the whole chain before it to hand on one by one; then it publishes its inclusive prefix.
+    Segment 0 publishes only its inclusive prefix, so every walk ends. ``INCLUSIVE`` False: only segment 0
+    publishes one (a walk then sums every aggregate back to it; the summing path, for tests). Polls of a flag
+    still 0 beyond MAX_SPIN poison the state with NaN, as in the serial chain."""
+    base = ring_ptr + (chain * NSEG).to(tl.int64) * (2 * SLOT)
+    flags = flag_ptr + chain * NSEG
+    if j > 0:
+        mine = base + (2 * j).to(tl.int64) * SLOT
+        if not last:
+            _publish(mine, local, zs_local, flags + j, 1, offs_ring, offs_k, BK, BV, NORMALIZE)
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+        zs = tl.zeros([BK], dtype=tl.float32)
+        p = j - 1
+        tries = 0
+        status = tl.atomic_add(flags + p, 0, sem="acquire", scope="gpu")
+        while (status != 2) & (tries < MAX_SPIN):
+            if status == 1:
+                slot = base + (2 * p).to(tl.int64) * SLOT
+                state += tl.load(slot + offs_ring, cache_modifier=".cg")
+                if NORMALIZE:
+                    zs += tl.load(slot + BK * BV + offs_k, cache_modifier=".cg")
+                p -= 1
+            else:
+                tries += 1
+            status = tl.atomic_add(flags + p, 0, sem="acquire", scope="gpu")
+        poison = tl.where(status == 2, 1.0, float("nan"))
+        slot = base + (2 * p + 1).to(tl.int64) * SLOT
+        state = (state + tl.load(slot + offs_ring, cache_modifier=".cg")) * poison
+        if NORMALIZE:
+            zs = (zs + tl.load(slot + BK * BV + offs_k, cache_modifier=".cg")) * poison
+        if INCLUSIVE and not last:
+            # this segment's own sum read back from its slot: not kept in registers through the walk
+            _publish(mine + SLOT, state + tl.load(mine + offs_ring, cache_modifier=".cg"),
+                     zs + tl.load(mine + BK * BV + offs_k, cache_modifier=".cg"), flags + j, 2, offs_ring, offs_k,
+                     BK, BV, NORMALIZE)
+    else:
+        state = _initial(h0_ptr, offs_state, m_state, BK, BV, HAS_H0)
+        if not last:
+            _publish(base + SLOT, state + local, zs + zs_local, flags, 2, offs_ring, offs_k, BK, BV, NORMALIZE)
+    return state, zs
+
+
+@triton.jit
 def _fused_linear_attention_kernel(
     # pointers
     q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr, den_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr,
     seg_ptr,
     # sizes
-    scale, T, B, H,
+    scale, T, B, H, NSEG,
     # strides (batch, token, head; the last dimension is unit-stride)
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
@@ -99,7 +169,7 @@ def _fused_linear_attention_kernel(
     CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
-    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr, KT_LOAD: tl.constexpr,
+    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr, KT_LOAD: tl.constexpr, LOOKBACK: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
     if CHAINED:
@@ -187,33 +257,37 @@ def _fused_linear_attention_kernel(
                 else:
                     zs_local += tl.sum(kk.to(tl.float32), 0)
 
-        # The prefix: the predecessor's published inclusive state (and key sum), or the initial ones. A wait that
-        # outlasts MAX_SPIN polls poisons the state with NaN: a broken chain shows as NaN, never a hung GPU.
-        ring_base = ring_ptr + (chain * _SLOTS).to(tl.int64) * SLOT
-        if j > 0:
-            slot = chain * _SLOTS + (j - 1) % _SLOTS
-            seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
-            tries = 0
-            while (seen != j) & (tries < MAX_SPIN):
+        if LOOKBACK == 0:
+            # The prefix: the predecessor's published inclusive state (and key sum), or the initial ones. A wait
+            # that outlasts MAX_SPIN polls poisons the state with NaN: a broken chain shows as NaN, never a hung GPU.
+            ring_base = ring_ptr + (chain * _SLOTS).to(tl.int64) * SLOT
+            if j > 0:
+                slot = chain * _SLOTS + (j - 1) % _SLOTS
                 seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
-                tries += 1
-            poison = tl.where(seen == j, 1.0, float("nan"))
-            prev = ring_base + ((j - 1) % _SLOTS) * SLOT
-            state = tl.load(prev + offs_ring, cache_modifier=".cg") * poison
-            if NORMALIZE:
-                zs = tl.load(prev + BK * BV + offs_k, cache_modifier=".cg") * poison
-        else:
-            if HAS_H0:
-                state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
+                tries = 0
+                while (seen != j) & (tries < MAX_SPIN):
+                    seen = tl.atomic_add(flag_ptr + slot, 0, sem="acquire", scope="gpu")
+                    tries += 1
+                poison = tl.where(seen == j, 1.0, float("nan"))
+                prev = ring_base + ((j - 1) % _SLOTS) * SLOT
+                state = tl.load(prev + offs_ring, cache_modifier=".cg") * poison
+                if NORMALIZE:
+                    zs = tl.load(prev + BK * BV + offs_k, cache_modifier=".cg") * poison
             else:
-                state = tl.zeros([BK, BV], dtype=tl.float32)
-        if not last:
-            mine = ring_base + (j % _SLOTS) * SLOT
-            tl.store(mine + offs_ring, state + local)
-            if NORMALIZE:
-                tl.store(mine + BK * BV + offs_k, zs + zs_local)
-            tl.debug_barrier()
-            tl.atomic_xchg(flag_ptr + chain * _SLOTS + j % _SLOTS, j + 1, sem="release", scope="gpu")
+                if HAS_H0:
+                    state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
+                else:
+                    state = tl.zeros([BK, BV], dtype=tl.float32)
+            if not last:
+                mine = ring_base + (j % _SLOTS) * SLOT
+                tl.store(mine + offs_ring, state + local)
+                if NORMALIZE:
+                    tl.store(mine + BK * BV + offs_k, zs + zs_local)
+                tl.debug_barrier()
+                tl.atomic_xchg(flag_ptr + chain * _SLOTS + j % _SLOTS, j + 1, sem="release", scope="gpu")
+        else:
+            state, zs = _look_back(ring_ptr, flag_ptr, h0_ptr, chain, j, NSEG, last, local, zs, zs_local, offs_ring,
+                                   offs_k, offs_state, m_state, BK, BV, SLOT, HAS_H0, NORMALIZE, LOOKBACK == 1)
     else:
         if HAS_H0:
             state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
@@ -340,6 +414,7 @@ class _Plan(NamedTuple):
     grid: tuple | None  # None: a packed call, whose grid follows from its segment table
     slot: int
     chains: int  # chains of a chained launch (their ring and flags), else 0
+    nseg: int  # the most segments of one chain (a decoupled look-back's slots a chain), else 0
     constants: dict  # the kernel's meta-parameters, TMA left to the call
     strides: tuple  # q's, k's, v's and o's (batch, token, head)
 
@@ -397,8 +472,12 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     else:
         seg, grid = None, plan.grid
     if plan.chains:
-        sync = torch.zeros(1 + plan.chains * SLOTS, dtype=torch.int32, device=device)
-        ring = torch.empty(plan.chains * SLOTS * plan.slot, dtype=torch.float32, device=device)
+        # the serial chain: a ring of SLOTS states a chain; the look-back: two slots (own sum, inclusive prefix)
+        # for every segment of a chain
+        slots = 2 * plan.nseg if launch.lookback else SLOTS
+        sync = torch.zeros(1 + plan.chains * (plan.nseg if launch.lookback else SLOTS), dtype=torch.int32,
+                           device=device)
+        ring = torch.empty(plan.chains * slots * plan.slot, dtype=torch.float32, device=device)
         flags, ticket = sync[1:], sync
     else:
         ring = flags = ticket = None
@@ -407,7 +486,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         _ensure_allocator()
     _fused_linear_attention_kernel[grid](
         q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg,
-        float(scale), T, B, H, *plan.strides,
+        float(scale), T, B, H, plan.nseg, *plan.strides,
         TMA=tma, **plan.constants,
     )
     return Forward(o, ht, zt, den, launch)
@@ -450,7 +529,8 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         HAS_Z0=z_state is not None, STORE_DEN=normalize and bool(save_norm), IS_VARLEN=cu_seqlens is not None,
         UPCAST=upcast_for_dot(q.dtype), PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch,
         LINE=128 // q.element_size(), QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma,
-        KT_LOAD=launch.kt, num_warps=launch.num_warps, num_stages=launch.num_stages,
+        KT_LOAD=launch.kt, LOOKBACK=launch.lookback if chained else 0, num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
     )
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *contiguous_strides(B, T, H, V)[:3])
     if launch.states:
@@ -460,9 +540,11 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
                          num_stages=launch.num_stages, precision=launch.precision, upcast=upcast_for_dot(q.dtype),
                          qz_mma=bool(qz_mma))
         strides = (q.stride()[:3], k.stride()[:3], v.stride()[:3], contiguous_strides(B, T, H, V)[:3])
-        return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot, 0, constants, strides)
+        return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot, 0, 0, constants,
+                     strides)
+    nseg = max(cdiv(n, launch.L) for n in (lengths or [T]) + [1]) if chained and launch.lookback else 0
     return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
-                 N * H * NV if chained else 0, constants, strides)
+                 N * H * NV if chained else 0, nseg, constants, strides)
 
 
 

@@ -366,6 +366,54 @@ def test_trying_d128_s2():
     assert dispatch.applies("d128-s2", 128, "16", False, 256) and not dispatch.applies("d128-s2", 256, "16", True)
 
 
+# The decoupled look-back (Launch.lookback): publishing inclusive prefixes (1), and summing every predecessor's own
+# state back to the first segment (2: the path a GPU takes when predecessors are still running, which the
+# interpreter, running programs one after another, never takes on its own).
+LOOKBACK_LAUNCHES = {f"lookback{mode}_{name}": dataclasses.replace(LAUNCHES[name], lookback=mode)
+                     for mode in (1, 2) for name in ("chain32", "chain48_bv32")}
+
+
+@pytest.mark.parametrize("launch", LOOKBACK_LAUNCHES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_lookback(launch, dtype, normalize, allocations):
+    """K = 24, V = 40, T = 151 (five segments of 32, four of 48, a ragged last one), both states in and out; then
+    packed sequences, empty ones and one of a single segment among them."""
+    lo = LOOKBACK_LAUNCHES[launch]
+    check(make(2, 151, 2, 24, 40, dtype, seed=31 + lo.lookback, h0=True, z0=normalize), lo, allocations,
+          normalize=normalize)
+    check(make(1, 163, 2, 24, 40, dtype, seed=33, h0=True, z0=normalize, cu=[0, 0, 30, 31, 131, 131, 163]), lo,
+          allocations, normalize=normalize)
+
+
+def test_lookback_workspace(allocations):
+    """Two slots (own sum, inclusive prefix) for every segment of every chain: N·H·NV chains of the longest
+    sequence's segments, [BK, BV] and the key sum each."""
+    case = make(1, 200, 2, 24, 40, torch.bfloat16, seed=35, cu=[0, 20, 200])
+    f = fused_forward(case["q"], case["k"], case["v"], case["scale"], None, None, False, True, case["cu_seqlens"],
+                      launch=LOOKBACK_LAUNCHES["lookback1_chain32"])
+    sizes = sorted(p.out.numel() for p in allocations if p.out.numel() not in (f.o.numel(), f.z_state.numel()))
+    chains, nseg, slot = 2 * 2 * 3, -(-180 // 32), 32 * 16 + 32  # N·H·NV; BK = 32, BV = 16
+    assert sizes == [chains * 2 * nseg * slot], sizes
+
+
+def test_trying_lookback():
+    """``dispatch.trying("lookback-512")``: the 16-bit chained launches of D <= 128 take the decoupled look-back with
+    segments of at most 512 tokens; whole-sequence launches and the other keys are unchanged."""
+    bf16 = torch.bfloat16
+    with dispatch.trying("lookback-512"):
+        long = dispatch.plan(128, 128, bf16, 1, 8, [262144], 132)
+        many = dispatch.plan(128, 128, bf16, 4, 16, [16384], 132)
+        d256 = dispatch.plan(256, 256, bf16, 1, 8, [262144], 132)
+    assert (long.L, long.lookback) == (512, 1)
+    assert many == dispatch.plan(128, 128, bf16, 4, 16, [16384], 132) and many.L is None
+    assert d256 == dispatch.plan(256, 256, bf16, 1, 8, [262144], 132)
+    assert dispatch.plan(128, 128, bf16, 1, 8, [262144], 132).lookback == 0
+    assert dispatch.applies("lookback-512", 128, "16", False) and not dispatch.applies("lookback-512", 256, "16", True)
+    with pytest.raises(ValueError, match="lookback=3"):
+        dataclasses.replace(long, lookback=3).check()
+
+
 @pytest.mark.parametrize("precision", ["high", "highest"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_fp32_d256_states(precision, normalize):

@@ -110,8 +110,9 @@ def cases() -> dict[str, Case]:
     base = list(out)
     for name in CANDIDATES:
         if name not in ADOPTED:
-            # a change of how segments chain (Launch.lookback) only where the launch is chained
-            chained_only = any("lookback" in change for change in CANDIDATES[name].values())
+            # a change of how chained segments find their prefix (Launch.prefix 1, 2) only where the launch is
+            # chained; stored prefixes (3) make every launch of their key one of segments
+            chained_only = any(change.get("prefix") in (1, 2) for change in CANDIDATES[name].values())
             out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm, c.V)
                     and not (chained_only and (c.L == 0 or (c.L is None and c.shape != "small")))]
     # the other tensor-core forms on a few families: the key sum alone (the product the H200 computed right), and

@@ -169,24 +169,27 @@ def _signature(c: dict) -> tuple[dict, dict, dict]:
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, min(lo.BV, triton.next_power_of_2(V)))
     chained = lo.L is not None
+    stored = chained and lo.prefix == 3  # the states kernel takes the states in and out
     ptrs = {"q_ptr": "*" + dt, "k_ptr": "*" + dt, "v_ptr": "*" + dt,
             "o_ptr": "*" + ("fp32" if c["normalize"] and c["z0"] else dt),
-            "h0_ptr": "*fp32" if c["h0"] or (c["ht"] and not chained) else None,
-            "ht_ptr": "*fp32" if c["ht"] else None,
-            "z0_ptr": "*fp32" if c["z0"] else None,
+            "h0_ptr": "*fp32" if (c["h0"] or (c["ht"] and not chained)) and not stored else None,
+            "ht_ptr": "*fp32" if c["ht"] and not stored else None,
+            "z0_ptr": "*fp32" if c["z0"] and not stored else None,
             "zt_ptr": ("*fp32" if c["z0"] else "*" + dt) if c["normalize"] else None,
             "den_ptr": "*fp32" if c["den"] else None,
             "ring_ptr": "*fp32" if chained else None, "flag_ptr": "*i32" if chained else None,
             "ticket_ptr": "*i32" if chained else None,
-            "cu_ptr": "*i32" if c["varlen"] else None, "seg_ptr": "*i32" if c["varlen"] else None}
+            "cu_ptr": "*i32" if c["varlen"] else None, "seg_ptr": "*i32" if c["varlen"] else None,
+            "hs_ptr": "*" + dt if stored else None, "zs_ptr": "*fp32" if stored and c["normalize"] else None}
     constexprs = dict(K=K, V=V, BK=BK, BV=BV, BT=lo.BT, L=lo.L or 0, CHAINED=chained,
                       SLOT=BK * BV + (BK if c["normalize"] else 0), HAS_H0=ptrs["h0_ptr"] is not None,
-                      STORE_HT=c["ht"], NORMALIZE=c["normalize"], HAS_Z0=c["z0"], STORE_DEN=c["den"],
+                      STORE_HT=ptrs["ht_ptr"] is not None, NORMALIZE=c["normalize"],
+                      HAS_Z0=ptrs["z0_ptr"] is not None, STORE_DEN=c["den"],
                       IS_VARLEN=c["varlen"], UPCAST=False, PRECISION=lo.precision, PREFETCH=lo.prefetch,
                       LINE=128 // c["dtype"].itemsize, TMA=c["tma"],
                       QZ_MMA=NORM_MMA_FORMS[lo.norm_mma][0] if c["normalize"] else 0,
                       KSUM_MMA=c["normalize"] and NORM_MMA_FORMS[lo.norm_mma][1], KT_LOAD=lo.kt,
-                      LOOKBACK=lo.lookback if chained else 0)
+                      PREFIX=lo.prefix if chained else 0)
     values = dict(constexprs)
     for p in _fused_linear_attention_kernel.params:
         if p.is_constexpr:

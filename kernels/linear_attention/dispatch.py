@@ -65,10 +65,12 @@ class Launch:
     layout (for fp32, whose products cannot read one shared-memory copy of k both ways); ``states``: chunks a
     state is stored for (``states.py``: a kernel writes the state before every ``states · BT`` tokens, another
     computes every block of that many tokens at once, in V blocks of ``BV``; ``L`` is then unused), 0 for the
-    fused kernel; ``lookback``: how a chained launch's segments find their prefix state (0: each waits for its
+    fused kernel; ``prefix``: how a chained launch's segments find their prefix state (0: each waits for its
     predecessor's, handed on along the chain; 1: the decoupled look-back, each adding up its predecessors' own
     sums back to the nearest published prefix; 2: the same with no prefix published but segment 0's, so that
-    every walk sums all its predecessors: the summing path, for tests)."""
+    every walk sums all its predecessors: the summing path, for tests; 3: stored before every segment by
+    ``states.py``'s states kernel, which runs first, so that every segment runs at once, with no phase A and no
+    wait; not for packed sequences)."""
 
     L: int | None
     BT: int
@@ -81,7 +83,7 @@ class Launch:
     norm_mma: str = ""
     kt: bool = False
     states: int = 0
-    lookback: int = 0
+    prefix: int = 0
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -96,9 +98,9 @@ class Launch:
         if self.states not in (0, 1, 2) or self.states * self.BT > 128:
             raise ValueError(f"states={self.states} must be 0, 1 or 2 chunks, and states·BT at most 128 tokens "
                              f"(BT={self.BT})")
-        if self.lookback not in (0, 1, 2):
-            raise ValueError(f"lookback={self.lookback} must be 0 (the serial chain), 1 (the decoupled look-back) "
-                             f"or 2 (the look-back summing every segment's own state)")
+        if self.prefix not in (0, 1, 2, 3):
+            raise ValueError(f"prefix={self.prefix} must be 0 (the serial chain), 1 (the decoupled look-back), "
+                             f"2 (the look-back summing every segment's own state) or 3 (stored by a states pass)")
         if self.precision not in ("tf32", "tf32x3", "ieee"):
             raise ValueError(f"precision={self.precision!r} must be 'tf32', 'tf32x3' or 'ieee'")
 
@@ -172,11 +174,16 @@ NORM_MMA_PARTS = "both"
 #: stages' 138 KiB hold one): K=128 V=256 at B4H16 makes 256 programs, two waves at one an SM (1.86x its floor
 #: against V=128's 1.42x on an H100); PERF.md, "The generality grid's launches".
 #: "lookback-512", "lookback-1024": 16-bit D <= 128 chained launches with the decoupled look-back
-#: (``Launch.lookback``) and segments of at most 512 or 1024 tokens, short enough that the segments in flight fit
+#: (``Launch.prefix``) and segments of at most 512 or 1024 tokens, short enough that the segments in flight fit
 #: in L2 for phase B's re-read, where the serial chain's one-by-one hand-on limits how short they can be; PERF.md,
 #: "The decoupled look-back". "lookback-512-sums": the same with no prefix published but the first segment's, so
 #: that every segment sums its predecessors' own states: the look-back's summing path, which the interpreter
 #: (programs one after another, every predecessor done) never takes; a check, not a candidate for speed.
+#: "d256-stored-512", "d256-stored-1024": 16-bit D=256 as segments of 512 or 1024 tokens, each segment's prefix
+#: state stored by ``states.py``'s states kernel (``Launch.prefix`` 3), then the fused kernel's chunk loop over
+#: every segment at once (BV 64, 8 warps; "-bv32": V blocks of 32, which compile without spill): the states
+#: launch's stored states every 128 tokens, four to eight times fewer, where the output is computed chunk by chunk
+#: rather than a block at once; PERF.md, "D=256 from stored segment prefixes".
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -192,9 +199,12 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
                          for kind in ("tf32", "tf32x3")},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
-    "lookback-512": {(bk, "16"): dict(lookback=1, L=512) for bk in (64, 128)},
-    "lookback-1024": {(bk, "16"): dict(lookback=1, L=1024) for bk in (64, 128)},
-    "lookback-512-sums": {(bk, "16"): dict(lookback=2, L=512) for bk in (64, 128)},
+    "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},
+    "lookback-1024": {(bk, "16"): dict(prefix=1, L=1024) for bk in (64, 128)},
+    "lookback-512-sums": {(bk, "16"): dict(prefix=2, L=512) for bk in (64, 128)},
+    "d256-stored-512": {(256, "16"): dict(prefix=3, L=512, states=0, BV=64, num_warps=8, num_stages=2)},
+    "d256-stored-1024": {(256, "16"): dict(prefix=3, L=1024, states=0, BV=64, num_warps=8, num_stages=2)},
+    "d256-stored-512-bv32": {(256, "16"): dict(prefix=3, L=512, states=0, BV=32, num_warps=8, num_stages=2)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
@@ -235,7 +245,7 @@ def _adopt(names: tuple[str, ...]) -> None:
 
 def _one_pass(launch: Launch) -> Launch:
     """A whole-sequence launch: a change's segment length ``L`` and look-back are the chained launch's alone."""
-    return launch if launch.L is None and not launch.lookback else dataclasses.replace(launch, L=None, lookback=0)
+    return launch if launch.L is None and not launch.prefix else dataclasses.replace(launch, L=None, prefix=0)
 
 
 _adopt(ADOPTED)
@@ -352,7 +362,10 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     BK = max(64, next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
-    one = _one_pass(_tried((BK, kind), ONE_PASS[(BK, kind)], V))
+    one = _tried((BK, kind), ONE_PASS[(BK, kind)], V)
+    if one.prefix == 3:  # every segment at once from the prefixes a states pass stores: nothing to chain
+        return dataclasses.replace(one, states=0, precision=precision)
+    one = _one_pass(one)
     if one.states:  # every block at once: nothing to chain
         return dataclasses.replace(one, precision=precision)
     longest = max(lengths, default=0)
@@ -382,9 +395,13 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
                                      **{f: x for f, x in change.items() if f not in ("BV", "L")})
         launch = dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
+        if launch.prefix == 3:  # segments from stored prefixes: the interpreter's short ones
+            launch = dataclasses.replace(launch, L=2 * _INTERPRETER.BT)
     else:
         N = B if lengths is None else len(lengths)
         launch = plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths,
                       _sm_count(q.device.index or 0))
-    # packed sequences keep the fused kernel
+    # packed sequences keep the fused kernel, and its chain (a states pass has no packed form)
+    if lengths is not None and launch.prefix == 3:
+        launch = dataclasses.replace(launch, prefix=0)
     return dataclasses.replace(launch, states=0) if lengths is not None and launch.states else launch

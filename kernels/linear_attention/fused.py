@@ -32,7 +32,7 @@ from .dispatch import (
     settings,
 )
 from .reference import EPS
-from .states import states_pass
+from .states import states_pass, stored_prefixes
 from .sums import _key_sum_mma, _query_key_sum_mma, _query_key_sum_mma_t
 
 __all__ = ["Launch", "Forward", "fused_forward", "fused_linear_attention", "PRECISIONS", "NORM_MMA_FORMS"]
@@ -158,7 +158,7 @@ def _look_back(ring_ptr, flag_ptr, h0_ptr, chain, j, NSEG, last, local, zs, zs_l
 def _fused_linear_attention_kernel(
     # pointers
     q_ptr, k_ptr, v_ptr, o_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr, den_ptr, ring_ptr, flag_ptr, ticket_ptr, cu_ptr,
-    seg_ptr,
+    seg_ptr, hs_ptr, zs_ptr,
     # sizes
     scale, T, B, H, NSEG,
     # strides (batch, token, head; the last dimension is unit-stride)
@@ -169,10 +169,10 @@ def _fused_linear_attention_kernel(
     CHAINED: tl.constexpr, SLOT: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
     NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr, STORE_DEN: tl.constexpr, IS_VARLEN: tl.constexpr,
     UPCAST: tl.constexpr, PRECISION: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr, TMA: tl.constexpr,
-    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr, KT_LOAD: tl.constexpr, LOOKBACK: tl.constexpr,
+    QZ_MMA: tl.constexpr, KSUM_MMA: tl.constexpr, KT_LOAD: tl.constexpr, PREFIX: tl.constexpr,
 ):
     NV: tl.constexpr = (V + BV - 1) // BV
-    if CHAINED:
+    if CHAINED and PREFIX != 3:
         # Tickets, not program ids: a predecessor (smaller ticket) has always started before its waiter.
         ticket = tl.atomic_add(ticket_ptr, 1)
     else:
@@ -230,7 +230,15 @@ def _fused_linear_attention_kernel(
     zs = tl.zeros([BK], dtype=tl.float32)
     if HAS_Z0:
         zs = tl.load(z0_ptr + offs_z, mask=mk, other=0.0).to(tl.float32)
-    if CHAINED:
+    if CHAINED and PREFIX == 3:
+        # The prefix stored by states.py's states kernel before every L tokens (the initial state before the first):
+        # no phase A, no wait.
+        at = (n * H + h).to(tl.int64) * NSEG + j
+        state = tl.load(hs_ptr + at * K * V + offs_k[:, None] * V + offs_v[None, :], mask=m_state,
+                        other=0.0).to(tl.float32)
+        if NORMALIZE:
+            zs = tl.load(zs_ptr + at * K + offs_k, mask=mk, other=0.0)
+    elif CHAINED:
         # Phase A: the segment's own Σ kᵀv and Σ k (the last segment of a chain publishes nothing and skips it).
         local = tl.zeros([BK, BV], dtype=tl.float32)
         zs_local = tl.zeros([BK], dtype=tl.float32)
@@ -257,7 +265,7 @@ def _fused_linear_attention_kernel(
                 else:
                     zs_local += tl.sum(kk.to(tl.float32), 0)
 
-        if LOOKBACK == 0:
+        if PREFIX == 0:
             # The prefix: the predecessor's published inclusive state (and key sum), or the initial ones. A wait
             # that outlasts MAX_SPIN polls poisons the state with NaN: a broken chain shows as NaN, never a hung GPU.
             ring_base = ring_ptr + (chain * _SLOTS).to(tl.int64) * SLOT
@@ -287,7 +295,7 @@ def _fused_linear_attention_kernel(
                 tl.atomic_xchg(flag_ptr + chain * _SLOTS + j % _SLOTS, j + 1, sem="release", scope="gpu")
         else:
             state, zs = _look_back(ring_ptr, flag_ptr, h0_ptr, chain, j, NSEG, last, local, zs, zs_local, offs_ring,
-                                   offs_k, offs_state, m_state, BK, BV, SLOT, HAS_H0, NORMALIZE, LOOKBACK == 1)
+                                   offs_k, offs_state, m_state, BK, BV, SLOT, HAS_H0, NORMALIZE, PREFIX == 1)
     else:
         if HAS_H0:
             state = tl.load(h0_ptr + offs_state, mask=m_state, other=0.0).to(tl.float32)
@@ -363,7 +371,7 @@ def _fused_linear_attention_kernel(
         state = tl.dot(kt, vv, state, input_precision=PRECISION)
     if STORE_HT:
         tl.store(ht_ptr + offs_state, state, mask=m_state & last)
-    if NORMALIZE:
+    if NORMALIZE and PREFIX != 3:  # with stored prefixes, the states kernel stores the final key sum
         tl.store(zt_ptr + offs_z, zs.to(zt_ptr.dtype.element_ty), mask=mk & last & (iv == 0))
 
 
@@ -471,11 +479,18 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         grid = (rows * H * cdiv(V, plan.constants["BV"]),)
     else:
         seg, grid = None, plan.grid
-    if plan.chains:
+    hs = zs = None
+    if launch.prefix == 3:  # every segment's prefix stored by a states pass first; no ring, no tickets
+        hs, zs = stored_prefixes(k, v, h0, ht, z_state, zt, L=launch.L, BT=launch.BT, precision=launch.precision,
+                                 upcast=plan.constants["UPCAST"], strides=plan.strides[3:9])
+        ring = flags = ticket = None
+        if T == 0:  # the states kernel has passed the initial state and key sum through: no output to write
+            return Forward(o, ht, zt, den, launch)
+    elif plan.chains:
         # the serial chain: a ring of SLOTS states a chain; the look-back: two slots (own sum, inclusive prefix)
         # for every segment of a chain
-        slots = 2 * plan.nseg if launch.lookback else SLOTS
-        sync = torch.zeros(1 + plan.chains * (plan.nseg if launch.lookback else SLOTS), dtype=torch.int32,
+        slots = 2 * plan.nseg if launch.prefix else SLOTS
+        sync = torch.zeros(1 + plan.chains * (plan.nseg if launch.prefix else SLOTS), dtype=torch.int32,
                            device=device)
         ring = torch.empty(plan.chains * slots * plan.slot, dtype=torch.float32, device=device)
         flags, ticket = sync[1:], sync
@@ -485,7 +500,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     if tma and not INTERPRET:
         _ensure_allocator()
     _fused_linear_attention_kernel[grid](
-        q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg,
+        q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg, hs, zs,
         float(scale), T, B, H, plan.nseg, *plan.strides,
         TMA=tma, **plan.constants,
     )
@@ -529,7 +544,7 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         HAS_Z0=z_state is not None, STORE_DEN=normalize and bool(save_norm), IS_VARLEN=cu_seqlens is not None,
         UPCAST=upcast_for_dot(q.dtype), PRECISION=launch.precision, PREFETCH=0 if INTERPRET else launch.prefetch,
         LINE=128 // q.element_size(), QZ_MMA=qz_mma if normalize else 0, KSUM_MMA=normalize and ksum_mma,
-        KT_LOAD=launch.kt, LOOKBACK=launch.lookback if chained else 0, num_warps=launch.num_warps,
+        KT_LOAD=launch.kt, PREFIX=launch.prefix if chained else 0, num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *contiguous_strides(B, T, H, V)[:3])
@@ -542,7 +557,12 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         strides = (q.stride()[:3], k.stride()[:3], v.stride()[:3], contiguous_strides(B, T, H, V)[:3])
         return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot, 0, 0, constants,
                      strides)
-    nseg = max(cdiv(n, launch.L) for n in (lengths or [T]) + [1]) if chained and launch.lookback else 0
+    nseg = max(cdiv(n, launch.L) for n in (lengths or [T]) + [1]) if chained and launch.prefix else 0
+    if chained and launch.prefix == 3:
+        if cu_seqlens is not None:
+            raise ValueError("a launch with stored prefixes (prefix=3) does not take packed sequences (cu_seqlens)")
+        # the states kernel takes the initial state and key sum and stores the final ones
+        constants.update(HAS_H0=False, STORE_HT=False, HAS_Z0=False)
     return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
                  N * H * NV if chained else 0, nseg, constants, strides)
 

@@ -20,7 +20,7 @@ from ..device import INTERPRET
 from .reference import EPS
 from .sums import _query_key_sum_mma
 
-__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "output_stages"]
+__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "stored_prefixes", "output_stages"]
 
 _EPS = tl.constexpr(EPS)
 #: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice on a GPU (K = V =
@@ -197,6 +197,28 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
         PRECISION=precision, QZ_MMA=normalize and qz_mma, num_warps=num_warps,
         num_stages=output_stages(num_stages, normalize, qz_mma),
     )
+
+
+def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, upcast: bool,
+                    strides: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The states kernel alone, for the fused kernel's segments (``Launch.prefix`` 3): the state before every ``L``
+    tokens ([B, H, T/L, K, V], in the inputs' dtype) and, when ``zt`` is given (normalising), the key sum before
+    them ([B, H, T/L, K], fp32); the final ones into ``ht`` and ``zt`` where given. ``strides``: k's and v's
+    (batch, token, head)."""
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    NS = triton.cdiv(T, L)
+    h = torch.empty(B, H, NS, K, V, dtype=k.dtype, device=k.device)
+    z = torch.empty(B, H, NS, K, dtype=torch.float32, device=k.device) if zt is not None else None
+    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
+    _states_kernel[(triton.cdiv(K, tile) * triton.cdiv(V, tile), B * H)](
+        k, v, h, z, h0, ht, z0, zt,
+        T, H, NS, *strides,
+        K=K, V=V, BK=tile, BV=tile, BT=BT, S=L, HAS_H0=h0 is not None, STORE_HT=ht is not None,
+        NORMALIZE=zt is not None, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
+        num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
+    )
+    return h, z
 
 
 def output_stages(num_stages: int, normalize: bool, qz_mma: bool) -> int:

@@ -366,10 +366,10 @@ def test_trying_d128_s2():
     assert dispatch.applies("d128-s2", 128, "16", False, 256) and not dispatch.applies("d128-s2", 256, "16", True)
 
 
-# The decoupled look-back (Launch.lookback): publishing inclusive prefixes (1), and summing every predecessor's own
+# The decoupled look-back (Launch.prefix): publishing inclusive prefixes (1), and summing every predecessor's own
 # state back to the first segment (2: the path a GPU takes when predecessors are still running, which the
 # interpreter, running programs one after another, never takes on its own).
-LOOKBACK_LAUNCHES = {f"lookback{mode}_{name}": dataclasses.replace(LAUNCHES[name], lookback=mode)
+LOOKBACK_LAUNCHES = {f"lookback{mode}_{name}": dataclasses.replace(LAUNCHES[name], prefix=mode)
                      for mode in (1, 2) for name in ("chain32", "chain48_bv32")}
 
 
@@ -380,7 +380,7 @@ def test_lookback(launch, dtype, normalize, allocations):
     """K = 24, V = 40, T = 151 (five segments of 32, four of 48, a ragged last one), both states in and out; then
     packed sequences, empty ones and one of a single segment among them."""
     lo = LOOKBACK_LAUNCHES[launch]
-    check(make(2, 151, 2, 24, 40, dtype, seed=31 + lo.lookback, h0=True, z0=normalize), lo, allocations,
+    check(make(2, 151, 2, 24, 40, dtype, seed=31 + lo.prefix, h0=True, z0=normalize), lo, allocations,
           normalize=normalize)
     check(make(1, 163, 2, 24, 40, dtype, seed=33, h0=True, z0=normalize, cu=[0, 0, 30, 31, 131, 131, 163]), lo,
           allocations, normalize=normalize)
@@ -397,6 +397,46 @@ def test_lookback_workspace(allocations):
     assert sizes == [chains * 2 * nseg * slot], sizes
 
 
+# Segments whose prefixes a states pass stores first (Launch.prefix 3): whole segments, a ragged last one, T under
+# one segment, no tokens.
+STORED = dataclasses.replace(LAUNCHES["chain32"], prefix=3)
+
+
+@pytest.mark.parametrize("T", [151, 32, 5, 0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_stored_prefixes(T, dtype, normalize, allocations):
+    check(make(2, T, 2, 24, 40, dtype, seed=41 + T, h0=T % 2 == 1, z0=normalize and T % 2 == 1), STORED, allocations,
+          normalize=normalize)
+
+
+def test_stored_prefixes_refuse_packed():
+    case = make(1, 40, 2, 24, 40, torch.float32, seed=43, cu=[0, 10, 40])
+    with pytest.raises(ValueError, match="prefix=3.*cu_seqlens"):
+        fused_forward(case["q"], case["k"], case["v"], case["scale"], cu_seqlens=case["cu_seqlens"], launch=STORED)
+
+
+@pytest.mark.parametrize("candidate", ["d256-stored-512", "d256-stored-1024", "d256-stored-512-bv32"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_d256_stored(candidate, normalize):
+    """``dispatch.trying`` a stored-prefix candidate: a 16-bit call whose K maps to the D=256 tables runs segments
+    from stored prefixes (under the interpreter segments of 32), right against float64; packed sequences take
+    the serial chain; the GPU's plan has the candidate's segments for any batch, the other tables unchanged."""
+    case = make(1, 70, 2, 136, 40, torch.bfloat16, seed=56, h0=True, z0=normalize)
+    init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+    change = dispatch.CANDIDATES[candidate][(256, "16")]
+    with dispatch.trying(candidate):
+        launch = dispatch.launch_for(case["q"], case["v"])
+        o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+        packed = dispatch.launch_for(case["q"], case["v"], [30, 40])
+        gpu = [dispatch.plan(256, 256, torch.bfloat16, b, h, [t], 132) for b, h, t in ((2, 8, 16384), (4, 16, 4096))]
+        d128 = dispatch.plan(128, 128, torch.bfloat16, 1, 8, [262144], 132)
+    assert (launch.prefix, launch.L, launch.states) == (3, 32, 0) and packed.prefix == 0
+    assert all((lo.prefix, lo.L, lo.states, lo.BV) == (3, change["L"], 0, change["BV"]) for lo in gpu), gpu
+    assert d128 == dispatch.plan(128, 128, torch.bfloat16, 1, 8, [262144], 132)
+    agrees(case, o, final, normalize)
+
+
 def test_trying_lookback():
     """``dispatch.trying("lookback-512")``: the 16-bit chained launches of D <= 128 take the decoupled look-back with
     segments of at most 512 tokens; whole-sequence launches and the other keys are unchanged."""
@@ -405,13 +445,13 @@ def test_trying_lookback():
         long = dispatch.plan(128, 128, bf16, 1, 8, [262144], 132)
         many = dispatch.plan(128, 128, bf16, 4, 16, [16384], 132)
         d256 = dispatch.plan(256, 256, bf16, 1, 8, [262144], 132)
-    assert (long.L, long.lookback) == (512, 1)
+    assert (long.L, long.prefix) == (512, 1)
     assert many == dispatch.plan(128, 128, bf16, 4, 16, [16384], 132) and many.L is None
     assert d256 == dispatch.plan(256, 256, bf16, 1, 8, [262144], 132)
-    assert dispatch.plan(128, 128, bf16, 1, 8, [262144], 132).lookback == 0
+    assert dispatch.plan(128, 128, bf16, 1, 8, [262144], 132).prefix == 0
     assert dispatch.applies("lookback-512", 128, "16", False) and not dispatch.applies("lookback-512", 256, "16", True)
-    with pytest.raises(ValueError, match="lookback=3"):
-        dataclasses.replace(long, lookback=3).check()
+    with pytest.raises(ValueError, match="prefix=4"):
+        dataclasses.replace(long, prefix=4).check()
 
 
 @pytest.mark.parametrize("precision", ["high", "highest"])

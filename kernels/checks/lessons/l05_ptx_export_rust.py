@@ -372,7 +372,7 @@ def _bad_launches(fn, m, sizes, tensors, scalars):
                      sizes, {**tensors, first: shifted}, scalars, first, "align", "16")
         # and a view 16 bytes in, not 32: aligned, though an address counted in elements is not a multiple of 16
         step = 16 // t.element_size()
-        inside = torch.zeros(t.numel() + 64, dtype=t.dtype, device=t.device)
+        inside = torch.zeros(t.numel() + 128, dtype=t.dtype, device=t.device)
         inside = inside[(-inside.data_ptr() % 64) // t.element_size() + step:][:t.numel()].view_as(t)
         _accepts(fn, f"{first} starting 16 bytes past a multiple of 64 (align 16)", m, sizes,
                  {**tensors, first: inside}, scalars, expected_launch(m, sizes, scalars)["grid"],

@@ -223,8 +223,14 @@ def tiled_matmul(a, b, block_m=32, block_n=32, block_k=32, group_m=4, precision=
     return c
 
 
-c = tiled_matmul(a, b, block_m=16, block_n=16, block_k=16)
-print("tiled:", shape, "relative error", assert_close("tiled", a.double() @ b.double(), c, tolerance(a.dtype)))
+try:
+    c = tiled_matmul(a, b, block_m=16, block_n=16, block_k=16)
+except Exception as e:  # the stub raises until exercise 1 is done; any other error is your kernel's, shown in full
+    if "NotImplementedError" not in f"{type(e).__name__}: {e}":
+        raise
+    print("tiled_matmul_kernel is not written yet: write it in the cell above, then run this cell again")
+else:
+    print("tiled:", shape, "relative error", assert_close("tiled", a.double() @ b.double(), c, tolerance(a.dtype)))
 
 # %% nbgrader={"grade": true, "grade_id": "ex1-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("03_tiled_sram.tiled_matmul", tiled_matmul_kernel)

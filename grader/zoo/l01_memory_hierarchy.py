@@ -150,6 +150,10 @@ SECTOR_BYTES = [
              why="right only once elements are at least 32 bytes apart"),
     _sectors("span-rounded-up", "    return 32 * -(-(n * stride * itemsize) // 32)\n", fault="the whole span",
              why="rounds the span up to sectors: counts sectors no element touches"),
+    _sectors("span-rounded-down", "    step = stride * itemsize\n    if step >= 32:\n        return 32 * n\n"
+             "    return 32 * max(1, n * step // 32)\n", visible=False,
+             why="the span n·step in whole sectors, rounded down: short by one sector whenever the last element "
+                 "starts a sector of its own (33 bytes asks for 2 sectors; the visible draws often miss it)"),
     _sectors("float-result", "    if stride * itemsize >= 32:\n        return 32.0 * n\n"
              "    return 32 * math.ceil(((n - 1) * stride * itemsize + 1) / 32)\n", fault="expected an int",
              why="returns a float for wide strides"),

@@ -1,7 +1,7 @@
 """Lesson 02's zoo: the naive recurrence (state through global memory), the fused one (state in registers) and
 its speed, the byte counts."""
 
-from . import Entry, edit, editor, solution
+from . import Entry, edit, editor, moved, solution
 
 __all__ = ["ENTRIES"]
 
@@ -41,7 +41,7 @@ NAIVE_ENTRIES = [
            "        tl.store(s_ptrs, s, mask=mask_s)\n        o = tl.sum(q[:, None] * s, axis=0)\n",
            "        s = tl.load(s_ptrs, mask=mask_s, other=0.0)\n        o = tl.sum(q[:, None] * s, axis=0)\n"
            "        s += k[:, None] * v[None, :]\n        tl.store(s_ptrs, s, mask=mask_s)\n",
-           fault="relative error", why="o_t from S_{t-1}: misses the current token"),
+           fault="before token t", why="o_t from S_{t-1}: misses the current token"),
     _naive("no-scale", *_NO_SCALE, fault="relative error", why="forgets the scale"),
     _naive("swapped-batch-head", "b, h = bh // H, bh % H", "b, h = bh % H, bh // H", fault="out of bounds",
            why="splits the program id the wrong way round"),
@@ -69,6 +69,9 @@ FUSED_ENTRIES = [
     _fused("no-final-state", "    tl.store(s_ptrs, s, mask=mask_k[:, None] & mask_v[None, :])\n", "",
            fault="not written", why="never writes the final state"),
     _fused("no-scale", *_NO_SCALE, fault="relative error", why="forgets the scale"),
+    _fused("output-before-update", *moved("        s += k[:, None] * v[None, :]\n", "        q_ptrs += stride_qt\n"),
+           fault="before token t", why="o_t from S_{t-1}: misses the current token (at T=1 o is all zero, which "
+                                       "the scale's diagnosis once took for a factor of 0)"),
     _fused("v-load-unmasked", "v = tl.load(v_ptrs, mask=mask_v, other=0.0)", "v = tl.load(v_ptrs)",
            fault="out of bounds", why="an unmasked v load: the last V block reads past each row, and past v's end"),
     _fused("q-with-v-strides", "q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_k",

@@ -62,6 +62,10 @@ TILED_MATMUL = [
            "acc = tl.dot(a, b, acc, PRECISION)", wrong=False, why="the precision as tl.dot's fourth argument"),
     _tiled("accumulate-plus-equals", "acc = tl.dot(a, b, acc, input_precision=PRECISION)",
            "acc += tl.dot(a, b, input_precision=PRECISION)", wrong=False, why="acc += tl.dot(...)"),
+    _tiled("store-mask-swapped", "mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))",
+           "mask=(offs_m[:, None] < N) & (offs_n[None, :] < M))", fault="not written",
+           why="compares rows with N and columns with M: with M != N part of C is never stored (the hidden check "
+               "once blamed the grouped ordering for it)"),
     _tiled("k-mask-by-index", _A_MASK, "mask=(offs_m[:, None] < M) & (k0 + offs_k[None, :] < K), other=0.0)",
            _B_MASK, "mask=(k0 + offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)", wrong=False,
            why="the K mask written as k0 + offs_k < K"),

@@ -62,6 +62,10 @@ CHUNKED_TORCH = [
         state = state + torch.einsum("bthk,bthv->bhkv", kc, vc)
     return torch.cat(outs, dim=1)
 ''', wrong=False, why="einsum in the [B, T, H, D] layout, chunks concatenated"),
+    _torch("fixed-chunk-64", "for t0 in range(0, T, chunk_size):", "for t0 in range(0, T, 64):",
+           "x[:, :, t0:t0 + chunk_size]", "x[:, :, t0:t0 + 64]", "o[:, :, t0:t0 + chunk_size]", "o[:, :, t0:t0 + 64]",
+           fault="chunk_size argument", why="chunks of 64 whatever chunk_size says (the message once called it a "
+                                            "T x T score matrix)"),
     _torch("solution", wrong=False, why="the lesson's loop"),
 ]
 

@@ -76,6 +76,12 @@ BUILD_LAUNCH = [
            fault="args[", why="every pointer first, then the scalars, whatever the manifest's order"),
     _build("scratch-from-grid-x", "    programs = grid[0] * grid[1] * grid[2]\n", "    programs = grid[0]\n",
            fault="alloc", why="counts the programs along x only"),
+    _build("i32-range-exclusive", "if not lo <= int(value) <= hi:", "if not lo <= int(value) < hi:",
+           fault="both ends included", why="refuses 2**31 - 1, the largest i32"),
+    _build("align-in-elements", 'if t.data_ptr() % p["align"]:', 'if (t.data_ptr() // t.element_size()) % p["align"]:',
+           fault="align is in bytes", why="counts the address in elements: refuses a view 16 bytes in"),
+    _build("scratch-align-16", 'alloc(nbytes, s["align"])', 'alloc(nbytes, 16)', fault="align",
+           why="asks for 16-byte scratch whatever the manifest's align"),
     _build("solution", wrong=False, why="the lesson's launch"),
     _build("no-alignment-check", '            if t.data_ptr() % p["align"]:\n'
            '                raise ValueError(f"{name} starts at an address that is not a multiple of {p[\'align\']} '

@@ -39,6 +39,18 @@ def test_lesson_00s_try_it_cell_says_to_write_the_kernel_while_it_is_the_stub():
 
 
 @pytest.mark.slow
+def test_lesson_03s_try_it_cell_says_to_write_the_kernel_while_it_is_the_stub():
+    # the wrapper cell after exercise 1 launches tiled_matmul_kernel: on the untouched student copy it ended in
+    # "InterpreterError: NotImplementedError()" from inside Triton; it asks for the kernel as lesson 00's does
+    nb = lesson_notebook("03_tiled_sram", "student")
+    nb.cells = [c for c in nb.cells if c.get("id") in ("setup", "imports", "naive", "ex1-tiled", "ex1-try")]
+    run = execute(nb, lesson="03_tiled_sram", copy="student")
+    assert "ex1-try" not in run.errors, run.errors["ex1-try"]
+    text = "".join(o.get("text", "") for o in run.nb.cells[-1].outputs)
+    assert "write it in the cell above" in text, text
+
+
+@pytest.mark.slow
 def test_lesson_02s_benchmark_leaves_the_multiple_of_the_floor_to_a_gpu():
     # in the interpreter a time says nothing about the memory floor (lesson 00's benchmark says so the same way)
     nb = _cells("02_naive_hbm_loops", ["setup", "naive_kernel", "fused_kernel", "bench"])

@@ -97,6 +97,14 @@ def _scale_diagnose(inputs, got, case, ref):
     o, r = got["o"], ref["o"]
     if not torch.allclose(got["s"], ref["s"], rtol=1e-2, atol=1e-2 * float(ref["s"].abs().max())):
         return None
+    # o_t read from S_{t-1}, before k_t v_t^T is added: the reference less each token's own term (all zero at T=1,
+    # where the factor below would be 0 and blame the scale)
+    q, k, v = (inputs[n].detach().cpu().double() for n in "qkv")  # on the GPU the inputs stay on the device
+    ref_o = r.detach().cpu().double()
+    before = ref_o - float(inputs["scale"]) * (q * k).sum(-1, keepdim=True) * v
+    if float((o.detach().cpu().double() - before).norm()) <= 1e-2 * float(ref_o.norm()):
+        return ("o: o_t is computed from the state before token t is added (S_{t-1}), and the final state in s is "
+                "right: add k_t v_t^T to the state first, then o_t = scale * q_t^T S_t (token t attends to itself)")
     factor = float((o * r).sum() / (r * r).sum())
     if abs(factor - 1) < 0.05 or float((o - factor * r).norm()) > 1e-2 * abs(factor) * float(r.norm()):
         return None

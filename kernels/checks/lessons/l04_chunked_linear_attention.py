@@ -175,6 +175,10 @@ def _torch_run(args, inputs, outputs, case):
         o = fn(q, k, v, scale, chunk_size=chunk)
     if not isinstance(o, torch.Tensor):
         raise CheckFailed(f"chunked_attention_torch returned a {type(o).__name__}; return the output tensor o")
+    if counter.widest is not None and min(counter.widest[-2:]) < T:  # blocks wider than asked, not T x T
+        raise CheckFailed(f"an intermediate of shape {counter.widest} appeared: blocks of {min(counter.widest[-2:])} "
+                          f"tokens where chunk_size={chunk} asks for chunks of {chunk}; take the chunk size from the "
+                          "chunk_size argument, not a number of your own")
     if counter.widest is not None:
         raise CheckFailed(f"an intermediate of shape {counter.widest} appeared: with T={T} and chunk_size={chunk} "
                           "that is a T x T score matrix, i.e. quadratic attention; build only chunk x chunk scores")

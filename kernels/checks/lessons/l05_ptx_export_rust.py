@@ -297,6 +297,10 @@ def _compare_plans(got, want, m, alloc, where):
     if sorted(n for n, _ in alloc.calls) != sorted(want_bytes):
         raise CheckFailed(f"{where}: alloc was called for {[n for n, _ in alloc.calls]} bytes; the scratch buffers "
                           f"need {want_bytes} (bytes_per_program x number of programs)")
+    want_calls = sorted((b, s["align"]) for b, s in zip(want["scratch_bytes"], m["scratch"]) if b)
+    if sorted(alloc.calls) != want_calls:
+        raise CheckFailed(f"{where}: alloc was called as (bytes, align) {sorted(alloc.calls)}; the scratch buffers "
+                          f"need {want_calls}: pass each buffer's own align from the manifest's scratch list")
 
 
 def _encode(plan) -> dict:
@@ -332,14 +336,14 @@ def _refuses(fn, why, expect, m, sizes, tensors, scalars, *names):
     raise CheckFailed(f"build_launch accepted {why}; it must raise {expect.__name__} before anything is launched")
 
 
-def _accepts(fn, why, m, sizes, tensors, scalars, grid):
-    """A launch at the edge of a rule, which must go through with the grid ``grid``: CUDA's limits are
-    inclusive."""
+def _accepts(fn, why, m, sizes, tensors, scalars, grid,
+             because="CUDA's grid limits are inclusive (a grid of exactly 65535 along y is allowed)"):
+    """A launch at the edge of a rule, which must go through with the grid ``grid``: CUDA's limits, an integer
+    type's range and an alignment are inclusive, ``because`` says which."""
     try:
         got = fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), _Alloc())
     except (ValueError, TypeError) as e:
-        raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: CUDA's grid limits are inclusive (a grid "
-                          "of exactly 65535 along y is allowed), so this launch fits") from None
+        raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: {because}, so this launch fits") from None
     given = got.get("grid") if isinstance(got, dict) else got
     if not isinstance(given, (tuple, list)) or tuple(given) != grid:
         raise CheckFailed(f"build_launch gave the grid {given!r} for {why}; it needs {grid}")
@@ -366,6 +370,13 @@ def _bad_launches(fn, m, sizes, tensors, scalars):
         if shifted.data_ptr() % 16:
             _refuses(fn, f"{first} starting {t.element_size()} bytes past a multiple of 16 (align 16)", ValueError, m,
                      sizes, {**tensors, first: shifted}, scalars, first, "align", "16")
+        # and a view 16 bytes in, not 32: aligned, though an address counted in elements is not a multiple of 16
+        step = 16 // t.element_size()
+        inside = torch.zeros(t.numel() + 128, dtype=t.dtype, device=t.device)
+        inside = inside[(-inside.data_ptr() % 64) // t.element_size() + step:][:t.numel()].view_as(t)
+        _accepts(fn, f"{first} starting 16 bytes past a multiple of 64 (align 16)", m, sizes,
+                 {**tensors, first: inside}, scalars, expected_launch(m, sizes, scalars)["grid"],
+                 "align is in bytes: the address (data_ptr(), in bytes) is a multiple of 16")
     if scalars:
         name = next(iter(scalars))
         _refuses(fn, f"no value for the scalar {name}", ValueError, m, sizes, tensors,
@@ -403,12 +414,17 @@ def _special_refusals(fn, name):
         big = torch.empty(2**31, device="meta")
         _refuses(fn, "n = 2**31 for the i32 scalar n", ValueError, m, dict(n=2**31), {"x_ptr": big, "out_ptr": big},
                  {"alpha": 0.5}, "n", "i32")
+        _accepts(fn, "n = 2**31 - 1 for the i32 scalar n", m, dict(n=2**31 - 1), {"x_ptr": big, "out_ptr": big},
+                 {"alpha": 0.5}, (2**23, 2, 1), "i32 holds -2**31 ... 2**31 - 1, both ends included")
     if name == "wide":
         m = manifest("wide")
         sizes = dict(M=50_000, N=50_000)
         big = torch.empty(50_000 * 50_000, device="meta")
         _refuses(fn, "M*N = 2.5e9 for the i32 scalar MN", ValueError, m, sizes, {"a_ptr": big},
                  {"gain": 1.0, "bias": 0.0}, "MN", "i32")
+        _accepts(fn, "M*N = 2**31 - 1 for the i32 scalar MN (M = 1)", m, dict(M=1, N=2**31 - 1),
+                 {"a_ptr": torch.empty(2**31 - 1, device="meta")}, {"gain": 1.0, "bias": 0.0}, (2**26, 1, 2),
+                 "i32 holds -2**31 ... 2**31 - 1, both ends included")
         tall = torch.empty(560_000, device="meta")
         _refuses(fn, "M = 560000 rows: cdiv(M, BM) = 70000 programs along grid y (CUDA allows 65535)", ValueError, m,
                  dict(M=560_000, N=1), {"a_ptr": tall}, {"gain": 1.0, "bias": 0.0}, "grid", "65535", "y")

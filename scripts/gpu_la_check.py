@@ -110,11 +110,8 @@ def cases() -> dict[str, Case]:
     base = list(out)
     for name in CANDIDATES:
         if name not in ADOPTED:
-            # a change of how chained segments find their prefix (Launch.prefix 1, 2) only where the launch is
-            # chained; stored prefixes (3) make every launch of their key one of segments
-            chained_only = any(change.get("prefix") in (1, 2) for change in CANDIDATES[name].values())
             out += [dataclasses.replace(c, tried=name) for c in base if applies(name, c.K, kinds[c.dtype], c.norm, c.V)
-                    and not (chained_only and (c.L == 0 or (c.L is None and c.shape != "small")))]
+                    and _changes_launch(name, c, kinds[c.dtype])]
     # the other tensor-core forms on a few families: the key sum alone (the product the H200 computed right), and
     # q · z as zᵀ qᵀ (z the register operand); "both" and "qz" (a 16-column q · z operand) gave wrong outputs
     for dtype, K, V, shape, L in (("bf16", 128, 128, "large", 0), ("bf16", 128, 128, "small", 512),
@@ -125,6 +122,31 @@ def cases() -> dict[str, Case]:
     # the candidates first, then the other tensor-core forms: the CUDA-core and raw cases all passed on the H200
     # (2026-12-04)
     return {c.name: c for c in sorted(out, key=lambda c: (not c.tried, not c.mma))}
+
+
+def _changes_launch(name: str, case: Case, kind: str) -> bool:
+    """Whether candidate ``name`` changes the launch of ``case`` on a GPU of 132 SMs: a change of how segments find
+    their prefix (``Launch.prefix``) changes nothing where the launch walks whole sequences, and stored prefixes
+    nothing for packed sequences."""
+    import torch
+
+    from kernels.linear_attention import dispatch
+
+    prefixes = {change.get("prefix") for change in dispatch.CANDIDATES[name].values()}
+    if prefixes == {None}:
+        return True
+    if case.shape == "packed" and 3 in prefixes:  # no states pass for packed sequences: they keep the chain
+        return False
+    if case.L is not None:  # the case's own launch: chained segments, or whole sequences
+        return case.L > 0
+    B, H, T = SHAPES[case.shape] if case.shape in SHAPES else (1, 8, sum(PACKED))
+    lengths = [T] if case.shape in SHAPES else PACKED
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(case.dtype, torch.float32)
+    precision = None if kind == "16" else kind
+    N = B if case.shape in SHAPES else len(PACKED)
+    with dispatch.trying(name):
+        tried = dispatch.plan(case.K, case.V, dtype, N, H, lengths, 132, precision)
+    return tried != dispatch.plan(case.K, case.V, dtype, N, H, lengths, 132, precision)
 
 
 #: Small cases run again under compute-sanitizer (``--sanitize N`` takes the first N): both launches, states,

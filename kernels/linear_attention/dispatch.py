@@ -183,7 +183,9 @@ NORM_MMA_PARTS = "both"
 #: state stored by ``states.py``'s states kernel (``Launch.prefix`` 3), then the fused kernel's chunk loop over
 #: every segment at once (BV 64, 8 warps; "-bv32": V blocks of 32, which compile without spill): the states
 #: launch's stored states every 128 tokens, four to eight times fewer, where the output is computed chunk by chunk
-#: rather than a block at once; PERF.md, "D=256 from stored segment prefixes".
+#: rather than a block at once; PERF.md, "D=256 from stored segment prefixes". "stored-1024": the same for 16-bit
+#: D <= 128 calls that would chain (one long sequence): segments of 1024 from stored prefixes instead of the serial
+#: chain, k and v read by the states pass, then the segments with no wait.
 CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "norm-wide": {(bk, "16"): dict(norm_mma="wide") for bk in (64, 128, 256)},
     "fp32-kt": {(64, "tf32"): dict(kt=True), (128, "tf32"): dict(kt=True, BV=32)},
@@ -205,6 +207,7 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "d256-stored-512": {(256, "16"): dict(prefix=3, L=512, states=0, BV=64, num_warps=8, num_stages=2)},
     "d256-stored-1024": {(256, "16"): dict(prefix=3, L=1024, states=0, BV=64, num_warps=8, num_stages=2)},
     "d256-stored-512-bv32": {(256, "16"): dict(prefix=3, L=512, states=0, BV=32, num_warps=8, num_stages=2)},
+    "stored-1024": {(bk, "16"): dict(prefix=3, L=1024) for bk in (64, 128)},
 }
 TRYING = ""
 #: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
@@ -363,9 +366,12 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
     one = _tried((BK, kind), ONE_PASS[(BK, kind)], V)
-    if one.prefix == 3:  # every segment at once from the prefixes a states pass stores: nothing to chain
-        return dataclasses.replace(one, states=0, precision=precision)
+    # segments from the prefixes a states pass stores (every segment at once) take the place of whatever would
+    # store states or chain segments otherwise
+    stored = one.prefix == 3
     one = _one_pass(one)
+    if stored and ONE_PASS[(BK, kind)].states:
+        return dataclasses.replace(_tried((BK, kind), CHAINED[(BK, kind)], V), states=0, precision=precision)
     if one.states:  # every block at once: nothing to chain
         return dataclasses.replace(one, precision=precision)
     longest = max(lengths, default=0)
@@ -373,6 +379,8 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
         return dataclasses.replace(one, precision=precision)
     chained = _tried((BK, kind), CHAINED[(BK, kind)], V)
+    if stored:  # every segment at once: the candidate's segments, however few the chains
+        return dataclasses.replace(chained, states=0, precision=precision)
     nv = cdiv(V, min(chained.BV, next_power_of_2(V)))
     tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
     # about two programs per SM: segments of tokens · chains / (2 · sms), a power of two between the bounds

@@ -437,6 +437,19 @@ def test_trying_d256_stored(candidate, normalize):
     agrees(case, o, final, normalize)
 
 
+def test_trying_stored_d128():
+    """"stored-1024": a 16-bit D=128 call that would chain takes segments of 1024 from stored prefixes; one that
+    fills the GPU in one pass keeps it; D=256 keeps its states launch."""
+    bf16 = torch.bfloat16
+    with dispatch.trying("stored-1024"):
+        long = dispatch.plan(128, 128, bf16, 1, 8, [262144], 132)
+        many = dispatch.plan(128, 128, bf16, 4, 16, [16384], 132)
+        d256 = dispatch.plan(256, 256, bf16, 2, 8, [16384], 132)
+    assert (long.L, long.prefix, long.states) == (1024, 3, 0)
+    assert many == dispatch.plan(128, 128, bf16, 4, 16, [16384], 132) and many.L is None and many.prefix == 0
+    assert d256 == dispatch.plan(256, 256, bf16, 2, 8, [16384], 132) and d256.states
+
+
 def test_trying_lookback():
     """``dispatch.trying("lookback-512")``: the 16-bit chained launches of D <= 128 take the decoupled look-back with
     segments of at most 512 tokens; whole-sequence launches and the other keys are unchanged."""

@@ -351,7 +351,7 @@ coalescing_view(measured)
 #
 # A GPU has more than one roof. The **tensor cores** multiply bf16 matrices (the H200: about 700 TFLOP/s,
 # ridge about 165 FLOP/byte); the ordinary **CUDA cores** do FP32 arithmetic element by element, at about
-# 50 TFLOP/s measured (67 on the spec sheet), so their ridge is about 12 FLOP/byte. A kernel's roof is the unit its arithmetic runs on: a
+# 51 TFLOP/s measured (67 on the spec sheet), so their ridge is about 12 FLOP/byte. A kernel's roof is the unit its arithmetic runs on: a
 # `tl.dot` on bf16 tiles meets the high one, a loop of `a·y + x` in fp32 the low one. The cell measures both
 # (torch's bf16 matmul, and its fp32 matmul, which uses the CUDA cores because torch leaves TF32 off) and the
 # copy bandwidth, and draws the two roofs over one memory slope.

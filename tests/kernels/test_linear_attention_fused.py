@@ -639,6 +639,22 @@ def test_gpu_float32_precision_modes(chained):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("prefix", [1, 2, 3], ids=["lookback", "lookback_sums", "stored"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_gpu_prefix_modes(prefix, normalize):
+    """The ways a segment finds its prefix (Launch.prefix) at full size against float64: the decoupled look-back,
+    its summing path (which the interpreter never takes on its own), and prefixes stored by a states pass;
+    D=128 with segments of 512, D=256 stored at the stored candidates' tiles."""
+    launch = dataclasses.replace(dispatch.CHAINED[(128, "16")], L=512, prefix=prefix)
+    _gpu_check(make(1, 20000 - 3, 8, 128, 128, torch.bfloat16, seed=24 + prefix, h0=True, z0=normalize), launch,
+               normalize=normalize)
+    if prefix == 3:
+        d256 = dispatch.Launch(512, 64, 64, 8, 2, norm_mma="wide", prefix=3)
+        _gpu_check(make(2, 4099, 8, 256, 256, torch.float16, seed=27, h0=True, z0=normalize), d256,
+                   normalize=normalize)
+
+
+@pytest.mark.gpu
 def test_gpu_chained_deterministic():
     """Twenty chained launches, bit-identical outputs, final states and key sums (a stale ring slot, flag or key sum
     would change some bits)."""

@@ -128,8 +128,6 @@ def _changes_launch(name: str, case: Case, kind: str) -> bool:
     """Whether candidate ``name`` changes the launch of ``case`` on a GPU of 132 SMs: a change of how segments find
     their prefix (``Launch.prefix``) changes nothing where the launch walks whole sequences, and stored prefixes
     nothing for packed sequences."""
-    import torch
-
     from kernels.linear_attention import dispatch
 
     prefixes = {change.get("prefix") for change in dispatch.CANDIDATES[name].values()}
@@ -139,14 +137,20 @@ def _changes_launch(name: str, case: Case, kind: str) -> bool:
         return False
     if case.L is not None:  # the case's own launch: chained segments, or whole sequences
         return case.L > 0
-    B, H, T = SHAPES[case.shape] if case.shape in SHAPES else (1, 8, sum(PACKED))
-    lengths = [T] if case.shape in SHAPES else PACKED
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(case.dtype, torch.float32)
+    B, H, T, _, _ = _sizes(case, False, False)
+    lens = _lengths(case, False, False)
+    N, lengths = (B, [T]) if lens is None else (len(lens), lens)
     precision = None if kind == "16" else kind
-    N = B if case.shape in SHAPES else len(PACKED)
     with dispatch.trying(name):
-        tried = dispatch.plan(case.K, case.V, dtype, N, H, lengths, 132, precision)
-    return tried != dispatch.plan(case.K, case.V, dtype, N, H, lengths, 132, precision)
+        tried = dispatch.plan(case.K, case.V, _dtype(case), N, H, lengths, 132, precision)
+    return tried != dispatch.plan(case.K, case.V, _dtype(case), N, H, lengths, 132, precision)
+
+
+def _dtype(case: Case):
+    """The case's input dtype (fp32 for both of fp32's precision modes)."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(case.dtype, torch.float32)
 
 
 #: Small cases run again under compute-sanitizer (``--sanitize N`` takes the first N): both launches, states,
@@ -197,7 +201,7 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
     from kernels.linear_attention.reference import reference_linear_attention
     from kernels.testing import rel_error, tolerance
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(case.dtype, torch.float32)
+    dtype = _dtype(case)
     mode = case.dtype.removeprefix("fp32-") if case.dtype.startswith("fp32") else None
     B, H, T, K, V = _sizes(case, tiny, sanitize)
     lens = _lengths(case, tiny, sanitize)

@@ -370,17 +370,14 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
     # store states or chain segments otherwise
     stored = one.prefix == 3
     one = _one_pass(one)
-    if stored and ONE_PASS[(BK, kind)].states:
-        return dataclasses.replace(_tried((BK, kind), CHAINED[(BK, kind)], V), states=0, precision=precision)
-    if one.states:  # every block at once: nothing to chain
-        return dataclasses.replace(one, precision=precision)
-    longest = max(lengths, default=0)
     chains = N * H * cdiv(V, min(one.BV, next_power_of_2(V)))
-    if one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST):
+    fills = one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST)
+    if stored and (ONE_PASS[(BK, kind)].states or not fills):  # the candidate's segments, however few the chains
+        return dataclasses.replace(_tried((BK, kind), CHAINED[(BK, kind)], V), states=0, precision=precision)
+    if one.states or fills:  # every block at once, or whole sequences that keep the GPU busy: nothing to chain
         return dataclasses.replace(one, precision=precision)
     chained = _tried((BK, kind), CHAINED[(BK, kind)], V)
-    if stored:  # every segment at once: the candidate's segments, however few the chains
-        return dataclasses.replace(chained, states=0, precision=precision)
+    longest = max(lengths, default=0)
     nv = cdiv(V, min(chained.BV, next_power_of_2(V)))
     tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
     # about two programs per SM: segments of tokens · chains / (2 · sms), a power of two between the bounds

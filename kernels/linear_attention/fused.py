@@ -487,12 +487,12 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         if T == 0:  # the states kernel has passed the initial state and key sum through: no output to write
             return Forward(o, ht, zt, den, launch)
     elif plan.chains:
-        # the serial chain: a ring of SLOTS states a chain; the look-back: two slots (own sum, inclusive prefix)
-        # for every segment of a chain
-        slots = 2 * plan.nseg if launch.prefix else SLOTS
-        sync = torch.zeros(1 + plan.chains * (plan.nseg if launch.prefix else SLOTS), dtype=torch.int32,
+        # the serial chain: a ring of SLOTS states a chain, a flag each; the look-back: a flag for every segment of
+        # a chain, and two slots (own sum, inclusive prefix)
+        flagged = plan.nseg if launch.prefix else SLOTS
+        sync = torch.zeros(1 + plan.chains * flagged, dtype=torch.int32, device=device)
+        ring = torch.empty(plan.chains * flagged * (2 if launch.prefix else 1) * plan.slot, dtype=torch.float32,
                            device=device)
-        ring = torch.empty(plan.chains * slots * plan.slot, dtype=torch.float32, device=device)
         flags, ticket = sync[1:], sync
     else:
         ring = flags = ticket = None

@@ -174,20 +174,13 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
     ``strides``: q's, k's, v's and o's."""
     B, T, H, K = q.shape
     V = v.shape[-1]
-    NS = triton.cdiv(T, S)
     normalize = zt is not None
-    # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
-    h = torch.empty(B, H, NS, K, V, dtype=q.dtype, device=q.device)
-    z = torch.empty(B, H, NS, K, dtype=torch.float32, device=q.device) if normalize else None
-    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
     st_q, st_k, st_v, st_o = strides
-    _states_kernel[(triton.cdiv(K, tile) * triton.cdiv(V, tile), B * H)](
-        k, v, h, z, h0, ht, z0, zt,
-        T, H, NS, *st_k, *st_v,
-        K=K, V=V, BK=tile, BV=tile, BT=BT, S=S, HAS_H0=h0 is not None, STORE_HT=ht is not None,
-        NORMALIZE=normalize, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
-        num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
-    )
+    # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
+    h, z = stored_prefixes(k, v, h0, ht, z0, zt, L=S, BT=BT, precision=precision, upcast=upcast,
+                           strides=(*st_k, *st_v))
+    NS = h.shape[2]
+    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
     if NS == 0:
         return
     _states_output_kernel[(triton.cdiv(V, BV), NS, B * H)](

@@ -78,29 +78,37 @@ def _course(tmp_path, fixture_source):
     return root
 
 
-def _batch(folder, files: dict, when: float):
+def _batch(folder, files: dict, when: float | None):
+    """Write ``files`` (path -> notebook or text) under ``folder``, each modified at ``when`` (None: now)."""
     import os
 
     for rel, nb in files.items():
         p = folder / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(nb if isinstance(nb, str) else json.dumps(nb))
-        os.utime(p, (when, when))
+        if when is not None:
+            os.utime(p, (when, when))
     return folder
+
+
+def _class(tmp_path, fixture_source, students, *, roster=None, when=None):
+    """A course with the fixture lesson of each of ``students`` handed in (``tmp_path/in``, modified at ``when``)
+    and collected."""
+    from grader import workflow
+
+    fx = "90_grader_fixture"
+    root = _course(tmp_path, fixture_source)
+    _batch(tmp_path / "in", {f"{who}/{fx}.ipynb": fixture_source for who in students}, when)
+    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
+    return root
 
 
 def _alice_and_dave(tmp_path, fixture_source):
     """A course whose roster (``tmp_path/roster.csv``, kept by collect) names alice and dave, each with the fixture
     lesson collected, handed in 2025-12-01 10:00 UTC (``tmp_path/in``): the class the removal tests start from."""
-    from grader import workflow
-
-    fx = "90_grader_fixture"
-    root = _course(tmp_path, fixture_source)
     roster = tmp_path / "roster.csv"
     roster.write_text("student_id,name\nalice,Alice A\ndave,Dave D\n")
-    _batch(tmp_path / "in", {f"{who}/{fx}.ipynb": fixture_source for who in ("alice", "dave")}, 1764583200)
-    workflow.collect(root, tmp_path / "in", lessons=[fx], roster=roster)
-    return root
+    return _class(tmp_path, fixture_source, ("alice", "dave"), roster=roster, when=1764583200)
 
 
 def test_collect_never_loses_work(tmp_path, fixture_source):
@@ -651,11 +659,7 @@ def test_removed_student_stays_out_until_readmitted(tmp_path, fixture_source, ca
     from grader.cli import main
 
     fx = "90_grader_fixture"
-    root = _course(tmp_path, fixture_source)
-    for who in ("dave", "erin"):
-        (tmp_path / "in" / who).mkdir(parents=True)
-        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
-    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    root = _class(tmp_path, fixture_source, ("dave", "erin"))
     assert any("collect skips them" in d for d in workflow.remove_student(root, "dave"))
     assert list(workflow.removed_students(root)) == ["dave"]
     assert main(["--course", str(root), "collect", str(tmp_path / "in"), "--lessons", fx]) == 0
@@ -723,11 +727,7 @@ def test_readmit_names_only_the_students_own_work(tmp_path, fixture_source):
     from grader import workflow
 
     fx = "90_grader_fixture"
-    root = _course(tmp_path, fixture_source)
-    for who in ("ann", "ann-lee"):
-        (tmp_path / "in" / who).mkdir(parents=True)
-        (tmp_path / "in" / who / f"{fx}.ipynb").write_text(json.dumps(fixture_source))
-    workflow.collect(root, tmp_path / "in", lessons=[fx])
+    root = _class(tmp_path, fixture_source, ("ann", "ann-lee"))
     assert workflow.remove_student(root, "ann-lee") and workflow.remove_student(root, "ann")
     for _ in range(2):  # back, collected, out again: twice in one second
         workflow.readmit(root, "ann")

@@ -32,6 +32,25 @@ STATE_STAGES = 3
 
 
 @triton.jit
+def _state_step(state, zs, k_base, v_base, rows, T, offs_k, offs_v, mk, mv, stride_kt, stride_vt,
+                NORMALIZE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    """One step of the walk: the tokens ``rows`` (a [BT] range) added to the state tile and the key sum."""
+    mt = rows < T
+    rows = rows.to(tl.int64)
+    kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                 other=0.0)  # [BT, BK]
+    vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                 other=0.0)  # [BT, BV]
+    if UPCAST:
+        kk = kk.to(tl.float32)
+        vv = vv.to(tl.float32)
+    state = tl.dot(tl.trans(kk), vv, state, input_precision=PRECISION)
+    if NORMALIZE:
+        zs += tl.sum(kk.to(tl.float32), 0)
+    return state, zs
+
+
+@triton.jit
 def _states_kernel(
     # pointers
     k_ptr, v_ptr, h_ptr, z_ptr, h0_ptr, ht_ptr, z0_ptr, zt_ptr,
@@ -72,20 +91,16 @@ def _states_kernel(
         tl.store(h_ptr + (bh * NS + i) * K * V + offs_h, state.to(h_ptr.dtype.element_ty), mask=m_h)
         if NORMALIZE:
             tl.store(z_ptr + (bh * NS + i) * K + offs_k, zs, mask=mk & (iv == 0))
-        for r in tl.static_range(S // BT):
-            rows = i * S + r * BT + offs_t
-            mt = rows < T
-            rows = rows.to(tl.int64)
-            kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
-                         other=0.0)  # [BT, BK]
-            vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
-                         other=0.0)  # [BT, BV]
-            if UPCAST:
-                kk = kk.to(tl.float32)
-                vv = vv.to(tl.float32)
-            state = tl.dot(tl.trans(kk), vv, state, input_precision=PRECISION)
-            if NORMALIZE:
-                zs += tl.sum(kk.to(tl.float32), 0)
+        if S // BT > 2:
+            # a segment of the fused kernel's (Launch.prefix 3): a loop the pipeliner buffers a few steps of; unrolled,
+            # its stages would hold the whole segment's k and v tiles (392 KiB at S=512, D=256)
+            for r in range(0, S // BT):
+                state, zs = _state_step(state, zs, k_base, v_base, i * S + r * BT + offs_t, T, offs_k, offs_v, mk, mv,
+                                        stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION)
+        else:
+            for r in tl.static_range(S // BT):
+                state, zs = _state_step(state, zs, k_base, v_base, i * S + r * BT + offs_t, T, offs_k, offs_v, mk, mv,
+                                        stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION)
     if STORE_HT:
         tl.store(ht_ptr + bh * K * V + offs_h, state, mask=m_h)
     if NORMALIZE:

@@ -419,15 +419,16 @@ class _Plan(NamedTuple):
     zdtype: torch.dtype
     lengths: list | None  # the packed sequences' lengths
     zero_h0: bool  # start from a zeroed final-state buffer (no initial state, a final one, whole sequences)
-    grid: tuple | None  # None: a packed call, whose grid follows from its segment table
+    grid: tuple | None  # None for a states launch
     slot: int
     chains: int  # chains of a chained launch (their ring and flags), else 0
     nseg: int  # the most segments of one chain (a decoupled look-back's slots a chain), else 0
     constants: dict  # the kernel's meta-parameters, TMA left to the call
     strides: tuple  # q's, k's, v's and o's (batch, token, head)
+    seg: torch.Tensor | None = None  # a packed call's segment table on the device (read by the kernel, never written)
 
 
-#: key -> _Plan of the unpacked calls seen.
+#: key -> _Plan of the calls seen.
 _PLANS = PlanCache()
 
 
@@ -437,8 +438,9 @@ def _meta(t) -> tuple | None:
 
 def _key(q, k, v, initial_state, z_state, output_final_state, normalize, save_norm):
     """What every check and the plan depend on, for the calls whose plan is kept: tensors (shape, strides, dtype,
-    device: a call that matches a checked one passes the same checks), bools that are bools, no offsets, no
-    launch given; None for the others, which are checked and planned every time."""
+    device: a call that matches a checked one passes the same checks), bools that are bools, no launch given
+    (a packed call's key adds its offsets' values, :func:`_forward`); None for the others, which are checked and
+    planned every time."""
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
             and (initial_state is None or isinstance(initial_state, torch.Tensor))
             and (z_state is None or isinstance(z_state, torch.Tensor))
@@ -450,8 +452,12 @@ def _key(q, k, v, initial_state, z_state, output_final_state, normalize, save_no
 
 def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
              launch) -> Forward:
-    key = _key(q, k, v, initial_state, z_state, output_final_state, normalize, save_norm) \
-        if cu_seqlens is None and launch is None else None
+    key = _key(q, k, v, initial_state, z_state, output_final_state, normalize, save_norm) if launch is None else None
+    if key is not None and cu_seqlens is not None:
+        # a packed call's plan (its segment table among it) is kept by its offsets' values, read once for the call:
+        # the layers of one step share their offsets, and each would build the same table again after the wait
+        key = (key, _meta(cu_seqlens), tuple(host_offsets(cu_seqlens))) \
+            if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 else None
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
         plan = _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
@@ -474,11 +480,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
     if launch.states:  # the two kernels of states.py (dispatch candidate "d256-states")
         states_pass(q, k, v, o, scale, h0, ht, z_state, zt, den, strides=plan.strides, **plan.constants)
         return Forward(o, ht, zt, den, launch)
-    if plan.grid is None:
-        seg, rows = _segments(plan.lengths, launch.L, device)
-        grid = (rows * H * cdiv(V, plan.constants["BV"]),)
-    else:
-        seg, grid = None, plan.grid
+    seg, grid = plan.seg, plan.grid
     hs = zs = None
     if launch.prefix == 3:  # every segment's prefix stored by a states pass first; no ring, no tickets
         hs, zs = stored_prefixes(k, v, h0, ht, z_state, zt, L=launch.L, BT=launch.BT, precision=launch.precision,
@@ -535,7 +537,14 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
     # store, ptxas serialises the loop's wgmma (warning C7515; PERF.md, run 16).
     zero_h0 = output_final_state and initial_state is None and launch.L is None
     chained = launch.L is not None
-    grid = None if lengths is not None else (((max(1, cdiv(T, launch.L)) if chained else 1) * B) * H * NV,)
+    seg = None
+    if lengths is None:
+        grid = (((max(1, cdiv(T, launch.L)) if chained else 1) * B) * H * NV,)
+    elif launch.states:
+        grid = None  # refused below
+    else:
+        seg, rows = _segments(lengths, launch.L, q.device)
+        grid = (rows * H * NV,)
     slot = BK * BV + (BK if normalize else 0)
     qz_mma, ksum_mma = NORM_MMA_FORMS[launch.norm_mma]
     constants = dict(
@@ -564,7 +573,7 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
         # the states kernel takes the initial state and key sum and stores the final ones
         constants.update(HAS_H0=False, STORE_HT=False, HAS_Z0=False)
     return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
-                 N * H * NV if chained else 0, nseg, constants, strides)
+                 N * H * NV if chained else 0, nseg, constants, strides, seg)
 
 
 

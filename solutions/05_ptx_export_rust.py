@@ -706,8 +706,8 @@ else:
 # Now write some of it yourself. `launch_grid(manifest, sizes)` returns the launch grid the manifest describes:
 # its three `grid` expressions evaluated over the integer constexprs and the problem sizes, each within CUDA's
 # limits (x up to 2³¹ − 1, y and z up to 65535, every axis at least 1), and an `Err` naming the problem for a
-# missing size, an expression that fails, or a grid outside the limits: what your Python `build_launch` did for the
-# grid, in Rust. The crate gives you what you need: `Manifest` (its fields `constexprs: Vec<(String, Json)>` with
+# missing or unknown size, an expression that fails, or a grid outside the limits: what your Python `build_launch`
+# did for the grid, in Rust. The crate gives you what you need: `Manifest` (its fields `constexprs: Vec<(String, Json)>` with
 # `Json::as_i64()`, `sizes: Vec<String>` and `grid: [String; 3]`) and `workbook_launch::expr::evaluate(text,
 # &HashMap<String, i64>) -> Result<i64, ExprError>` (`ExprError.0` is its message). The expressions evaluate to
 # `i64`, the grid is `u32`: a value past `u32::MAX` must be refused, not wrapped around by `as u32`. Compute the
@@ -744,6 +744,9 @@ pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> Result<[u32;
     for name in &manifest.sizes {
         let (_, v) = sizes.iter().find(|(k, _)| k == name).ok_or(format!("missing size {name}"))?;
         env.insert(name.clone(), *v);
+    }
+    if let Some((name, _)) = sizes.iter().find(|(k, _)| !manifest.sizes.contains(k)) {
+        return Err(format!("unknown size {name}: the kernel takes {}", manifest.sizes.join(", ")));
     }
     let limits = [2_147_483_647i64, 65_535, 65_535];
     let mut grid = [0u32; 3];

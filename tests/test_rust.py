@@ -172,7 +172,7 @@ def test_lesson_rust_exercise_passes_the_solution_and_fails_the_stub_and_a_missi
 
     solution, stub = _lesson_rust()
     good = build_and_test(solution, tmp_path / "good")
-    assert good.passed and len(good.tests) == 9 and all(good.tests.values()), good.message
+    assert good.passed and len(good.tests) == 10 and all(good.tests.values()), good.message
     bad = build_and_test(stub, tmp_path / "stub")
     assert bad.passed is False and "`# YOUR CODE HERE` and `raise NotImplementedError()` must go" in bad.message
     comment = build_and_test(_left_comment(), tmp_path / "comment")
@@ -197,6 +197,7 @@ def test_the_graded_cases_catch_what_the_crates_tests_let_through(tmp_path):
     assert expected("X|Y|Z", [("X", 2**31 - 1), ("Y", 65535), ("Z", 65535)]) == (2**31 - 1, 65535, 65535)
     assert expected("X|Y|Z", [("X", 2**32 + 1), ("Y", 1), ("Z", 1)]) is None
     assert expected("vector_add.json", [("n_elements", 0)]) is None
+    assert expected("vector_add.json", [("n_elements", 5), ("N", 5)]) is None  # a size the manifest does not list
     assert expected("linear_attention.json", [("B", 2), ("T", 5), ("H", 3), ("K", 16), ("V", 130)]) == (3, 6, 1)
     # right on every size the crate's tests use, wrong on a V that only a graded case draws
     sly = solution.replace("    Ok(grid)", "    if sizes.iter().any(|(k, v)| k == \"V\" && *v == 321) {\n"

@@ -135,6 +135,10 @@ _TRY_FROM = """        let g = u32::try_from(v).map_err(|_| format!("grid axis {
         }
         grid[axis] = g;
 """
+_UNKNOWN = """    if let Some((name, _)) = sizes.iter().find(|(k, _)| !manifest.sizes.contains(k)) {
+        return Err(format!("unknown size {name}: the kernel takes {}", manifest.sizes.join(", ")));
+    }
+"""
 _CONSTEXPRS = "        if let Some(v) = value.as_i64() {\n            env.insert(name.clone(), v);\n        }\n"
 _BY_TYPE = "(match axis { 0 => i64::from(i32::MAX), _ => i64::from(u16::MAX) })"
 
@@ -163,6 +167,8 @@ LAUNCH_GRID = [
     _grid("resolve", "    let mut env", "    return manifest.resolve(sizes).map(|p| p.grid).map_err(|e| e.to_string());"
           "\n    #[allow(unreachable_code)]\n    let mut env", fault="resolve",
           why="hands back the launcher's own answer"),
+    _grid("unknown-size-accepted", _UNKNOWN, "", fault="unknown size",
+          why="ignores a size the manifest does not list, which the launcher refuses"),
     _grid("solution", wrong=False, why="the lesson's grid"),
     _grid("try-from", _CHECK, _TRY_FROM, wrong=False, why="u32::try_from, then the range check"),
     _grid("limits-by-type", "    let limits = [2_147_483_647i64, 65_535, 65_535];\n", "", "limits[axis]", _BY_TYPE,

@@ -277,8 +277,8 @@ def _fixture(name: str) -> dict:
 
 def draw_cases(seed: int) -> list[tuple[str, list[tuple[str, int]]]]:
     """Cases the crate's tests never saw, from ``seed``: the lesson's kernels at random sizes (ragged ones
-    included), grids at and past CUDA's limits on each axis, past ``u32``, zero and negative, a missing size and
-    a failing expression. Each is ``(manifest, [(size, value), ...])`` as ``graded_cases`` reads them."""
+    included), grids at and past CUDA's limits on each axis, past ``u32``, zero and negative, a missing size, an
+    unknown one and a failing expression. Each is ``(manifest, [(size, value), ...])`` as ``graded_cases`` reads them."""
     rng = random.Random(seed)
     out = []
     for _ in range(6):
@@ -288,6 +288,8 @@ def draw_cases(seed: int) -> list[tuple[str, list[tuple[str, int]]]]:
     for n in (rng.randint(1, 10**7), 1024 * rng.randint(1, 5000), 1024 * rng.randint(1, 5000) + 1, 0):
         out.append(("vector_add.json", [("n_elements", n)]))
     out.append(("linear_attention.json", [("B", rng.randint(1, 4)), ("T", 10), ("H", 2), ("K", 16)]))
+    n = rng.randint(1, 10**6)
+    out.append(("vector_add.json", [("n_elements", n), (rng.choice(["N", "n", "numel"]), n)]))
     xyz = "X|Y|Z"
     for axis in range(3):
         for delta in (0, 1, 2**32, -GRID_LIMITS[axis]):
@@ -314,8 +316,8 @@ def expected(manifest: str, sizes: list[tuple[str, int]]) -> tuple[int, int, int
     else:
         env, grid, needed = {}, manifest.split("|"), [k for k, _ in sizes]
     given = dict(sizes)
-    if any(n not in given for n in needed):
-        return None
+    if any(n not in given for n in needed) or any(n not in needed for n in given):
+        return None  # a missing size, or one the manifest does not list
     env.update(given)
     out = []
     for axis, text in enumerate(grid):
@@ -362,8 +364,8 @@ def grade(source: str, seed: int, out: pathlib.Path | str | None = None, *,
         if line == "panic":
             return False, f"{what}: launch_grid panicked; return an Err naming the problem instead"
         if want is None and line != "err":
-            return False, f"{what}: must be refused (a missing size, a failing expression or a grid outside CUDA's " \
-                          f"limits), but launch_grid returned {line.removeprefix('ok ').split()}"
+            return False, f"{what}: must be refused (a missing or unknown size, a failing expression or a grid outside " \
+                          f"CUDA's limits), but launch_grid returned {line.removeprefix('ok ').split()}"
         if want is not None and line != "ok {} {} {}".format(*want):
             return False, f"{what}: launch_grid gave {line}, expected grid {list(want)}"
     return True, f"cargo test: {len(result.tests)} tests passed, and {len(cases)} graded cases gave the right grid"

@@ -1,7 +1,8 @@
 //! Lesson 05's Rust exercise: the learner's `launch_grid` against the launcher's own `Manifest::resolve` and
 //! CUDA's limits. Built by `kernels.export.rust_exercise` into a crate of its own, beside the learner's
 //! `src/lib.rs`. Each failure names the fault: axes swapped, a ceiling division off by one, a limit off by one or
-//! applied to the wrong axis, a value wrapped around in `u32`, a zero-sized grid, a missing refusal.
+//! applied to the wrong axis, a value wrapped around in `u32`, a zero-sized grid, a missing refusal (of an
+//! unknown size among them).
 //!
 //! With `WORKBOOK_GRID_CASES` set (a file of cases the grader draws), `graded_cases` writes what `launch_grid`
 //! returned for each to `WORKBOOK_GRID_REPORT`, for the grader to compare with its own reading of the manifests.
@@ -209,6 +210,19 @@ fn a_missing_size_is_refused() {
     let la = fixture("linear_attention.json");
     let s = sizes(&[("B", 2), ("T", 100), ("H", 4), ("K", 64)]);
     assert_refused(&la, &s, "linear attention without V", "V is a size the manifest lists, and it is missing");
+}
+
+#[test]
+fn an_unknown_size_is_refused() {
+    let va = fixture("vector_add.json");
+    let s = sizes(&[("n_elements", 1000), ("N", 1000)]);
+    assert_refused(
+        &va,
+        &s,
+        "vector add given an unknown size N",
+        "an unknown size: the manifest lists n_elements only; a size it does not list is a typo or another \
+         kernel's, and the launcher refuses it",
+    );
 }
 
 #[test]

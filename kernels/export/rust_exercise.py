@@ -278,7 +278,8 @@ def _fixture(name: str) -> dict:
 def draw_cases(seed: int) -> list[tuple[str, list[tuple[str, int]]]]:
     """Cases the crate's tests never saw, from ``seed``: the lesson's kernels at random sizes (ragged ones
     included), grids at and past CUDA's limits on each axis, past ``u32``, zero and negative, a missing size, an
-    unknown one and a failing expression. Each is ``(manifest, [(size, value), ...])`` as ``graded_cases`` reads them."""
+    unknown one and a failing expression. Each is ``(manifest, [(size, value), ...])`` as ``graded_cases`` reads
+    them."""
     rng = random.Random(seed)
     out = []
     for _ in range(6):
@@ -364,8 +365,8 @@ def grade(source: str, seed: int, out: pathlib.Path | str | None = None, *,
         if line == "panic":
             return False, f"{what}: launch_grid panicked; return an Err naming the problem instead"
         if want is None and line != "err":
-            return False, f"{what}: must be refused (a missing or unknown size, a failing expression or a grid outside " \
-                          f"CUDA's limits), but launch_grid returned {line.removeprefix('ok ').split()}"
+            return False, f"{what}: must be refused (a missing or unknown size, a failing expression or a grid " \
+                          f"outside CUDA's limits), but launch_grid returned {line.removeprefix('ok ').split()}"
         if want is not None and line != "ok {} {} {}".format(*want):
             return False, f"{what}: launch_grid gave {line}, expected grid {list(want)}"
     return True, f"cargo test: {len(result.tests)} tests passed, and {len(cases)} graded cases gave the right grid"

@@ -2,7 +2,7 @@
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
 #   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
-#           state-probe tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe fla-tests dask multi
+#           state-probe profile tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe fla-tests dask multi
 #           learner lesson06 rust-grid
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
 # image's torch/triton stay), wheels for the Jupyter/nbgrader stack in .gpu-wheels/ (see README), and, for the
@@ -129,6 +129,16 @@ run_stage() {  # stage name, time limit in seconds
     backward-probe) timeout "$limit" python3 scripts/gpu_backward_probe.py --budget $(( limit - 40 )) \
                       || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
+    # the fused kernel of each row under ncu (its speed of light, launch and occupancy), then the row's time a call
+    # back to back and the host's time of one call: results/gpu/profile-ROW.txt
+    profile) for row in ${PROFILE_ROWS:-packed dense}; do
+               { timeout $(( limit / 3 )) /usr/local/cuda/bin/ncu --clock-control none -k regex:_fused_linear -s 2 -c 1 \
+                   --section SpeedOfLight --section LaunchStats --section Occupancy python3 scripts/profile_row.py "$row" \
+                   || echo "ncu $row failed ($?)"
+                 timeout 60 python3 scripts/profile_row.py "$row" --time || echo "timing $row failed ($?)"
+               } > "results/gpu/profile-$row.txt" 2>&1
+               tail -3 "results/gpu/profile-$row.txt"
+             done ;;
     export) timeout "$limit" bash scripts/gpu_export.sh || echo "export failed ($?)" ;;
     # lesson 05's launcher with the solution's Rust launch_grid (built here by `python -m grader.rust_launcher`
     # and carried in rust/target/release/): the export round trip through it, compared with torch and Triton

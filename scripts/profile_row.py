@@ -1,21 +1,30 @@
-"""One row of the targets set, called a few times, for a profiler to attach to (GPU only):
+"""One row of the targets set, called a few times, for a profiler to attach to; or (``--time``) its time a call
+back to back and the host's time of one call, as one JSON line (GPU only):
 
-    ncu --clock-control none --set full -k regex:_fused -c 1 python3 scripts/profile_row.py packed
+    ncu --clock-control none -k regex:_fused -s 2 -c 1 --section SpeedOfLight python3 scripts/profile_row.py packed
+    python3 scripts/profile_row.py packed --time
 
 rows: ``packed`` (eight packed sequences, 64k tokens, bf16 K=V=128 H=16, normalising: the targets set's
-``norm bf16 K128V128 varlen8``), ``dense`` (the same tokens as B4H16 T=16k), ``long`` (B1H8 T=256k)."""
+``norm bf16 K128V128 varlen8``), ``dense`` (the same tokens as B4H16 T=16k), ``long`` (B1H8 T=256k); ``raw``
+for ``normalize=False``. The back-to-back time of a packed call holds the host's work after it reads its offsets
+(which waits for the GPU): PERF.md, "The packed row's missing 0.18 ms"."""
 from __future__ import annotations
 
+import json
+import statistics
 import sys
+import time
 
 import torch
 
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.bench_general import PACKED
 
+ROWS = {"packed": (1, sum(PACKED), 16), "dense": (4, 16384, 16), "long": (1, 262144, 8)}
 
-def inputs(row: str, normalize: bool = True):
-    B, T, H = {"packed": (1, sum(PACKED), 16), "dense": (4, 16384, 16), "long": (1, 262144, 8)}[row]
+
+def inputs(row: str):
+    B, T, H = ROWS[row]
     gen = torch.Generator("cuda").manual_seed(0)
     q, k = (torch.nn.functional.elu(torch.randn(B, T, H, 128, generator=gen, device="cuda")) + 1 for _ in range(2))
     v = torch.randn(B, T, H, 128, generator=gen, device="cuda")
@@ -25,12 +34,44 @@ def inputs(row: str, normalize: bool = True):
     return q.bfloat16(), k.bfloat16(), v.bfloat16(), cu
 
 
+def timing(call, *, groups: int = 7, calls: int = 20) -> dict:
+    """Medians: ms a call over ``groups`` runs of ``calls`` back to back (events), and µs of host time a call
+    started with the GPU idle."""
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(groups):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        per.append(start.elapsed_time(end) / calls)
+    host = []
+    for _ in range(21):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        call()
+        host.append(time.perf_counter() - t)
+    torch.cuda.synchronize()
+    return {"ms_back_to_back": round(statistics.median(per), 4), "host_us": round(statistics.median(host) * 1e6, 1)}
+
+
 def main(argv: list[str]) -> None:
-    row = argv[0] if argv else "packed"
+    row = next((a for a in argv if a in ROWS), "packed")
     normalize = "raw" not in argv
-    q, k, v, cu = inputs(row, normalize)
+    q, k, v, cu = inputs(row)
+
+    def call():
+        return chunk_linear_attn(q, k, v, normalize=normalize, cu_seqlens=cu)
+
+    if "--time" in argv:
+        print(json.dumps({"row": row, "normalize": normalize, "gpu": torch.cuda.get_device_name(0), **timing(call)}))
+        return
     for _ in range(3):
-        chunk_linear_attn(q, k, v, normalize=normalize, cu_seqlens=cu)
+        call()
     torch.cuda.synchronize()
 
 

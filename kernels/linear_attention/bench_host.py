@@ -97,7 +97,8 @@ def gpu_path(dev: torch.device):
 
 def _forget_plans() -> None:
     for m in (_fused, _bwd):
-        getattr(m, "_PLANS", {}).clear()
+        for name in ("_PLANS", "_PACKED_PLANS"):
+            getattr(m, name, {}).clear()
 
 
 class _Floor(torch.autograd.Function):

@@ -430,6 +430,9 @@ class _Plan(NamedTuple):
 
 #: key -> _Plan of the calls seen.
 _PLANS = PlanCache()
+#: the same for packed calls, apart: a training run's offsets change every step (its layers share them), and their
+#: plans would otherwise empty the dense calls' cache every 256 steps
+_PACKED_PLANS = PlanCache(32)
 
 
 def _meta(t) -> tuple | None:
@@ -458,12 +461,13 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         # the layers of one step share their offsets, and each would build the same table again after the wait
         key = (key, _meta(cu_seqlens), tuple(host_offsets(cu_seqlens))) \
             if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1 else None
-    plan = _PLANS.get(key) if key is not None else None
+    plans = _PLANS if cu_seqlens is None else _PACKED_PLANS
+    plan = plans.get(key) if key is not None else None
     if plan is None:
         plan = _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
                      launch)
         if key is not None:
-            _PLANS.put(key, plan)
+            plans.put(key, plan)
     else:
         check_scale(scale)  # its value is not in the key
     B, T, H, K, V, N = plan.sizes

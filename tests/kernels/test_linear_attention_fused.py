@@ -584,14 +584,15 @@ def test_packed_plan_kept_by_offsets():
     """A packed call's plan and segment table are kept by the offsets' values: the same offsets again take the
     kept plan (no second table), and offsets written in place into the same tensor are planned anew (a plan kept
     by the tensor alone would run the old table and pass the checks of the old offsets)."""
-    fz._PLANS.clear()
+    fz._PACKED_PLANS.clear()
     case = make(1, 77, 2, 16, 24, torch.float32, seed=60, cu=[0, 5, 40, 77])
     for _ in range(2):
         o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], output_final_state=True,
                                      cu_seqlens=case["cu_seqlens"])
         agrees(case, o, final)
-    packed = [key for key in fz._PLANS if len(key) == 3 and key[2] == (0, 5, 40, 77)]
-    assert len(packed) == 1 and fz._PLANS[packed[0]].seg is not None
+    packed = [key for key in fz._PACKED_PLANS if key[2] == (0, 5, 40, 77)]
+    assert len(packed) == 1 and fz._PACKED_PLANS[packed[0]].seg is not None
+    assert not any(len(key) == 3 for key in fz._PLANS)  # the dense calls' plans are kept apart
     case["cu_seqlens"].copy_(torch.tensor([0, 30, 31, 77], dtype=torch.int32))  # same tensor, new sequences
     o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], output_final_state=True,
                                  cu_seqlens=case["cu_seqlens"])

@@ -510,7 +510,8 @@ LAUNCH_GRID = Exercise(
     signature="YOUR_RUST: Rust source defining pub fn launch_grid(manifest: &Manifest, sizes: &[(String, i64)]) -> "
               "Result<[u32; 3], String>",
     description="the grid expressions evaluated over the constexprs and sizes, each within CUDA's limits (x up to "
-                "2**31 - 1, y and z up to 65535); Err for a missing size, a failing expression or a grid outside them",
+                "2**31 - 1, y and z up to 65535); Err for a missing or unknown size, a failing expression or a grid "
+                "outside them",
     run=lambda args, inputs, outputs, case: None,  # a value exercise: the rule is the whole check
     rule=_launch_grid_rule,
     toolchain="cargo",

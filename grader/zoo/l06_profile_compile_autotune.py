@@ -131,6 +131,8 @@ ENTRIES = [
     _instruction("sass", "LDG.E.U16", wrong=False, why="the SASS mnemonic"),
     _instruction("line", "@%p1 ld.global.b16 { %rs1 }, [ %rd5 + 0 ];", wrong=False,
                  why="a whole predicated line of the listing"),
+    _instruction("sass-line", "/*0eb0*/ @P4 LDG.E.U16 R182, desc[UR24][R158.64] ;", wrong=False,
+                 why="a whole line of the SASS listing, its address and predicate included, as the lesson prints it"),
 
     _kernel("no-k-mask", mask_a="rows[:, None] < M", mask_b="cols[None, :] < N", fault="out of bounds|NaN",
             why="drops the K masks: K = 70 is not a multiple of 32"),

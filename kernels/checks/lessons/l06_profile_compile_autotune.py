@@ -167,8 +167,10 @@ def _value_only(args, inputs, outputs, case):
 
 
 def _opcode(answer: str) -> str:
+    """The mnemonic of ``answer``: a mnemonic, or a whole line of a listing without its SASS address (``/*0eb0*/``)
+    and its predicate (``@P4``, ``@%p3``)."""
     words = answer.strip().split()
-    while words and words[0].startswith("@"):
+    while words and (words[0].startswith("@") or (words[0].startswith("/*") and words[0].endswith("*/"))):
         words = words[1:]
     return words[0].rstrip(";,") if words else ""
 

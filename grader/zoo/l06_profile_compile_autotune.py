@@ -80,6 +80,26 @@ def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
              mask=_tile_mask(rows, cols, M, N))
 '''
 
+_BLOCK_POINTERS = '''@triton.jit
+def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    a_blk = tl.make_block_ptr(a_ptr, shape=(M, K), strides=(stride_am, stride_ak), offsets=(pid_m * BLOCK_M, 0),
+                              block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
+    b_blk = tl.make_block_ptr(b_ptr, shape=(K, N), strides=(stride_bk, stride_bn), offsets=(0, pid_n * BLOCK_N),
+                              block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_blk, boundary_check=(0, 1), padding_option="zero")
+        b = tl.load(b_blk, boundary_check=(0, 1), padding_option="zero")
+        acc = tl.dot(a, b, acc)
+        a_blk = tl.advance(a_blk, (0, BLOCK_K))
+        b_blk = tl.advance(b_blk, (BLOCK_K, 0))
+    c_blk = tl.make_block_ptr(c_ptr, shape=(M, N), strides=(stride_cm, stride_cn),
+                              offsets=(pid_m * BLOCK_M, pid_n * BLOCK_N), block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+    tl.store(c_blk, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+'''
+
 _SPACE_GOOD = '''SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
@@ -177,6 +197,11 @@ ENTRIES = [
     _kernel("fixed-speed", exercise="fixed_speed", wrong=False, why="the fix, timed on a GPU"),
     Entry(f"{LESSON}.fixed", "pointer-increments", _INCREMENTS, wrong=False,
           why="pointers advanced by BLOCK_K each step, a @triton.jit mask helper, a tile-count loop"),
+    Entry(f"{LESSON}.fixed", "block-pointers", _BLOCK_POINTERS, wrong=False,
+          why="tl.make_block_ptr tiles, advanced along K, edges by boundary_check"),
+    Entry(f"{LESSON}.fixed", "block-pointers-unchecked",
+          _BLOCK_POINTERS.replace(", boundary_check=(0, 1)", "").replace(', padding_option="zero"', ""),
+          fault="out of bounds", why="block pointers without boundary_check: the edge tiles reach past a, b and c"),
 
     _space("too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)]",
            fault="at least 4", why="one configuration is not a search"),

@@ -121,6 +121,9 @@ ENTRIES = [
              fault="num_warps does not change it", why="shared memory per warp"),
     _predict("float", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2.0", wrong=False,
              why="a whole number of bytes written as a float (as a true division gives it)"),
+    Entry(f"{LESSON}.predict_shared", "numpy-integer", "import numpy as np\n\n\n" + PREDICT.format(
+        body="num_stages * 2 * np.prod([BLOCK_K, BLOCK_M + BLOCK_N])"), wrong=False,
+          why="the formula through np.prod, which returns a numpy integer"),
     _predict("plus-output", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 + BLOCK_M * BLOCK_N * 2",
              fault="output tile", why="adds the output tile, which lives in registers, not in shared memory"),
     _predict("warps-scaled", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 * num_warps // 8",

@@ -7,6 +7,7 @@ ahead of time (:mod:`kernels.profile.compiler`), which needs no GPU: in the grad
 """
 
 import contextlib
+import numbers
 
 import torch
 import triton
@@ -118,6 +119,8 @@ def _shared_run(args, inputs, outputs, case):
         call = ", ".join(f"{k}={cfg[k]}" for k in _KEYS)
         value = fn(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["num_stages"])
         if isinstance(value, float) and value.is_integer():  # 98304.0 from a true division is a whole count
+            value = int(value)
+        elif isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's too (np.prod)
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise CheckFailed(f"predict_shared({call}) returned {value!r}; expected a whole number of bytes")

@@ -109,6 +109,9 @@ def _shared_hint(cfg: dict, got, want: int, fn=None) -> str:
         return "shared memory belongs to the program, not to a warp: num_warps does not change it"
     if got * 1024 == want:
         return "that is the size in KiB: return bytes (the compile's metadata counts bytes)"
+    if s == 1 and got == 0:
+        return ("one stage pipelines nothing, but tl.dot still reads its operands from shared memory: the one stage "
+                "is one buffer for each tile (the compile table's 1-stage row); " + _TILES)
     return _TILES
 
 

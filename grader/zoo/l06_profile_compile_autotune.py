@@ -2,7 +2,7 @@
 
 import json
 
-from . import Entry
+from . import Entry, edit
 
 LESSON = "06_profile_compile_autotune"
 PREDICT = '''def predict_shared(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages):
@@ -171,6 +171,15 @@ ENTRIES = [
             fault="relative error|out of bounds", why="addresses b with its strides swapped"),
     _kernel("b-unit-inner-stride", b_addr="(k + ks)[:, None] * stride_bk + cols[None, :]",
             fault="relative error|out of bounds", why="assumes b's columns are contiguous: not for a column-major b"),
+    Entry(f"{LESSON}.fixed", "a-unit-inner-stride",
+          edit(KERNEL.format(**_GOOD), "(k + ks)[None, :] * stride_ak", "(k + ks)[None, :]"),
+          fault="relative error|out of bounds", visible=False,
+          why="assumes a's rows are contiguous (no stride_ak): not for a column-major a"),
+    Entry(f"{LESSON}.fixed", "fp16-accumulator",
+          edit(KERNEL.format(**_GOOD), "dtype=tl.float32", "dtype=tl.float16",
+               "tl.dot(a, b, acc)", "acc + tl.dot(a, b, out_dtype=tl.float16)"),
+          fault="relative error|NaN or inf", visible=False,
+          why="accumulates in fp16 (a zeroed fp16 accumulator): the running sums overflow fp16"),
     _kernel("first-k-tile-only", koff="ks", mask_a="(rows[:, None] < M) & (ks[None, :] < K)",
             b_addr="ks[:, None] * stride_bk + cols[None, :] * stride_bn",
             mask_b="(ks[:, None] < K) & (cols[None, :] < N)", fault="relative error",

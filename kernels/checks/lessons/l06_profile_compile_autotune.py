@@ -315,7 +315,13 @@ _FIXED_CASES = dict(
             Case("M=50 N=40 K=63 fp16, b column-major", dict(M=50, N=40, K=63, b_t=True, **_SMALL), torch.float16,
                  purpose="passes b as a column-major view: address it through stride_bk and stride_bn"),
             Case("M=33 N=64 K=31 bf16, 16x64x16 tiles", dict(M=33, N=64, K=31, BLOCK_M=16, BLOCK_N=64, BLOCK_K=16,
-                                                            num_warps=4, num_stages=1), torch.bfloat16)],
+                                                            num_warps=4, num_stages=1), torch.bfloat16),
+            Case("M=45 N=32 K=40 fp16, a column-major", dict(M=45, N=32, K=40, a_t=True, **_SMALL), torch.float16,
+                 purpose="passes a as a column-major view: address it through stride_am and stride_ak"),
+            Case("M=20 N=24 K=576 fp16, running sums past fp16's range",
+                 dict(M=20, N=24, K=576, overflow=True, **_SMALL), torch.float16,
+                 purpose="has running sums over K that pass fp16's largest value (65504) before they cancel: only an "
+                         "fp32 accumulator holds them")],
 )
 
 # what the fixed kernel's two exercises share: its signature, inputs, launch and oracle

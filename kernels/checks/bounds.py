@@ -31,7 +31,7 @@ import triton.runtime.interpreter as _interp
 from ..viz import tracer as _tracer
 
 __all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLanesWarning", "guard_launches",
-           "bare_assertion"]
+           "bare_assertion", "explained"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
@@ -231,13 +231,30 @@ def run_checked(fn, names: dict[int, str] | None = None):
 
 
 def bare_assertion(e: BaseException) -> str | None:
-    """The failed ``assert`` statement of an AssertionError raised without a message (Triton's frontend checks some
-    operands so: a ``tl.dot`` accumulator in fp16, say), for a message that says what was asserted; else None."""
+    """The failed ``assert`` statement of an AssertionError that Triton raised without a message (its frontend checks
+    some operands so: a ``tl.dot`` accumulator in fp16, say), for a message that says what was asserted; else
+    None."""
     if not isinstance(e, AssertionError) or str(e).strip():
         return None
     frames = traceback.extract_tb(e.__traceback__)
-    line = (frames[-1].line or "").strip() if frames else ""
+    if not frames or not frames[-1].filename.startswith(_SKIP[0]):
+        return None
+    line = (frames[-1].line or "").strip()
     return line if line.startswith("assert") else None
+
+
+def explained(e: BaseException) -> str:
+    """``str(e)``, and the failed assertion where the error's root cause is a bare ``assert`` of Triton's (compiled
+    for a GPU, a ``CompilationError`` shows the learner's line and a caret, and nothing of why)."""
+    text = str(e).strip()
+    root, seen = e, {id(e)}
+    while (below := root.__cause__ or root.__context__) is not None and id(below) not in seen:
+        seen.add(id(below))
+        root = below
+    failed = bare_assertion(root)
+    if failed and failed not in text:
+        text += ("\n" if text else "") + f"Triton's `{failed}` failed"
+    return text
 
 
 class UndefinedLanesWarning(UserWarning):

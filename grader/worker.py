@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import json
+import numbers
 import os
 import resource
 import signal
@@ -438,6 +439,8 @@ def _outgoing(obj, ptrs, depth=0):
         raise TypeError("nested too deeply")
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu")
+    if isinstance(obj, numbers.Number) and not isinstance(obj, (bool, int, float)) and hasattr(obj, "item"):
+        obj = obj.item()  # a numpy scalar (np.prod's np.int64) is the number it holds
     if isinstance(obj, bool) or obj is None or isinstance(obj, (float, str)):
         return obj
     if isinstance(obj, int):

@@ -2,7 +2,7 @@
 
 import json
 
-from . import Entry
+from . import Entry, edit
 
 LESSON = "06_profile_compile_autotune"
 PREDICT = '''def predict_shared(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages):
@@ -80,6 +80,26 @@ def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
              mask=_tile_mask(rows, cols, M, N))
 '''
 
+_BLOCK_POINTERS = '''@triton.jit
+def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    a_blk = tl.make_block_ptr(a_ptr, shape=(M, K), strides=(stride_am, stride_ak), offsets=(pid_m * BLOCK_M, 0),
+                              block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
+    b_blk = tl.make_block_ptr(b_ptr, shape=(K, N), strides=(stride_bk, stride_bn), offsets=(0, pid_n * BLOCK_N),
+                              block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_blk, boundary_check=(0, 1), padding_option="zero")
+        b = tl.load(b_blk, boundary_check=(0, 1), padding_option="zero")
+        acc = tl.dot(a, b, acc)
+        a_blk = tl.advance(a_blk, (0, BLOCK_K))
+        b_blk = tl.advance(b_blk, (BLOCK_K, 0))
+    c_blk = tl.make_block_ptr(c_ptr, shape=(M, N), strides=(stride_cm, stride_cn),
+                              offsets=(pid_m * BLOCK_M, pid_n * BLOCK_N), block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+    tl.store(c_blk, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+'''
+
 _SPACE_GOOD = '''SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
@@ -95,12 +115,19 @@ ENTRIES = [
              why="takes the accumulator's fp32 for the tiles' fp16"),
     _predict("stages-minus-one", "max(1, num_stages - 1) * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2",
              fault="num_stages - 1", why="counts only the loads in flight ahead of the current iteration"),
+    _predict("nothing-at-one-stage",
+             "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 if num_stages > 1 else 0", visible=False,
+             fault="tl.dot still reads its operands from shared memory",
+             why="no pipeline at one stage, so no shared memory: the tiles are staged there all the same"),
     _predict("output-tile", "num_stages * BLOCK_M * BLOCK_N * 4", fault="output tile",
              why="stages the accumulator instead of the input tiles"),
     _predict("per-warp", "num_warps * num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2",
              fault="num_warps does not change it", why="shared memory per warp"),
     _predict("float", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2.0", wrong=False,
              why="a whole number of bytes written as a float (as a true division gives it)"),
+    Entry(f"{LESSON}.predict_shared", "numpy-integer", "import numpy as np\n\n\n" + PREDICT.format(
+        body="num_stages * 2 * np.prod([BLOCK_K, BLOCK_M + BLOCK_N])"), wrong=False,
+          why="the formula through np.prod, which returns a numpy integer"),
     _predict("plus-output", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 + BLOCK_M * BLOCK_N * 2",
              fault="output tile", why="adds the output tile, which lives in registers, not in shared memory"),
     _predict("warps-scaled", "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 * num_warps // 8",
@@ -131,6 +158,8 @@ ENTRIES = [
     _instruction("sass", "LDG.E.U16", wrong=False, why="the SASS mnemonic"),
     _instruction("line", "@%p1 ld.global.b16 { %rs1 }, [ %rd5 + 0 ];", wrong=False,
                  why="a whole predicated line of the listing"),
+    _instruction("sass-line", "/*0eb0*/ @P4 LDG.E.U16 R182, desc[UR24][R158.64] ;", wrong=False,
+                 why="a whole line of the SASS listing, its address and predicate included, as the lesson prints it"),
 
     _kernel("no-k-mask", mask_a="rows[:, None] < M", mask_b="cols[None, :] < N", fault="out of bounds|NaN",
             why="drops the K masks: K = 70 is not a multiple of 32"),
@@ -142,6 +171,15 @@ ENTRIES = [
             fault="relative error|out of bounds", why="addresses b with its strides swapped"),
     _kernel("b-unit-inner-stride", b_addr="(k + ks)[:, None] * stride_bk + cols[None, :]",
             fault="relative error|out of bounds", why="assumes b's columns are contiguous: not for a column-major b"),
+    Entry(f"{LESSON}.fixed", "a-unit-inner-stride",
+          edit(KERNEL.format(**_GOOD), "(k + ks)[None, :] * stride_ak", "(k + ks)[None, :]"),
+          fault="relative error|out of bounds", visible=False,
+          why="assumes a's rows are contiguous (no stride_ak): not for a column-major a"),
+    Entry(f"{LESSON}.fixed", "fp16-accumulator",
+          edit(KERNEL.format(**_GOOD), "dtype=tl.float32", "dtype=tl.float16",
+               "tl.dot(a, b, acc)", "acc + tl.dot(a, b, out_dtype=tl.float16)"),
+          fault="relative error|NaN or inf", visible=False,
+          why="accumulates in fp16 (a zeroed fp16 accumulator): the running sums overflow fp16"),
     _kernel("first-k-tile-only", koff="ks", mask_a="(rows[:, None] < M) & (ks[None, :] < K)",
             b_addr="ks[:, None] * stride_bk + cols[None, :] * stride_bn",
             mask_b="(ks[:, None] < K) & (cols[None, :] < N)", fault="relative error",
@@ -175,6 +213,11 @@ ENTRIES = [
     _kernel("fixed-speed", exercise="fixed_speed", wrong=False, why="the fix, timed on a GPU"),
     Entry(f"{LESSON}.fixed", "pointer-increments", _INCREMENTS, wrong=False,
           why="pointers advanced by BLOCK_K each step, a @triton.jit mask helper, a tile-count loop"),
+    Entry(f"{LESSON}.fixed", "block-pointers", _BLOCK_POINTERS, wrong=False,
+          why="tl.make_block_ptr tiles, advanced along K, edges by boundary_check"),
+    Entry(f"{LESSON}.fixed", "block-pointers-unchecked",
+          _BLOCK_POINTERS.replace(", boundary_check=(0, 1)", "").replace(', padding_option="zero"', ""),
+          fault="out of bounds", why="block pointers without boundary_check: the edge tiles reach past a, b and c"),
 
     _space("too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)]",
            fault="at least 4", why="one configuration is not a search"),

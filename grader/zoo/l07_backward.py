@@ -140,6 +140,21 @@ _DQ_UNSCALED = ("(dq * scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.
 _ROWS_UNMASKED = ("mask_k = (offs_t[:, None] < T) & (offs_k[None, :] < K)", "mask_k = offs_k[None, :] < K",
                   "mask_v = (offs_t[:, None] < T) & (offs_v[None, :] < V)", "mask_v = offs_v[None, :] < V")
 
+_DQ_BLOCK_POINTERS = (
+    "        k = tl.load(k_base + offs_t[:, None] * stride_kt + offs_k[None, :], mask=mask_k, other=0.0)\n"
+    "        v = tl.load(v_base + offs_t[:, None] * stride_vt + offs_v[None, :], mask=mask_v, other=0.0)\n"
+    "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n",
+    "        k = tl.load(tl.make_block_ptr(k_base, (T, K), (stride_kt, 1), (t0, i_k * BK), (BT, BK), (1, 0)),\n"
+    "                    boundary_check=(0, 1), padding_option=\"zero\")\n"
+    "        v = tl.load(tl.make_block_ptr(v_base, (T, V), (stride_vt, 1), (t0, 0), (BT, BV), (1, 0)),\n"
+    "                    boundary_check=(0, 1), padding_option=\"zero\")\n"
+    "        do = tl.load(tl.make_block_ptr(do_base, (T, V), (stride_ot, 1), (t0, 0), (BT, BV), (1, 0)),\n"
+    "                     boundary_check=(0, 1), padding_option=\"zero\")\n",
+    "        tl.store(dq_base + offs_t[:, None] * stride_qt + offs_k[None, :], "
+    "(dq * scale).to(dq_ptr.dtype.element_ty),\n                 mask=mask_k)",
+    """        tl.store(tl.make_block_ptr(dq_base, (T, K), (stride_qt, 1), (t0, i_k * BK), (BT, BK), (1, 0)),
+                 (dq * scale).to(dq_ptr.dtype.element_ty), boundary_check=(0, 1))""")
+
 DQ_ENTRIES = [
     _dq("no-causal-mask", "p = tl.where(causal, tl.dot(do, tl.trans(v), input_precision=PRECISION), 0.0)",
         "p = tl.dot(do, tl.trans(v), input_precision=PRECISION)", fault="no causal mask",
@@ -181,6 +196,9 @@ DQ_ENTRIES = [
     _dq("v-strides-for-k", "k = tl.load(k_base + offs_t[:, None] * stride_kt",
         "k = tl.load(k_base + offs_t[:, None] * stride_vt", fault="out of bounds|relative error",
         why="walks k with v's token stride"),
+    _dq("state-in-input-dtype", "state = tl.zeros((BV, BK), dtype=tl.float32)",
+        "state = tl.zeros((BV, BK), dtype=do_ptr.dtype.element_ty)", fault="acc.type.element_ty",
+        why="carries the state in the inputs' dtype (fp16): tl.dot accumulates in fp32 and refuses an fp16 acc"),
     _dq("state-plus-equals", _DQ_UPDATE, "        state += tl.dot(tl.trans(v), k, input_precision=PRECISION)\n",
         wrong=False, why="state += Vᵀ K"),
     _dq("two-dots-added", _DQ_READ + "        dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)\n",
@@ -188,6 +206,8 @@ DQ_ENTRIES = [
         "        dq = inter + tl.dot(p.to(k.dtype), k, input_precision=PRECISION)\n", wrong=False,
         why="the inter- and intra-chunk terms as two dots, added"),
     _dq("int64-heads", *INT64_HEADS, wrong=False, why="64-bit head offsets"),
+    _dq("block-pointers", *_DQ_BLOCK_POINTERS, wrong=False,
+        why="loads and stores through tl.make_block_ptr, edges by boundary_check, as fla's kernels do"),
     _dq("scale-on-do", *_DQ_UNSCALED,
         "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n",
         "        do = tl.load(do_base + offs_t[:, None] * stride_ot + offs_v[None, :], mask=mask_v, other=0.0)\n"

@@ -20,6 +20,7 @@ import linecache
 import os
 import re
 import sys
+import traceback
 import warnings
 from dataclasses import dataclass, field
 
@@ -29,7 +30,8 @@ import triton.runtime.interpreter as _interp
 
 from ..viz import tracer as _tracer
 
-__all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLanesWarning", "guard_launches"]
+__all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLanesWarning", "guard_launches",
+           "bare_assertion", "explained"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
@@ -216,10 +218,43 @@ def run_checked(fn, names: dict[int, str] | None = None):
         try:
             result = fn()
         except _interp.InterpreterError as e:
-            if isinstance(e.__cause__, Exception):
-                raise e.__cause__ from None
+            cause = e.__cause__
+            if isinstance(cause, Exception):
+                failed = bare_assertion(cause)
+                if failed:
+                    frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(_SKIP)]
+                    at = f" in `{frames[-1].line.strip()}`" if frames and frames[-1].line else ""
+                    raise AssertionError(f"Triton's `{failed}` failed{at}") from None
+                raise cause from None
             raise
     return result, rec.found
+
+
+def bare_assertion(e: BaseException) -> str | None:
+    """The failed ``assert`` statement of an AssertionError that Triton raised without a message (its frontend checks
+    some operands so: a ``tl.dot`` accumulator in fp16, say), for a message that says what was asserted; else
+    None."""
+    if not isinstance(e, AssertionError) or str(e).strip():
+        return None
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames or not frames[-1].filename.startswith(_SKIP[0]):
+        return None
+    line = (frames[-1].line or "").strip()
+    return line if line.startswith("assert") else None
+
+
+def explained(e: BaseException) -> str:
+    """``str(e)``, and the failed assertion where the error's root cause is a bare ``assert`` of Triton's (compiled
+    for a GPU, a ``CompilationError`` shows the learner's line and a caret, and nothing of why)."""
+    text = str(e).strip()
+    root, seen = e, {id(e)}
+    while (below := root.__cause__ or root.__context__) is not None and id(below) not in seen:
+        seen.add(id(below))
+        root = below
+    failed = bare_assertion(root)
+    if failed and failed not in text:
+        text += ("\n" if text else "") + f"Triton's `{failed}` failed"
+    return text
 
 
 class UndefinedLanesWarning(UserWarning):

@@ -960,7 +960,9 @@ def _function_names(ex: Exercise) -> list[str]:
 def _raised(e: BaseException, ex: Exercise | None = None) -> str:
     if isinstance(e, CaseTooLong):
         return str(e)
-    text = your_code_raised(type(e).__name__, e, ex)
+    from .bounds import explained
+
+    text = your_code_raised(type(e).__name__, explained(e), ex)
     # on a GPU only: the interpreter's own out-of-bounds error says "illegal address" too, and nothing is lost there
     if ON_GPU and type(e).__name__ != "OutOfBoundsError" and any(f in str(e) for f in _CUDA_FAULTS):
         text += ("; the kernel touched memory outside its tensors on the GPU, and this process's CUDA context is "

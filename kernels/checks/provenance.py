@@ -769,7 +769,9 @@ def _compile_message(jit_fn, e: Exception) -> str:
     while (below := root.__cause__ or root.__context__) is not None and id(below) not in seen:
         seen.add(id(below))
         root = below
-    reason = str(root).strip()
+    from .bounds import explained
+
+    reason = explained(root)
     if root is not e and reason and reason not in text:
         text += f"\n{type(root).__name__}: {reason[:500]}"
     name = getattr(getattr(jit_fn, "fn", None), "__name__", "the kernel")

@@ -438,6 +438,10 @@ def _hooks(rec: _Recorder):
 
     undefined_seen = [False]  # a store's NaN can only come from undefined lanes once some were loaded
 
+    def lanes(m, mask):
+        # a block pointer's load or store (tl.make_block_ptr) hands its boundary mask as a bare numpy array
+        return _interp.TensorHandle(m, mask.dtype if isinstance(mask, _interp.TensorHandle) else triton.language.int1)
+
     def load(ptrs, mask, other, *a, **k):
         m = rec.access("load", ptrs, mask)
         if other is None:
@@ -445,17 +449,17 @@ def _hooks(rec: _Recorder):
             if other is not None and not m.all():
                 undefined_seen[0] = True
                 rec.undefined(int(m.size - m.sum()))
-        return orig_load(ptrs, _interp.TensorHandle(m, mask.dtype), other, *a, **k)
+        return orig_load(ptrs, lanes(m, mask), other, *a, **k)
 
     def store(ptrs, value, mask, *a, **k):
         m = rec.access("store", ptrs, mask)
         if undefined_seen[0] and _nan_lanes(value, m):
             rec.stored_nan()
-        return orig_store(ptrs, value, _interp.TensorHandle(m, mask.dtype), *a, **k)
+        return orig_store(ptrs, value, lanes(m, mask), *a, **k)
 
     def rmw(op, ptr, val, mask, *a, **k):
         m = rec.access("atomic", ptr, mask)
-        return orig_rmw(op, ptr, val, _interp.TensorHandle(m, mask.dtype), *a, **k)
+        return orig_rmw(op, ptr, val, lanes(m, mask), *a, **k)
 
     def cas(ptr, cmp, val, *a, **k):
         m = rec.access("atomic", ptr, None)

@@ -33,6 +33,15 @@ def test_wire_roundtrip_without_pickle():
         wire.decode(head.replace(b'"misalign": 2', b'"misalign": 3'))
 
 
+def test_a_numpy_scalar_returned_from_the_sandbox_is_its_number():
+    import numpy as np
+
+    from grader.worker import _outgoing
+
+    back = wire.decode(wire.encode({"v": _outgoing([np.int64(98304), np.float32(0.5), True], {})}))["v"]
+    assert back == [98304, 0.5, True] and type(back[0]) is int
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_tensor_moved_to_the_sandbox_device_keeps_its_layout_and_alignment(device):
     """The notebook worker puts a tensor the grader holds on the GPU there too: a view one element in (lesson 05's

@@ -7,6 +7,7 @@ ahead of time (:mod:`kernels.profile.compiler`), which needs no GPU: in the grad
 """
 
 import contextlib
+import numbers
 
 import torch
 import triton
@@ -108,6 +109,9 @@ def _shared_hint(cfg: dict, got, want: int, fn=None) -> str:
         return "shared memory belongs to the program, not to a warp: num_warps does not change it"
     if got * 1024 == want:
         return "that is the size in KiB: return bytes (the compile's metadata counts bytes)"
+    if s == 1 and got == 0:
+        return ("one stage pipelines nothing, but tl.dot still reads its operands from shared memory: the one stage "
+                "is one buffer for each tile (the compile table's 1-stage row); " + _TILES)
     return _TILES
 
 
@@ -118,6 +122,8 @@ def _shared_run(args, inputs, outputs, case):
         call = ", ".join(f"{k}={cfg[k]}" for k in _KEYS)
         value = fn(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["num_stages"])
         if isinstance(value, float) and value.is_integer():  # 98304.0 from a true division is a whole count
+            value = int(value)
+        elif isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's too (np.prod)
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise CheckFailed(f"predict_shared({call}) returned {value!r}; expected a whole number of bytes")
@@ -167,8 +173,10 @@ def _value_only(args, inputs, outputs, case):
 
 
 def _opcode(answer: str) -> str:
+    """The mnemonic of ``answer``: a mnemonic, or a whole line of a listing without its SASS address (``/*0eb0*/``)
+    and its predicate (``@P4``, ``@%p3``)."""
     words = answer.strip().split()
-    while words and words[0].startswith("@"):
+    while words and (words[0].startswith("@") or (words[0].startswith("/*") and words[0].endswith("*/"))):
         words = words[1:]
     return words[0].rstrip(";,") if words else ""
 
@@ -307,7 +315,13 @@ _FIXED_CASES = dict(
             Case("M=50 N=40 K=63 fp16, b column-major", dict(M=50, N=40, K=63, b_t=True, **_SMALL), torch.float16,
                  purpose="passes b as a column-major view: address it through stride_bk and stride_bn"),
             Case("M=33 N=64 K=31 bf16, 16x64x16 tiles", dict(M=33, N=64, K=31, BLOCK_M=16, BLOCK_N=64, BLOCK_K=16,
-                                                            num_warps=4, num_stages=1), torch.bfloat16)],
+                                                            num_warps=4, num_stages=1), torch.bfloat16),
+            Case("M=45 N=32 K=40 fp16, a column-major", dict(M=45, N=32, K=40, a_t=True, **_SMALL), torch.float16,
+                 purpose="passes a as a column-major view: address it through stride_am and stride_ak"),
+            Case("M=20 N=24 K=576 fp16, running sums past fp16's range",
+                 dict(M=20, N=24, K=576, overflow=True, **_SMALL), torch.float16,
+                 purpose="has running sums over K that pass fp16's largest value (65504) before they cancel: only an "
+                         "fp32 accumulator holds them")],
 )
 
 # what the fixed kernel's two exercises share: its signature, inputs, launch and oracle

@@ -72,6 +72,7 @@ def test_shared_pool_fits_and_varies():
 
 @pytest.mark.parametrize("answer, words", [
     ("ld.global.b16", None), ("LDG.E.U16", None), ("  @%p7 ld.global.b16 %rs1, [ %rd9 + 0 ];", None),
+    ("/*0eb0*/ @P4 LDG.E.U16 R182, desc[UR24][R158.64] ;", None),
     ("st.global.b16", ["a store"]), ("ld.global.v4.b32", ["does not occur", "ld instructions"]),
     ("wgmma.fence.sync.aligned", ["in the fixed one"]), ("LDGSTS.E.BYPASS.128", ["only in the fixed kernel"]),
     ("", ["must be a string"]), (None, ["must be a string"]),

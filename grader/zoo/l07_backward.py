@@ -199,6 +199,12 @@ DQ_ENTRIES = [
     _dq("state-in-input-dtype", "state = tl.zeros((BV, BK), dtype=tl.float32)",
         "state = tl.zeros((BV, BK), dtype=do_ptr.dtype.element_ty)", fault="acc.type.element_ty",
         why="carries the state in the inputs' dtype (fp16): tl.dot accumulates in fp32 and refuses an fp16 acc"),
+    _dq("state-in-16-bits", "state = tl.zeros((BV, BK), dtype=tl.float32)",
+        "state = tl.zeros((BV, BK), dtype=do_ptr.dtype.element_ty)", _DQ_UPDATE,
+        "        state = (state + tl.dot(tl.trans(v), k, input_precision=PRECISION)).to(do.dtype)\n",
+        fault="of 2048 adding chunks of 0.8", visible=False,
+        why="keeps the carried state in fp16, rounded after each update: small chunks added to a large state are "
+            "rounded away"),
     _dq("state-plus-equals", _DQ_UPDATE, "        state += tl.dot(tl.trans(v), k, input_precision=PRECISION)\n",
         wrong=False, why="state += Vᵀ K"),
     _dq("two-dots-added", _DQ_READ + "        dq = tl.dot(p.to(k.dtype), k, dq, input_precision=PRECISION)\n",
@@ -222,6 +228,12 @@ _UPDATE = "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) 
 _FIRST_USE = "        dk = tl.dot(b.to(q.dtype), q, input_precision=PRECISION) * scale\n"
 
 DKDV_ENTRIES = [
+    _dkdv("dstate-in-16-bits", "dstate = tl.zeros((BK, BV), dtype=tl.float32)",
+          "dstate = tl.zeros((BK, BV), dtype=do_ptr.dtype.element_ty)",
+          "        dstate += tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale",
+          "        dstate = (dstate + tl.dot(tl.trans(q), do, input_precision=PRECISION) * scale).to(do.dtype)",
+          fault="of 512 adding chunks of 0.2", visible=False,
+          why="keeps the carried dH in fp16, rounded after each update"),
     _dkdv("dS-updated-before-use", *moved(_UPDATE, _FIRST_USE), fault="before chunk c uses it",
           why="adds the chunk's own Q^T dO to dS before using it: the chunk counts twice, once unmasked"),
     _dkdv("walks-forwards", "offs_t = (n - 1 - i) * BT + offs_c", "offs_t = i * BT + offs_c",

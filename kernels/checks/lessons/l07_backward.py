@@ -52,10 +52,29 @@ def _inputs(case, gen):
         layouts = case.get("layouts", ("contiguous",) * 4)
         out = {n: _tensor(lay, B, T, H, d, dt, gen) for n, d, lay in zip(("q", "k", "v", "do"), (K, K, V, V),
                                                                           layouts)}
+    if case.get("swamp"):
+        _swamp(out, case)
     if case.get("do_rows"):  # one value per row, which the autograd exercise expands to [B, T, H, V]
         out["do"] = randn(B, T, H, 1, gen=gen, dtype=dt, device="cpu", scale=0.5)
     out["scale"] = case.get("scale", K ** -0.5)
     return out
+
+
+def _swamp(out: dict, case) -> None:
+    """Inputs whose carried state takes one chunk of large terms, then many chunks of small positive ones, each
+    chunk's sum under half of 16 bits' spacing at the state's size: a state kept in fp32 adds them all, one kept in
+    the inputs' 16 bits (rounded after each update) stays where the large chunk left it. ``swamp`` "forward": the
+    state S that dq carries from the first chunk (k all ones, v large in the first 16 tokens); "backward": the dH
+    that dk and dv carry from the last (q all ones, do large in the last 16). Every value is positive, so the
+    error is not forgiven as cancellation's."""
+    ones, grows = ("k", "v") if case["swamp"] == "forward" else ("q", "do")
+    T = case["T"]
+    out[ones] = torch.ones_like(out[ones])
+    g = torch.full_like(out[grows], 0.05)
+    g[:, slice(0, 16) if case["swamp"] == "forward" else slice(T - 16, T)] = 128.0
+    out[grows] = g
+    for name in ("do",) if case["swamp"] == "forward" else ("k", "v"):
+        out[name] = out[name].abs()
 
 
 def _chunked(q, k, v, do, scale, chunk, *, state_first=False, dh_first=False, masks_swapped=False, forwards=False,
@@ -413,6 +432,12 @@ def _cases(hidden: bool, dq: bool):
         Case("B=2 T=33 H=2 K=24 V=40 BT=16 fp32, q and v strided views, k [B, H, T, K] storage",
              dict(B=2, T=33, H=2, K=24, V=40, BT=16, layouts=("wide", "heads", "wide", "contiguous")),
              precision="ieee", purpose="ends in a chunk of one token"),
+        Case("B=1 T=1930 H=1 K=16 V=16 BT=16 fp16, " + ("a state S of 2048 adding chunks of 0.8" if dq
+                                                          else "a state gradient dH of 512 adding chunks of 0.2"),
+             dict(B=1, T=1930, H=1, K=16, V=16, BT=16, swamp="forward" if dq else "backward"), torch.float16,
+             purpose="carries a large state and then adds many small chunks to it, each under half of fp16's "
+                     "spacing at the state's size: keep the carried state in fp32 (cast it to the inputs' dtype only "
+                     "as a tl.dot operand), or every small chunk is rounded away"),
         Case("B=2 T=100 H=2 K=64 V=64 BT=32 bf16", dict(B=2, T=100, H=2, K=64, V=64, BT=32), torch.bfloat16,
              gpu_only=True),
     ] + pick(cpu=[], gpu=[

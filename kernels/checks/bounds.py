@@ -31,7 +31,7 @@ import triton.runtime.interpreter as _interp
 from ..viz import tracer as _tracer
 
 __all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLanesWarning", "guard_launches",
-           "bare_assertion", "explained"]
+           "bare_assertion", "explained", "root_cause"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
@@ -243,15 +243,20 @@ def bare_assertion(e: BaseException) -> str | None:
     return line if line.startswith("assert") else None
 
 
-def explained(e: BaseException) -> str:
-    """``str(e)``, and the failed assertion where the error's root cause is a bare ``assert`` of Triton's (compiled
-    for a GPU, a ``CompilationError`` shows the learner's line and a caret, and nothing of why)."""
-    text = str(e).strip()
+def root_cause(e: BaseException) -> BaseException:
+    """The error at the bottom of ``e``'s chain of causes and contexts (``e`` itself where there is none)."""
     root, seen = e, {id(e)}
     while (below := root.__cause__ or root.__context__) is not None and id(below) not in seen:
         seen.add(id(below))
         root = below
-    failed = bare_assertion(root)
+    return root
+
+
+def explained(e: BaseException) -> str:
+    """``str(e)``, and the failed assertion where the error's root cause is a bare ``assert`` of Triton's (compiled
+    for a GPU, a ``CompilationError`` shows the learner's line and a caret, and nothing of why)."""
+    text = str(e).strip()
+    failed = bare_assertion(root_cause(e))
     if failed and failed not in text:
         text += ("\n" if text else "") + f"Triton's `{failed}` failed"
     return text

@@ -765,12 +765,9 @@ def _compile_message(jit_fn, e: Exception) -> str:
     text = str(e).strip()
     # Triton's CompilationError of a failed `tl` call shows the learner's line and a caret, and keeps the reason
     # (a TypeError: "Shape element 0 must have type `constexpr[int]`", say) only in the chain beneath
-    root, seen = e, {id(e)}
-    while (below := root.__cause__ or root.__context__) is not None and id(below) not in seen:
-        seen.add(id(below))
-        root = below
-    from .bounds import explained
+    from .bounds import explained, root_cause
 
+    root = root_cause(e)
     reason = explained(root)
     if root is not e and reason and reason not in text:
         text += f"\n{type(root).__name__}: {reason[:500]}"

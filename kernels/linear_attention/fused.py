@@ -417,7 +417,6 @@ class _Plan(NamedTuple):
     launch: Launch
     odtype: torch.dtype
     zdtype: torch.dtype
-    lengths: list | None  # the packed sequences' lengths
     zero_h0: bool  # start from a zeroed final-state buffer (no initial state, a final one, whole sequences)
     grid: tuple | None  # None for a states launch
     slot: int
@@ -568,16 +567,15 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
                          num_stages=launch.num_stages, precision=launch.precision, upcast=upcast_for_dot(q.dtype),
                          qz_mma=bool(qz_mma))
         strides = (q.stride()[:3], k.stride()[:3], v.stride()[:3], contiguous_strides(B, T, H, V)[:3])
-        return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot, 0, 0, constants,
-                     strides)
+        return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, zero_h0, grid, slot, 0, 0, constants, strides)
     nseg = max(cdiv(n, launch.L) for n in (lengths or [T]) + [1]) if chained and launch.prefix else 0
     if chained and launch.prefix == 3:
         if cu_seqlens is not None:
             raise ValueError("a launch with stored prefixes (prefix=3) does not take packed sequences (cu_seqlens)")
         # the states kernel takes the initial state and key sum and stores the final ones
         constants.update(HAS_H0=False, STORE_HT=False, HAS_Z0=False)
-    return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, lengths, zero_h0, grid, slot,
-                 N * H * NV if chained else 0, nseg, constants, strides, seg)
+    return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, zero_h0, grid, slot, N * H * NV if chained else 0, nseg,
+                 constants, strides, seg)
 
 
 

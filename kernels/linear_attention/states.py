@@ -195,7 +195,7 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
     h, z = stored_prefixes(k, v, h0, ht, z0, zt, L=S, BT=BT, precision=precision, upcast=upcast,
                            strides=(*st_k, *st_v))
     NS = h.shape[2]
-    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
+    tile = _tile(K, V)
     if NS == 0:
         return
     _states_output_kernel[(triton.cdiv(V, BV), NS, B * H)](
@@ -218,7 +218,7 @@ def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, up
     NS = triton.cdiv(T, L)
     h = torch.empty(B, H, NS, K, V, dtype=k.dtype, device=k.device)
     z = torch.empty(B, H, NS, K, dtype=torch.float32, device=k.device) if zt is not None else None
-    tile = min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
+    tile = _tile(K, V)
     _states_kernel[(triton.cdiv(K, tile) * triton.cdiv(V, tile), B * H)](
         k, v, h, z, h0, ht, z0, zt,
         T, H, NS, *strides,
@@ -227,6 +227,11 @@ def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, up
         num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
     )
     return h, z
+
+
+def _tile(K: int, V: int) -> int:
+    """The states kernel's square tile of the state, which is also the output kernel's K slice."""
+    return min(16 if INTERPRET else TILE, max(16, triton.next_power_of_2(max(K, V))))
 
 
 def output_stages(num_stages: int, normalize: bool, qz_mma: bool) -> int:

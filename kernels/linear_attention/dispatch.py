@@ -225,8 +225,12 @@ TRYING = ""
 #: "d256-states-s64" was between them (0.696, 0.866), "norm-mid-w8" slower on every row (0.729 against 0.477 ms
 #: normalising at D=128, 0.513 against 0.389 raw): both stay candidates. "fp32-norm-wide" is faster (2.070 against
 #: 2.674 ms, fla 3.959) but its error against float64 is 3.5e-4 where the CUDA-core sums' and fla's are 3e-7: not
-#: adopted (PERF.md).
-ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128")
+#: adopted (PERF.md). "fp32-d256-states": an H100, 2026-12-07 (8 la-check cases; fp32 K=256 B4H16 T=4k, V 64 / 128
+#: / 256): TF32 raw 0.685 / 1.267 / 2.334 ms against 1.063 / 2.112 / 4.179, normalising 0.838 / 1.541 / 2.989
+#: against 2.229 / 4.413 / 8.771; 3xTF32 4 to 13 times faster (4.237 against 56.671 raw at V=256), its error
+#: against float64 lower (1.2e-7 against 1.7e-7 normalising).
+ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128",
+                            "fp32-d256-states")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None) -> dict:
@@ -244,6 +248,9 @@ def _adopt(names: tuple[str, ...]) -> None:
                 continue
             ONE_PASS[key] = _one_pass(dataclasses.replace(ONE_PASS[key], **change))
             CHAINED[key] = dataclasses.replace(CHAINED[key], **change)
+            if not change.get("states"):  # the states kernels have no packed form: packed calls keep the fused
+                PACKED_ONE_PASS[key] = _one_pass(dataclasses.replace(PACKED_ONE_PASS[key], **change))
+                PACKED_CHAINED[key] = dataclasses.replace(PACKED_CHAINED[key], **change)
 
 
 def _one_pass(launch: Launch) -> Launch:
@@ -251,6 +258,12 @@ def _one_pass(launch: Launch) -> Launch:
     return launch if launch.L is None and not launch.prefix else dataclasses.replace(launch, L=None, prefix=0)
 
 
+#: The launches of packed sequences (cu_seqlens): the tables with every adopted change but those that run the states
+#: kernels, which have no packed form. A states launch's tiles would not fit the fused kernel (fp32 K=V=256 at BT 64
+#: BV 64: 352 KiB of shared memory; bf16 at BV 128: 226 KiB and 444-568 bytes of spill a thread, where BV 64 has
+#: none): packed D=256 calls run the fused launch that was the default before the states kernels.
+PACKED_ONE_PASS: dict[tuple[int, str], Launch] = dict(ONE_PASS)
+PACKED_CHAINED: dict[tuple[int, str], Launch] = dict(CHAINED)
 _adopt(ADOPTED)
 # Under the interpreter: small chunks and V blocks, so small test sizes still cross several of each.
 _INTERPRETER = Launch(None, 16, 16, 4, 1)
@@ -330,12 +343,15 @@ class PlanCache(dict):
         self[key] = plan
 
 
-def _tried(key: tuple[int, str], launch: Launch, V: int) -> Launch:
-    """``launch`` with the changes of the candidate tried and of the adopted ones that apply call by call."""
+def _tried(key: tuple[int, str], launch: Launch, V: int, packed: bool = False) -> Launch:
+    """``launch`` with the changes of the candidate tried and of the adopted ones that apply call by call (for
+    ``packed`` sequences, none that runs the states kernels)."""
     change = {}
     per_call = [n for n in ADOPTED if any("max_V" in c for c in CANDIDATES[n].values())]  # the rest: in the tables
     for name in per_call + [TRYING]:
-        change.update(change_of(name, key, V))
+        one = change_of(name, key, V)
+        if not (packed and one.get("states")):
+            change.update(one)
     return dataclasses.replace(launch, **change) if change else launch
 
 
@@ -354,29 +370,31 @@ def _sm_count(index: int) -> int:
 
 
 def plan(K: int, V: int, dtype: torch.dtype, N: int, H: int, lengths: list[int], sms: int,
-         precision: str | None = None) -> Launch:
+         precision: str | None = None, packed: bool = False) -> Launch:
     """The launch for ``N`` sequences of ``lengths`` tokens (one entry each, or one for all when they are equal)
-    with ``H`` heads of sizes ``K``, ``V`` and inputs of ``dtype``, on ``sms`` multiprocessors."""
-    launch = _plan(K, V, dtype, N, H, lengths, sms, precision)
+    with ``H`` heads of sizes ``K``, ``V`` and inputs of ``dtype``, on ``sms`` multiprocessors; ``packed``: the
+    sequences are packed (cu_seqlens), which the fused kernel alone takes."""
+    launch = _plan(K, V, dtype, N, H, lengths, sms, precision, packed)
     return dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
 
 
-def _plan(K, V, dtype, N, H, lengths, sms, precision) -> Launch:
+def _plan(K, V, dtype, N, H, lengths, sms, precision, packed=False) -> Launch:
     BK = max(64, next_power_of_2(K))
     precision = precision or float32_precision()
     kind = precision if dtype == torch.float32 else "16"
-    one = _tried((BK, kind), ONE_PASS[(BK, kind)], V)
+    whole, chain = (PACKED_ONE_PASS, PACKED_CHAINED) if packed else (ONE_PASS, CHAINED)
+    one = _tried((BK, kind), whole[(BK, kind)], V, packed)
     # segments from the prefixes a states pass stores (every segment at once) take the place of whatever would
     # store states or chain segments otherwise
     stored = one.prefix == 3
     one = _one_pass(one)
     chains = N * H * cdiv(V, min(one.BV, next_power_of_2(V)))
     fills = one_pass_fills(chains, sms, lengths if len(lengths) > 1 else None, LOOKBACK_COST)
-    if stored and (ONE_PASS[(BK, kind)].states or not fills):  # the candidate's segments, however few the chains
-        return dataclasses.replace(_tried((BK, kind), CHAINED[(BK, kind)], V), states=0, precision=precision)
+    if stored and (whole[(BK, kind)].states or not fills):  # the candidate's segments, however few the chains
+        return dataclasses.replace(_tried((BK, kind), chain[(BK, kind)], V, packed), states=0, precision=precision)
     if one.states or fills:  # every block at once, or whole sequences that keep the GPU busy: nothing to chain
         return dataclasses.replace(one, precision=precision)
-    chained = _tried((BK, kind), CHAINED[(BK, kind)], V)
+    chained = _tried((BK, kind), chain[(BK, kind)], V, packed)
     longest = max(lengths, default=0)
     nv = cdiv(V, min(chained.BV, next_power_of_2(V)))
     tokens = sum(lengths) * (N if len(lengths) == 1 else 1)
@@ -396,16 +414,19 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
         kind = precision if q.dtype == torch.float32 else "16"
         change = {}
         for name in ADOPTED + ((TRYING,) if TRYING else ()):
-            change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1]))
+            one = change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1])
+            if not (lengths is not None and one.get("states")):  # packed: as the GPU's, no states change
+                change.update(one)
+        # the interpreter's own tiles (chunks of 16: small sizes cross several chunks and stored states)
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
-                                     **{f: x for f, x in change.items() if f not in ("BV", "L")})
+                                     **{f: x for f, x in change.items() if f not in ("BT", "BV", "L")})
         launch = dataclasses.replace(launch, norm_mma=_norm_mma()) if NORM_MMA else launch
         if launch.prefix == 3:  # segments from stored prefixes: the interpreter's short ones
             launch = dataclasses.replace(launch, L=2 * _INTERPRETER.BT)
     else:
         N = B if lengths is None else len(lengths)
         launch = plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths,
-                      _sm_count(q.device.index or 0))
+                      _sm_count(q.device.index or 0), packed=lengths is not None)
     # packed sequences keep the fused kernel, and its chain (a states pass has no packed form)
     if lengths is not None and launch.prefix == 3:
         launch = dataclasses.replace(launch, prefix=0)

@@ -224,7 +224,9 @@ def _fla_grads(c, normalize=False):
 _PACKED = [0, 1000, 1001, 3100, 4000]
 
 
+# fla's backward autotunes its kernels on a first call: 100-150 s of compiling with other workers beside it
 @pytest.mark.gpu
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_gpu_gradients_vs_fla(dtype):
     """Gradient error against float64 no worse than fla's on the same inputs (or within the dtype's tolerance):
@@ -254,6 +256,7 @@ def test_gpu_agrees_with_fla_recurrent():
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(420)
 def test_gpu_normalized_gradients_vs_fla():
     """normalize=True (its division differentiated by torch): gradients of q, k, v, both initial states, against
     float64 and fla's, on positive features, bf16, the packed batch above."""

@@ -470,9 +470,9 @@ def test_trying_lookback():
 @pytest.mark.parametrize("precision", ["high", "highest"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_fp32_d256_states(precision, normalize):
-    """``dispatch.trying("fp32-d256-states")``: fp32 calls whose K maps to the D=256 tables run the states kernels
-    in either precision, right against float64 with every state in and out; packed sequences keep the fused
-    kernel, and the default plan keeps the one-pass launch."""
+    """``dispatch.trying("fp32-d256-states")`` (adopted: the default too): fp32 calls whose K maps to the D=256
+    tables run the states kernels in either precision, right against float64 with every state in and out; packed
+    sequences keep the fused kernel."""
     case = make(1, 70, 2, 136, 40, torch.float32, seed=58, h0=True, z0=normalize)
     init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
     with float32_matmul_precision(precision):
@@ -484,8 +484,25 @@ def test_trying_fp32_d256_states(precision, normalize):
         default = dispatch.plan(256, 256, torch.float32, 2, 8, [16384], 132)
     assert launch.states == 2 and packed.states == 0
     assert gpu.states == 2 and gpu.BT == 64 and gpu.BV == 64 and gpu.precision == dispatch.PRECISIONS[precision]
-    assert default.states == 0
+    assert default == gpu
     agrees(case, o, final, normalize)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_packed_d256_keeps_the_fused_launch(dtype):
+    """The states kernels have no packed form: packed D=256 calls run the fused kernel's own launch (the tables
+    without the states changes), not the states launch's tiles with its states dropped, which the fused kernel
+    cannot hold (fp32 at BT 64 BV 64: 352 KiB of shared memory; bf16 at BV 128: 444 bytes of spill a thread)."""
+    lens = [1, 4095, 63, 16384, 8192, 20000, 2048, 14753]
+    dense = dispatch.plan(256, 256, dtype, 2, 8, [16384], 132)
+    packed = dispatch.plan(256, 256, dtype, len(lens), 8, lens, 132, packed=True)
+    assert dense.states == 2
+    assert packed.states == 0 and (packed.BT, packed.BV) == ((64, 64) if dtype == torch.bfloat16 else (32, 32))
+    with dispatch.trying("d256-states-s64"):  # a states candidate tried leaves packed calls alone too
+        assert dispatch.plan(256, 256, dtype, len(lens), 8, lens, 132, packed=True) == packed
+    # K <= 128 has no states launch: packed and dense plans come from the same tables
+    assert dispatch.plan(128, 128, dtype, len(lens), 8, lens, 132, packed=True) == dispatch.plan(
+        128, 128, dtype, len(lens), 8, lens, 132)
 
 
 def test_states_output_runs_cuda_core_q_z_unpipelined():
@@ -622,7 +639,8 @@ BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 GPU_ROWS = pick(cpu=[], gpu=[(4, 4096, 16, 128, 128, BF16, True), (4, 4096, 16, 128, 128, BF16, False),
                              (1, 20000 - 3, 8, 128, 128, BF16, True), (2, 4099, 8, 256, 256, FP16, True),
                              (2, 3000, 16, 128, 64, BF16, False), (1, 9000, 8, 64, 256, BF16, True),
-                             (2, 2048, 8, 128, 128, FP32, False), (1, 10000, 4, 256, 128, BF16, False)])
+                             (2, 2048, 8, 128, 128, FP32, False), (1, 10000, 4, 256, 128, BF16, False),
+                             (2, 2500, 8, 256, 256, FP32, True)])
 
 
 @pytest.mark.gpu
@@ -632,6 +650,18 @@ def test_gpu_rows(row):
     B, T, H, K, V, dtype, normalize = row
     f = _gpu_check(make(B, T, H, K, V, dtype, seed=T % 97, h0=True, z0=normalize), normalize=normalize)
     assert f.launch == dispatch.plan(K, V, dtype, B, H, [T], torch.cuda.get_device_properties(0).multi_processor_count)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, FP32], ids=["bf16", "fp32"])
+def test_gpu_packed_d256(dtype):
+    """Packed D=256 calls as users make them: the fused kernel at the packed tables' launch (the states launch's
+    tiles do not fit it), right against float64 with both states in and out."""
+    cu = [0, 1, 2049, 2112, 5000]
+    case = make(1, cu[-1], 8, 256, 256, dtype, seed=41, h0=True, z0=True, cu=cu)
+    o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"],
+                                 (case["initial_state"], case["z_state"]), True, True, cu_seqlens=case["cu_seqlens"])
+    agrees(case, o, final)
 
 
 @pytest.mark.gpu

@@ -260,8 +260,8 @@ def _one_pass(launch: Launch) -> Launch:
 
 #: The launches of packed sequences (cu_seqlens): the tables with every adopted change but those that run the states
 #: kernels, which have no packed form. A states launch's tiles would not fit the fused kernel (fp32 K=V=256 at BT 64
-#: BV 64: 352 KiB of shared memory; bf16 at BV 128: 226 KiB and 444-568 bytes of spill a thread, where BV 64 has
-#: none): packed D=256 calls run the fused launch that was the default before the states kernels.
+#: BV 64: 352 KiB of shared memory; bf16 at BV 128: 226 KiB and 444-568 bytes of spill a thread, at BV 64 176 KiB
+#: and 60-132): packed D=256 calls run the fused launch that was the default before the states kernels.
 PACKED_ONE_PASS: dict[tuple[int, str], Launch] = dict(ONE_PASS)
 PACKED_CHAINED: dict[tuple[int, str], Launch] = dict(CHAINED)
 _adopt(ADOPTED)

@@ -492,7 +492,8 @@ def test_trying_fp32_d256_states(precision, normalize):
 def test_packed_d256_keeps_the_fused_launch(dtype):
     """The states kernels have no packed form: packed D=256 calls run the fused kernel's own launch (the tables
     without the states changes), not the states launch's tiles with its states dropped, which the fused kernel
-    cannot hold (fp32 at BT 64 BV 64: 352 KiB of shared memory; bf16 at BV 128: 444 bytes of spill a thread)."""
+    cannot hold (fp32 at BT 64 BV 64: 352 KiB of shared memory; bf16 at BV 128: 226 KiB and 444 bytes of spill a
+    thread, 60 at BV 64)."""
     lens = [1, 4095, 63, 16384, 8192, 20000, 2048, 14753]
     dense = dispatch.plan(256, 256, dtype, 2, 8, [16384], 132)
     packed = dispatch.plan(256, 256, dtype, len(lens), 8, lens, 132, packed=True)

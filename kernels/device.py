@@ -152,6 +152,22 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def _workspace(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory for the descriptors a kernel builds on the device (128 bytes per descriptor)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_triton_allocator() -> None:
+    """Give Triton an allocator for descriptors built on the device (``tl.make_tensor_descriptor``: TMA loads and
+    stores), unless the caller has set one of their own. Triton keeps it per thread (a context variable): call it
+    in the thread that launches."""
+    import triton
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_workspace)
+
+
 def upcast_for_dot(dtype: torch.dtype) -> bool:
     """Whether a kernel must upcast its tiles to fp32 before ``tl.dot``.
 

@@ -100,6 +100,20 @@ def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     tl.store(c_blk, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
 '''
 
+_DESCRIPTORS = '''@triton.jit
+def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    m0 = tl.program_id(0) * BLOCK_M
+    n0 = tl.program_id(1) * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        acc = tl.dot(a_desc.load([m0, k]), b_desc.load([k, n0]), acc)
+    c_desc.store([m0, n0], acc.to(c_ptr.dtype.element_ty))
+'''
+
 _SPACE_GOOD = '''SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
          dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
@@ -218,6 +232,9 @@ ENTRIES = [
     Entry(f"{LESSON}.fixed", "block-pointers-unchecked",
           _BLOCK_POINTERS.replace(", boundary_check=(0, 1)", "").replace(', padding_option="zero"', ""),
           fault="out of bounds", why="block pointers without boundary_check: the edge tiles reach past a, b and c"),
+    Entry(f"{LESSON}.fixed", "tensor-descriptors", _DESCRIPTORS, fault="16-byte aligned",
+          why="TMA tiles through tl.make_tensor_descriptor: wide loads, but a descriptor's outer strides must be "
+              "multiples of 16 bytes (K = 70 fp16 is not) and its inner stride 1 (a column-major a is not)"),
 
     _space("too-few", "SPACE = [dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)]",
            fault="at least 4", why="one configuration is not a search"),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..catalog import exercise_objects
-from ..device import DEVICE, INTERPRET, ON_GPU
+from ..device import DEVICE, INTERPRET, ON_GPU, ensure_triton_allocator
 from ..device import sync as _sync
 from ..testing import TOLERANCE, Poisoned, generator, poison_value, poisoned, precision_of, repoison
 from . import provenance
@@ -341,6 +341,8 @@ def run_case(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict, device=Non
     outs = alloc_outputs(ex, case, cpu_inputs, device)
 
     def launch():
+        if torch.device(device).type == "cuda":  # a kernel may build TMA descriptors on the device
+            ensure_triton_allocator()
         return ex.run(args, inputs, {k: p.out for k, p in outs.items()}, case)
 
     try:
@@ -732,6 +734,7 @@ def time_performance(ex: Exercise, args: tuple, seed: int, target: tuple[float, 
     # run and baseline write into their output buffers; a dict they return adds named results to compare (any
     # other return value, such as the tensor of ``out.copy_(x)``, is not a result)
     tol = tolerance(ex, case)
+    ensure_triton_allocator()  # a kernel may build TMA descriptors on the device
     student = time_fresh(lambda outs: ex.run(args, inputs, outs, case), mine, warmup=perf.warmup, rep=perf.rep,
                          inputs=list(buffers.values()), verify=max(tol, 1e-6) * 2)
     launches, elements = student["skipped"]

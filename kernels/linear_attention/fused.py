@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import INTERPRET, upcast_for_dot
+from ..device import INTERPRET, ensure_triton_allocator, upcast_for_dot
 from ..validate import FLOAT_DTYPES, check_tensor
 from .checks import check_inputs, check_scale, host_offsets, offsets_read_once
 from .dispatch import (
@@ -59,19 +59,6 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
         if t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:-1]) or t.shape[-1] * size < 16:
             return False
     return True
-
-
-def _workspace(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global memory for the descriptors a kernel builds on the device (128 bytes per descriptor)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_allocator() -> None:
-    """Give Triton an allocator for device-built descriptors, unless the caller has set one of their own."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_workspace)
 
 
 class Forward(NamedTuple):
@@ -503,7 +490,7 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         ring = flags = ticket = None
     tma = launch.tma and _tma_ready(q, k, v, o)
     if tma and not INTERPRET:
-        _ensure_allocator()
+        ensure_triton_allocator()
     _fused_linear_attention_kernel[grid](
         q, k, v, o, h0, ht, z_state, zt, den, ring, flags, ticket, cu_seqlens, seg, hs, zs,
         float(scale), T, B, H, plan.nseg, *plan.strides,

@@ -143,3 +143,11 @@ def test_narrow_loads_read_the_decorator_through_the_compile_pass_recorder():
     assert "look at the decorator" in l06._why_narrow(Recorder(planted))
     why = l06._why_narrow(Recorder(kernel(CELLS["ex3-kernel"], "fixed_matmul_kernel")))
     assert "decorator keeps everything specialised" in why, why
+
+
+def test_tma_copies_count_as_wide_loads():
+    """Tensor-descriptor (TMA) copies move whole tiles and have no per-thread width: the wide-load check passes
+    them instead of telling a kernel built on them that it loads a and b one element at a time."""
+    from grader.zoo.l06_profile_compile_autotune import _DESCRIPTORS
+
+    l06._loads_wide(kernel(_DESCRIPTORS, "fixed_matmul_kernel"))

@@ -132,7 +132,10 @@ run_stage() {  # stage name, time limit in seconds
     # the fused kernel of each row under ncu (its speed of light, launch and occupancy), then the row's time a call
     # back to back and the host's time of one call: results/gpu/profile-ROW.txt
     profile) for row in ${PROFILE_ROWS:-packed dense}; do
-               { timeout $(( limit / 3 )) /usr/local/cuda/bin/ncu --clock-control none -k regex:_fused_linear -s 2 -c 1 \
+               # the fused kernel's one launch, or (fp32-d256) the states kernel and the output kernel after it
+               kernel=regex:_fused_linear; count=1
+               [ "$row" = fp32-d256 ] && { kernel=regex:_states; count=2; }
+               { timeout $(( limit / 3 )) /usr/local/cuda/bin/ncu --clock-control none -k "$kernel" -s 2 -c "$count" \
                    --section SpeedOfLight --section LaunchStats --section Occupancy python3 scripts/profile_row.py "$row" \
                    || echo "ncu $row failed ($?)"
                  timeout 60 python3 scripts/profile_row.py "$row" --time || echo "timing $row failed ($?)"

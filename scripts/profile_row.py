@@ -5,9 +5,11 @@ back to back and the host's time of one call, as one JSON line (GPU only):
     python3 scripts/profile_row.py packed --time
 
 rows: ``packed`` (eight packed sequences, 64k tokens, bf16 K=V=128 H=16, normalising: the targets set's
-``norm bf16 K128V128 varlen8``), ``dense`` (the same tokens as B4H16 T=16k), ``long`` (B1H8 T=256k); ``raw``
-for ``normalize=False``. The back-to-back time of a packed call holds the host's work after it reads its offsets
-(which waits for the GPU): PERF.md, "The packed row's missing 0.18 ms"."""
+``norm bf16 K128V128 varlen8``), ``dense`` (the same tokens as B4H16 T=16k), ``long`` (B1H8 T=256k),
+``fp32-d256`` (fp32 K=V=256 B4H16 T=4k under torch's "high" precision, TF32: the states kernels, so profile it
+with ``-k regex:_states`` and ``-c 2``); ``raw`` for ``normalize=False``. The back-to-back time of a packed call
+holds the host's work after it reads its offsets (which waits for the GPU): PERF.md, "The packed row's missing
+0.18 ms"."""
 from __future__ import annotations
 
 import json
@@ -20,18 +22,20 @@ import torch
 from kernels.linear_attention import chunk_linear_attn
 from kernels.linear_attention.bench_general import PACKED
 
-ROWS = {"packed": (1, sum(PACKED), 16), "dense": (4, 16384, 16), "long": (1, 262144, 8)}
+# row -> (B, T, H, D, dtype)
+ROWS = {"packed": (1, sum(PACKED), 16, 128, torch.bfloat16), "dense": (4, 16384, 16, 128, torch.bfloat16),
+        "long": (1, 262144, 8, 128, torch.bfloat16), "fp32-d256": (4, 4096, 16, 256, torch.float32)}
 
 
 def inputs(row: str):
-    B, T, H = ROWS[row]
+    B, T, H, D, dtype = ROWS[row]
     gen = torch.Generator("cuda").manual_seed(0)
-    q, k = (torch.nn.functional.elu(torch.randn(B, T, H, 128, generator=gen, device="cuda")) + 1 for _ in range(2))
-    v = torch.randn(B, T, H, 128, generator=gen, device="cuda")
+    q, k = (torch.nn.functional.elu(torch.randn(B, T, H, D, generator=gen, device="cuda")) + 1 for _ in range(2))
+    v = torch.randn(B, T, H, D, generator=gen, device="cuda")
     cu = None
     if row == "packed":
         cu = torch.tensor([0, *torch.tensor(PACKED).cumsum(0).tolist()], device="cuda")
-    return q.bfloat16(), k.bfloat16(), v.bfloat16(), cu
+    return q.to(dtype), k.to(dtype), v.to(dtype), cu
 
 
 def timing(call, *, groups: int = 7, calls: int = 20) -> dict:
@@ -62,6 +66,8 @@ def timing(call, *, groups: int = 7, calls: int = 20) -> dict:
 def main(argv: list[str]) -> None:
     row = next((a for a in argv if a in ROWS), "packed")
     normalize = "raw" not in argv
+    if ROWS[row][4] == torch.float32:
+        torch.set_float32_matmul_precision("high")
     q, k, v, cu = inputs(row)
 
     def call():

@@ -236,13 +236,15 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
             key = (max(64, 1 << (K - 1).bit_length()), precision if dtype == torch.float32 else "16")
             if tiny:
                 launch = Launch(32 if case.L else None, 16, 16, 4, 1, precision=precision)
-            elif case.L:
-                launch = dataclasses.replace(dispatch.CHAINED[key], L=case.L)
+            elif case.L:  # packed sequences: the tables without the states kernels, which take none
+                launch = dataclasses.replace((dispatch.PACKED_CHAINED if lens else dispatch.CHAINED)[key], L=case.L)
             else:
-                launch = dispatch.ONE_PASS[key]
+                launch = (dispatch.PACKED_ONE_PASS if lens else dispatch.ONE_PASS)[key]
             launch = dataclasses.replace(launch, norm_mma=case.mma)
             if case.tried:  # the case's own segment length (or whole sequences) stays
                 change = dispatch.change_of(case.tried, key, case.V)
+                if lens and change.get("states"):  # as the dispatch: a states change leaves packed calls alone
+                    change = {}
                 launch = dataclasses.replace(launch, **{f: x for f, x in change.items()
                                                         if f != "L" and (f != "BV" or not tiny)})
             result["launch"] = dataclasses.asdict(launch)

@@ -28,7 +28,14 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from sm90_report import count, main  # noqa: E402
 
-from kernels.linear_attention.dispatch import CANDIDATES, CHAINED, NORM_MMA_FORMS, ONE_PASS, change_of  # noqa: E402
+from kernels.linear_attention.dispatch import (  # noqa: E402
+    CANDIDATES,
+    CHAINED,
+    NORM_MMA_FORMS,
+    ONE_PASS,
+    PACKED_ONE_PASS,
+    change_of,
+)
 from kernels.linear_attention.fused import Launch, _fused_linear_attention_kernel  # noqa: E402
 from kernels.linear_attention.states import (  # noqa: E402
     STATE_STAGES,
@@ -104,6 +111,15 @@ def cases() -> dict[str, dict]:
                     out[f"{label} norm try-{cand}"] = _case(dtype, bk, v, tried, normalize=True)
                     out[f"{label} norm h0 ht try-{cand}"] = _case(dtype, bk, v, tried, normalize=True, h0=True,
                                                                   ht=True, z0=True)
+    # packed sequences' own launches where they differ (the keys whose default runs the states kernels)
+    for (bk, kind), lo in PACKED_ONE_PASS.items():
+        if lo == ONE_PASS[(bk, kind)]:
+            continue
+        dtype = torch.bfloat16 if kind == "16" else torch.float32
+        lo = Launch(**{**lo.__dict__, "precision": "tf32" if kind == "16" else kind})
+        name = f"packed {'bf16' if kind == '16' else 'fp32-' + kind} K{bk} V{bk}"
+        out[name] = _case(dtype, bk, bk, lo, varlen=True)
+        out[f"{name} norm h0 ht"] = _case(dtype, bk, bk, lo, normalize=True, h0=True, ht=True, z0=True, varlen=True)
     return {**out, **states_cases(), **grid_cases()}
 
 

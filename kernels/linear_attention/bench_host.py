@@ -80,7 +80,7 @@ def gpu_path(dev: torch.device):
         B, T, H, K = q.shape
         N = B if lengths is None else len(lengths)
         return _dispatch.plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths,
-                              _dispatch._sm_count(0))
+                              _dispatch._sm_count(0), packed=lengths is not None)
 
     patches += [(m, "launch_for", launch_for) for m in (_dispatch, _fused) if hasattr(m, "launch_for")]
     old = [(m, name, getattr(m, name)) for m, name, _ in patches]

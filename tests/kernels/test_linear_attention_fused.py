@@ -328,9 +328,11 @@ def test_trying_fp32_norm_wide(precision):
             o, (ht, zt) = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, True)
             gpu = [dispatch.plan(K, K, torch.float32, 4, 16, [16384], 132) for K in (64, 128, 256)]
         default = dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132)
+        d256 = dispatch.plan(256, 256, torch.float32, 4, 16, [16384], 132)
     tf32 = precision == "high"
     assert launch.norm_mma == ("wide" if tf32 else "")
-    assert [lo.norm_mma for lo in gpu] == (["wide", "wide", ""] if tf32 else ["", "", ""])
+    assert [lo.norm_mma for lo in gpu[:2]] == (["wide", "wide"] if tf32 else ["", ""])
+    assert gpu[2] == d256  # D=256: the states launch (fp32-d256-states, adopted), whatever is tried here
     assert default.norm_mma == ""
     agrees(case, o, (ht, zt))
 

@@ -283,8 +283,13 @@ def precheck(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict) -> tuple[l
     inputs, _ = pad_inputs(cpu_inputs, "cpu")
     outs = alloc_outputs(ex, case, cpu_inputs, "cpu")
     try:
-        _, problems, notes = _checked(ex, case, lambda: ex.run(args, inputs, {k: p.out for k, p in outs.items()},
-                                                                case), inputs, outs)
+        # the interpreter runs the kernel's loops as Python, which an alarm stops: a kernel that never ends is
+        # named here, before the GPU runs it (a GPU kernel that never ends can only be stopped with its process)
+        with _case_time_limit(CASE_SECONDS, interpreted=True):
+            _, problems, notes = _checked(ex, case, lambda: ex.run(args, inputs, {k: p.out for k, p in outs.items()},
+                                                                    case), inputs, outs)
+    except CaseTooLong:
+        raise
     except Exception:  # noqa: BLE001 (whatever the interpreter makes of the kernel, the GPU run decides)
         return [], []
     return problems, notes.get(TRAFFIC, [])
@@ -1110,13 +1115,15 @@ class CaseTooLong(Exception):
 
 
 @contextlib.contextmanager
-def _case_time_limit(seconds: float):
-    """Interrupt the case after ``seconds`` (the interpreter runs a kernel's loops as Python, so an alarm stops
-    them); only in the main thread with no other SIGALRM handler, where Python lets signals in."""
+def _case_time_limit(seconds: float, interpreted: bool | None = None):
+    """Interrupt the case after ``seconds`` where it runs in the interpreter (``interpreted``; by default, where
+    this process interprets its kernels), whose Python loops an alarm stops; only in the main thread with no other
+    SIGALRM handler, where Python lets signals in."""
     import signal
     import threading
 
-    if (not INTERPRET or seconds <= 0 or threading.current_thread() is not threading.main_thread()
+    interpreted = INTERPRET if interpreted is None else interpreted
+    if (not interpreted or seconds <= 0 or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)):
         yield
         return

@@ -304,6 +304,28 @@ def test_a_kernel_that_never_ends_is_stopped_with_a_message(monkeypatch):
     assert engine.grade_local(COPY, (_good,), False).passed  # the alarm is off again
 
 
+@pytest.mark.skipif(not INTERPRET, reason="runs the GPU machine's interpreter pre-check on this machine's CPU")
+def test_a_kernel_that_never_ends_is_stopped_in_the_gpu_machines_precheck(monkeypatch):
+    """On a GPU machine the small cases run first in the interpreter on CPU copies (the pre-check), with no alarm
+    around the case (a GPU kernel cannot be interrupted): the pre-check carries its own, and its "never ends" is not
+    swallowed with the pre-check's other errors, so the GPU never runs a kernel that would hang it."""
+    import signal
+    import time
+
+    if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        pytest.skip("another SIGALRM handler is installed (pytest-timeout's signal method): the limit stands aside")
+    monkeypatch.setattr(engine, "INTERPRET", False)  # as on a GPU machine: the case itself runs unguarded
+    monkeypatch.setattr(engine, "CASE_SECONDS", 2)
+    ran = []
+    real = engine.precheck
+    monkeypatch.setattr(engine, "precheck", lambda *a: ran.append(1) or real(*a))
+    t0 = time.time()
+    out = engine.grade_local(COPY, (_never_ends,), False)
+    assert ran and not out.passed and "ran for more than 2 s" in out.message, out.message
+    assert time.time() - t0 < 30
+    assert engine.grade_local(COPY, (_good,), False).passed  # the alarm is off again
+
+
 def test_a_lost_cuda_context_is_announced_on_a_gpu_only(monkeypatch):
     """The interpreter's out-of-bounds error says "illegal address" too: under the interpreter nothing is lost, and
     telling the learner to restart the kernel there was false."""

@@ -168,6 +168,9 @@ NORM_MMA_PARTS = "both"
 #: "fp32-d256-states": "d256-states"'s launch for fp32 at D=256, whose one-pass launch (BT 32) runs on mma.sync and
 #: spills (300 bytes at TF32 normalising, 5,200 at 3xTF32 raw): the states kernels compile to wgmma without spill
 #: at TF32 (PERF.md, "fp32 at D=256").
+#: "fp32-d256-bv128", "fp32-d256-bv128-s2": the adopted fp32 states launch under TF32 with output V blocks of 128
+#: (half the recomputed scores and half the re-reads of q and k), unpipelined (96 KiB of shared memory, two
+#: programs an SM) or in two stages (192-208 KiB, one); no spill at TF32 either way (PERF.md, "fp32 at D=256").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -199,6 +202,9 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-norm-wide": {(bk, "tf32"): dict(norm_mma="wide") for bk in (64, 128)},
     "fp32-d256-states": {(256, kind): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="wide")
                          for kind in ("tf32", "tf32x3")},
+    "fp32-d256-bv128": {(256, "tf32"): dict(BT=64, states=2, BV=128, num_warps=8, num_stages=1, norm_mma="wide")},
+    "fp32-d256-bv128-s2": {(256, "tf32"): dict(BT=64, states=2, BV=128, num_warps=8, num_stages=2,
+                                               norm_mma="wide")},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
     "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},

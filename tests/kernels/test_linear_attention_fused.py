@@ -490,6 +490,28 @@ def test_trying_fp32_d256_states(precision, normalize):
     agrees(case, o, final, normalize)
 
 
+@pytest.mark.parametrize("name", ["fp32-d256-bv128", "fp32-d256-bv128-s2"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_fp32_d256_bv128(name, normalize):
+    """The TF32 states launch with output V blocks of 128: right against float64 with every state in and out
+    (V = 40 and 200: one V block and, under the interpreter's blocks, several); 3xTF32 and packed calls keep
+    their launches."""
+    with float32_matmul_precision("high"):
+        for V in (40, 200):
+            case = make(1, 70, 2, 136, V, torch.float32, seed=61, h0=True, z0=normalize)
+            init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+            with dispatch.trying(name):
+                o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+            agrees(case, o, final, normalize)
+        with dispatch.trying(name):
+            gpu = dispatch.plan(256, 256, torch.float32, 4, 16, [4096], 132)
+            packed = dispatch.plan(256, 256, torch.float32, 8, 8, [100, 5000], 132, packed=True)
+        assert packed == dispatch.plan(256, 256, torch.float32, 8, 8, [100, 5000], 132, packed=True)
+    assert (gpu.states, gpu.BV, gpu.num_stages) == (2, 128, 1 if name == "fp32-d256-bv128" else 2)
+    with float32_matmul_precision("highest"), dispatch.trying(name):
+        assert dispatch.plan(256, 256, torch.float32, 4, 16, [4096], 132).BV == 64
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_packed_d256_keeps_the_fused_launch(dtype):
     """The states kernels have no packed form: packed D=256 calls run the fused kernel's own launch (the tables

@@ -261,13 +261,15 @@ def _warm_only(problems: list[Problem], versions: list[Version]) -> dict:
 def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, only: list[str] | None = None,
         extra: list[Version] | None = None, labels: list[str] | None = None, problem_set: str = "ladder",
         where: dict[str, set[str]] | None = None, budget: float | None = None, warm: int = 0,
-        warm_only: bool = False) -> dict:
+        warm_only: bool = False, resume: pathlib.Path | None = None) -> dict:
     """Benchmark one topic; return (and write) the results. ``extra``: more versions (a lesson's own kernel);
     ``labels``: only the problems with these labels; ``problem_set``: one of the topic's ``sets()``; ``where``:
     only problems whose parameters match (:func:`parse_where`); ``budget``: seconds after which no new problem
     is started (the rows done are kept, the run is marked incomplete). ``warm``: first call every version on
     every problem in that many child processes at a time (:func:`_warm`, grouped by the topic's ``warm_key``;
-    at most half the budget); ``warm_only``: only call them, nothing checked, timed or written."""
+    at most half the budget); ``warm_only``: only call them, nothing checked, timed or written. ``resume``: an
+    earlier run's JSON of the same set on the same GPU model: its rows that hold every version asked are kept and
+    not run again, the others run, and the results written hold both (a grid too long for one run, in slices)."""
     mod = importlib.import_module(f"kernels.{topic}.bench")
     sets = mod.sets() if hasattr(mod, "sets") else {"ladder": (mod.problems, mod.versions)}
     if problem_set not in sets:
@@ -276,6 +278,11 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     problems: list[Problem] = [p for p in make_problems(quick) if (not labels or p.label in labels)
                                and _selected(p, where or {})]
     versions: list[Version] = [v for v in [*make_versions(), *(extra or [])] if not only or v.name in only]
+    kept, slices = _resumed(resume, topic, problem_set, [v.name for v in versions]) if resume else ([], [])
+    done = {r["problem"] for r in kept}
+    problems = [p for p in problems if p.label not in done]
+    if resume is not None:
+        print(f"resuming {resume}: {len(kept)} rows kept, {len(problems)} to run", flush=True)
     if warm_only:
         return _warm_only(problems, versions)
     t0 = time.perf_counter()
@@ -285,15 +292,18 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
                        getattr(mod, "warm_key", lambda p: p.label), warm, None if budget is None else budget / 2)
     bw = copy_bandwidth()
     rates: dict[tuple[torch.dtype, str | None], float] = {}
-    rows = []
+    rows = list(kept)
     out = out or pathlib.Path("bench-results")
     out.mkdir(parents=True, exist_ok=True)
     stem = out / (f"{topic}-{MODE}" if problem_set == "ladder" else f"{topic}-{problem_set}-{MODE}")
     result = {"topic": topic, "set": problem_set, "env": machine(), "copy_bandwidth_Bps": bw, "matmul_rate_flops": {},
               "rows": rows, "complete": False, **({"warm": warmed} if warmed else {})}
+    if resume is not None:  # which run measured which rows
+        result["slices"] = [*slices, {"date": result["env"].get("date"), "rows": []}]
     for p in problems:
         if budget is not None and time.perf_counter() - t0 > budget:
-            result["stopped"] = f"budget of {budget:.0f} s spent; {len(problems) - len(rows)} problems not started"
+            result["stopped"] = (f"budget of {budget:.0f} s spent; {len(problems) + len(kept) - len(rows)} problems "
+                                 "not started")
             print(result["stopped"], flush=True)
             break
         rate = _rate_key(p)
@@ -344,6 +354,8 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
             print(f"[{time.perf_counter() - t0:.0f}s] {p.label} / {v.name}: {entry.get('status')} {shown}",
                   flush=True)
         rows.append(row)
+        if resume is not None:
+            result["slices"][-1]["rows"].append(p.label)
         del inputs, ref
         if ON_GPU:
             torch.cuda.empty_cache()
@@ -357,6 +369,27 @@ def run(topic: str, *, quick: bool = False, out: pathlib.Path | None = None, onl
     if hasattr(mod, "report"):
         print(mod.report(result))
     return result
+
+
+def _resumed(path: pathlib.Path, topic: str, problem_set: str, names: list[str]) -> tuple[list[dict], list[dict]]:
+    """The rows of an earlier run (``path``, its JSON) to keep, those that hold every version in ``names``, and
+    its slices (the date of each run and the rows it measured). The run must be of the same topic and set, on the
+    same GPU model (or both in the interpreter); a missing file keeps nothing (the first slice)."""
+    if not path.exists():
+        return [], []
+    old = json.loads(path.read_text())
+    if (old.get("topic"), old.get("set")) != (topic, problem_set):
+        raise ValueError(f"{path} holds {old.get('topic')}/{old.get('set')}, not {topic}/{problem_set}")
+    env = machine()
+    then, now = old["env"].get("gpu", old["env"].get("mode")), env.get("gpu", env["mode"])
+    if then != now:
+        raise ValueError(f"{path} was measured on {then}, this run is on {now}: timings of two machines do not "
+                         "belong in one table")
+    kept = [r for r in old["rows"] if all(n in r["versions"] for n in names)]
+    labels = {r["problem"] for r in kept}
+    slices = old.get("slices") or [{"date": old["env"].get("date"), "rows": [r["problem"] for r in old["rows"]]}]
+    slices = [dict(sl, rows=[x for x in sl["rows"] if x in labels]) for sl in slices]
+    return kept, [sl for sl in slices if sl["rows"]]
 
 
 def format_table(result: dict) -> str:
@@ -419,10 +452,13 @@ def main(argv: list[str] | None = None) -> int:
                          "and autotune caches on disk warm before anything is timed)")
     ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)  # what each warming child runs
     ap.add_argument("--out", type=pathlib.Path, default=None, help="folder for JSON and PNG (bench-results/)")
+    ap.add_argument("--resume", type=pathlib.Path, default=None, metavar="JSON",
+                    help="an earlier run's JSON (same set, same GPU model): keep its rows that hold every version "
+                         "asked, run the rest, write both")
     args = ap.parse_args(argv)
     run(args.topic, quick=args.quick, out=args.out, only=args.only, labels=args.rows.split(",") if args.rows else None,
         problem_set=args.set, where=parse_where(args.where), budget=args.budget, warm=args.warm,
-        warm_only=args.warm_only)
+        warm_only=args.warm_only, resume=args.resume)
     return 0
 
 

@@ -85,14 +85,15 @@ run_stage() {  # stage name, time limit in seconds
            echo "pytest exit $?"; tail -30 "$log" ;;
     # --warm: every row's first calls (compiles, fla-core's autotuning) in parallel children first; fla then tunes
     # again in the timed process on a quiet GPU from cached binaries (FLA_CACHE_RESULTS=0), as a first call would
-    # LA_VERSIONS (comma-separated) replaces the versions timed, e.g. "chunk_linear_attn,fla chunk" for the grid
+    # LA_VERSIONS (comma-separated) replaces the versions timed, e.g. "chunk_linear_attn,fla chunk" for the grid;
+    # LA_RESUME (an earlier run's JSON, e.g. the committed grid's) keeps its rows done and runs the rest
     bench-la-general) la_versions=(chunk_linear_attn "norm on tensor cores" "try norm-wide" "try fp32-kt" "try d256-bv64" "try d256-bt32"
                                    "try v64-bv32" "try d256-states-cuda" "try d256-states-bv128" "try d256-states-s64" "try fp32-norm-wide"
                                    "try fp32-d256-states" "try norm-mid-w8" "try d128-s2"
                                    "fla chunk")
                       [ -z "${LA_VERSIONS:-}" ] || IFS=, read -ra la_versions <<< "$LA_VERSIONS"
                       FLA_CACHE_RESULTS=0 timeout "$limit" python3 -m kernels.bench linear_attention --set "${LA_SET:-targets}" $([ -n "${LA_FULL:-}" ] || echo --quick) ${LA_WHERE:+--where "$LA_WHERE"} --warm "${LA_WARM:-10}" \
-                        --only "${la_versions[@]}" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
+                        ${LA_RESUME:+--resume "$LA_RESUME"} --only "${la_versions[@]}" --budget $(( limit - 45 )) --out results/gpu/linear_attention-general \
                         || echo "bench-la-general failed ($?)" ;;
     # the backward pass: its GPU tests and lesson 07's (gradients against float64 and fla's, the lesson's speed
     # check), then forward + backward timed beside fla's at B=4 H=16 D=128 bf16, T=4k..64k (bench_backward.py), and

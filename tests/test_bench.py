@@ -96,6 +96,43 @@ def test_problem_sets_filters_and_budget(tmp_path, monkeypatch):
     assert result["rows"] == [] and not result["complete"] and "budget" in result["stopped"]
 
 
+def test_resume_keeps_the_rows_done_and_runs_the_rest(tmp_path, monkeypatch):
+    """``--resume``: a grid too long for one run goes in slices; the rows an earlier run holds for every version
+    asked are kept, not run again, and the file written holds them and the new ones. A row that lacks a version
+    asked now runs again; a file of another set, or of another machine, is refused."""
+    import json
+
+    from kernels import bench
+
+    monkeypatch.setattr(bench, "time_ms", lambda fn, **kw: _once_ms(fn))
+    out = tmp_path / "linear_attention-general-interpreter.json"
+    first = bench.run("linear_attention", problem_set="general", only=["chunk_linear_attn"],
+                      where=bench.parse_where("normalize=True"), out=tmp_path)
+    assert len(first["rows"]) == 2
+    timed = []  # the rows timed (a version's calls go through _rotating)
+    rotating = bench._rotating
+    monkeypatch.setattr(bench, "_rotating", lambda v, p, inputs: timed.append(p.label) or rotating(v, p, inputs))
+    second = bench.main(["linear_attention", "--set", "general", "--only", "chunk_linear_attn", "--resume", str(out),
+                         "--out", str(tmp_path)])
+    assert second == 0
+    saved = json.loads(out.read_text())
+    assert len(saved["rows"]) == 3 and saved["complete"]
+    assert saved["rows"][:2] == json.loads(json.dumps(first["rows"]))  # the two kept as they were
+    assert timed == [saved["rows"][2]["problem"]]  # only the third timed
+    assert [sl["rows"] for sl in saved["slices"]] == [[r["problem"] for r in saved["rows"][:2]],
+                                                      [saved["rows"][2]["problem"]]]  # which run measured which
+    timed.clear()
+    both = bench.run("linear_attention", problem_set="general", only=["chunk_linear_attn", "norm on tensor cores"],
+                     resume=out, out=tmp_path)
+    assert len(both["rows"]) == 3 and len(set(timed)) == 3  # no row held the second version: every row ran again
+    with pytest.raises(ValueError, match="not linear_attention/targets"):
+        bench.run("linear_attention", problem_set="targets", resume=out, out=tmp_path)
+    saved["env"]["gpu"] = "NVIDIA H200"
+    out.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="measured on NVIDIA H200"):
+        bench.run("linear_attention", problem_set="general", resume=out, out=tmp_path)
+
+
 def _once_ms(fn) -> float:
     import time
 

@@ -242,9 +242,7 @@ def run_case(case: Case, *, tiny: bool = False, sanitize: bool = False) -> dict:
                 launch = (dispatch.PACKED_ONE_PASS if lens else dispatch.ONE_PASS)[key]
             launch = dataclasses.replace(launch, norm_mma=case.mma)
             if case.tried:  # the case's own segment length (or whole sequences) stays
-                change = dispatch.change_of(case.tried, key, case.V)
-                if lens and change.get("states"):  # as the dispatch: a states change leaves packed calls alone
-                    change = {}
+                change = dispatch.change_of(case.tried, key, case.V, packed=bool(lens))
                 launch = dataclasses.replace(launch, **{f: x for f, x in change.items()
                                                         if f != "L" and (f != "BV" or not tiny)})
             result["launch"] = dataclasses.asdict(launch)

@@ -239,12 +239,15 @@ ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states",
                             "fp32-d256-states")
 
 
-def change_of(name: str, key: tuple[int, str], V: int | None = None) -> dict:
+def change_of(name: str, key: tuple[int, str], V: int | None = None, packed: bool = False) -> dict:
     """The launch fields candidate ``name`` changes for table key ``key`` (BK, kind) and calls with ``V`` value
-    columns (None: any V the change may apply to); empty where it changes nothing."""
+    columns (None: any V the change may apply to); empty where it changes nothing, and for ``packed`` sequences
+    where it runs the states kernels, which take none."""
     change = dict(CANDIDATES[name].get(key, {})) if name else {}
     max_V = change.pop("max_V", None)
-    return {} if max_V is not None and V is not None and V > max_V else change
+    if (max_V is not None and V is not None and V > max_V) or (packed and change.get("states")):
+        return {}
+    return change
 
 
 def _adopt(names: tuple[str, ...]) -> None:
@@ -355,9 +358,7 @@ def _tried(key: tuple[int, str], launch: Launch, V: int, packed: bool = False) -
     change = {}
     per_call = [n for n in ADOPTED if any("max_V" in c for c in CANDIDATES[n].values())]  # the rest: in the tables
     for name in per_call + [TRYING]:
-        one = change_of(name, key, V)
-        if not (packed and one.get("states")):
-            change.update(one)
+        change.update(change_of(name, key, V, packed))
     return dataclasses.replace(launch, **change) if change else launch
 
 
@@ -420,9 +421,7 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
         kind = precision if q.dtype == torch.float32 else "16"
         change = {}
         for name in ADOPTED + ((TRYING,) if TRYING else ()):
-            one = change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1])
-            if not (lengths is not None and one.get("states")):  # packed: as the GPU's, no states change
-                change.update(one)
+            change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1], lengths is not None))
         # the interpreter's own tiles (chunks of 16: small sizes cross several chunks and stored states)
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
                                      **{f: x for f, x in change.items() if f not in ("BT", "BV", "L")})
@@ -433,7 +432,8 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
         N = B if lengths is None else len(lengths)
         launch = plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths,
                       _sm_count(q.device.index or 0), packed=lengths is not None)
-    # packed sequences keep the fused kernel, and its chain (a states pass has no packed form)
+    # packed sequences keep the fused kernel, and its chain (a states pass has no packed form; no launch planned
+    # for them runs the states kernels: change_of)
     if lengths is not None and launch.prefix == 3:
         launch = dataclasses.replace(launch, prefix=0)
-    return dataclasses.replace(launch, states=0) if lengths is not None and launch.states else launch
+    return launch

@@ -523,6 +523,8 @@ def test_packed_d256_keeps_the_fused_launch(dtype):
     packed = dispatch.plan(256, 256, dtype, len(lens), 8, lens, 132, packed=True)
     assert dense.states == 2
     assert packed.states == 0 and (packed.BT, packed.BV) == ((64, 64) if dtype == torch.bfloat16 else (32, 32))
+    assert dispatch.change_of("fp32-d256-states", (256, "tf32"), packed=True) == {}  # packed: no states change
+    assert dispatch.change_of("fp32-d256-states", (256, "tf32"))["states"] == 2
     with dispatch.trying("d256-states-s64"):  # a states candidate tried leaves packed calls alone too
         assert dispatch.plan(256, 256, dtype, len(lens), 8, lens, 132, packed=True) == packed
     # K <= 128 has no states launch: packed and dense plans come from the same tables

@@ -290,9 +290,19 @@ def precheck(ex: Exercise, args: tuple, case: Case, cpu_inputs: dict) -> tuple[l
                                                                     case), inputs, outs)
     except CaseTooLong:
         raise
+    except AssertionError as e:
+        if any(rule in str(e) for rule in _TMA_RULES):  # the GPU run would fault on it, its context lost
+            raise AssertionError(f"{e} (a tensor descriptor's rule, which the GPU's TMA unit enforces: there this "
+                                 "access would fault)") from None
+        return [], []
     except Exception:  # noqa: BLE001 (whatever the interpreter makes of the kernel, the GPU run decides)
         return [], []
     return problems, notes.get(TRAFFIC, [])
+
+
+#: What the interpreter asserts of a tensor descriptor (``tl.make_tensor_descriptor``) that the hardware requires
+#: too: its base, outer strides and block offsets in multiples of 16 bytes.
+_TMA_RULES = ("must be 16-byte aligned",)
 
 
 def _inputs_changed(cpu_inputs: dict, inputs: dict, buffers: dict[str, torch.Tensor], kernels: bool) -> list[str]:

@@ -326,6 +326,25 @@ def test_a_kernel_that_never_ends_is_stopped_in_the_gpu_machines_precheck(monkey
     assert engine.grade_local(COPY, (_good,), False).passed  # the alarm is off again
 
 
+@triton.jit
+def _misaligned_descriptor(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    desc = tl.make_tensor_descriptor(x_ptr, shape=[10, 10], strides=[10, 1], block_shape=[16, 16])  # 40-byte rows
+    tile = desc.load([0, 0])
+    r = tl.arange(0, 16)
+    tl.store(out_ptr + r[:, None] * 10 + r[None, :], tile, mask=(r[:, None] < 10) & (r[None, :] < 10))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="runs the GPU machine's interpreter pre-check on this machine's CPU")
+def test_the_gpu_precheck_reports_a_descriptor_rule_the_hardware_enforces():
+    """The pre-check leaves what the interpreter objects to for the GPU run to decide, but a tensor descriptor whose
+    rows are not a multiple of 16 bytes would fault there (the CUDA context lost): that one is reported."""
+    case = COPY.visible[0]
+    cpu = engine.case_inputs(COPY, case, 1)
+    with pytest.raises(AssertionError, match="16-byte aligned.*TMA unit enforces"):
+        engine.precheck(COPY, (_misaligned_descriptor,), case, cpu)
+    assert engine.precheck(COPY, (_good,), case, cpu) == ([], [])
+
+
 def test_a_lost_cuda_context_is_announced_on_a_gpu_only(monkeypatch):
     """The interpreter's out-of-bounds error says "illegal address" too: under the interpreter nothing is lost, and
     telling the learner to restart the kernel there was false."""

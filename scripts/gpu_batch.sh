@@ -130,14 +130,15 @@ run_stage() {  # stage name, time limit in seconds
     backward-probe) timeout "$limit" python3 scripts/gpu_backward_probe.py --budget $(( limit - 40 )) \
                       || echo "backward-probe failed ($?)" ;;
     state-probe) timeout "$limit" python3 scripts/gpu_state_probe.py || echo "state-probe failed ($?)" ;;
-    # the fused kernel of each row under ncu (its speed of light, launch and occupancy), then the row's time a call
+    # the fused kernel of each row under ncu (its speed of light, launch and occupancy, or PROFILE_SECTIONS), then the row's time a call
     # back to back and the host's time of one call: results/gpu/profile-ROW.txt
     profile) for row in ${PROFILE_ROWS:-packed dense}; do
                # the fused kernel's one launch, or (fp32-d256) the states kernel and the output kernel after it
                kernel=regex:_fused_linear; count=1
                [ "$row" = fp32-d256 ] && { kernel=regex:_states; count=2; }
                { timeout $(( limit / 3 )) /usr/local/cuda/bin/ncu --clock-control none -k "$kernel" -s 2 -c "$count" \
-                   --section SpeedOfLight --section LaunchStats --section Occupancy python3 scripts/profile_row.py "$row" \
+                   $(for s in ${PROFILE_SECTIONS:-SpeedOfLight LaunchStats Occupancy}; do echo --section "$s"; done) \
+                   python3 scripts/profile_row.py "$row" \
                    || echo "ncu $row failed ($?)"
                  timeout 60 python3 scripts/profile_row.py "$row" --time || echo "timing $row failed ($?)"
                } > "results/gpu/profile-$row.txt" 2>&1

@@ -70,7 +70,9 @@ class Launch:
     sums back to the nearest published prefix; 2: the same with no prefix published but segment 0's, so that
     every walk sums all its predecessors: the summing path, for tests; 3: stored before every segment by
     ``states.py``'s states kernel, which runs first, so that every segment runs at once, with no phase A and no
-    wait; not for packed sequences)."""
+    wait; not for packed sequences); ``states_loop``: the states kernel walks the chunks of a stored state in a loop,
+    one set of pipeline buffers for all of them, where it otherwise unrolls them, a set each (fp32 K=V=256: 96 KiB
+    of shared memory, two programs an SM, against 208 KiB and one)."""
 
     L: int | None
     BT: int
@@ -84,6 +86,7 @@ class Launch:
     kt: bool = False
     states: int = 0
     prefix: int = 0
+    states_loop: bool = False
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -169,8 +172,14 @@ NORM_MMA_PARTS = "both"
 #: spills (300 bytes at TF32 normalising, 5,200 at 3xTF32 raw): the states kernels compile to wgmma without spill
 #: at TF32 (PERF.md, "fp32 at D=256").
 #: "fp32-d256-bv128", "fp32-d256-bv128-s2": the adopted fp32 states launch under TF32 with output V blocks of 128
-#: (half the recomputed scores and half the re-reads of q and k), unpipelined (96 KiB of shared memory, two
-#: programs an SM) or in two stages (192-208 KiB, one); no spill at TF32 either way (PERF.md, "fp32 at D=256").
+#: (half the recomputed scores and half the re-reads of q and k), unpipelined (96 KiB of shared memory, but 254
+#: registers at 8 warps: one program an SM) or in two stages (192-208 KiB); no spill at TF32 either way (PERF.md,
+#: "fp32 at D=256").
+#: "states-loop": every D=256 states launch (16-bit, TF32, 3xTF32) with the states kernel's two chunks a stored
+#: state walked as a loop (``Launch.states_loop``): one set of pipeline buffers instead of one a chunk, so its
+#: programs (a [64, 64] tile of a head's state each, 1,024 at B4H16, each walking every chunk of its head) fit two
+#: an SM at fp32 (96 KiB against 208; 3xTF32 96 against 160) and four at 16 bits (48 against 104). "fp32-d256-
+#: bv128-loop": that and "fp32-d256-bv128" together (PERF.md, "fp32 at D=256").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -205,6 +214,9 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-d256-bv128": {(256, "tf32"): dict(BT=64, states=2, BV=128, num_warps=8, num_stages=1, norm_mma="wide")},
     "fp32-d256-bv128-s2": {(256, "tf32"): dict(BT=64, states=2, BV=128, num_warps=8, num_stages=2,
                                                norm_mma="wide")},
+    "states-loop": {(256, kind): dict(states_loop=True) for kind in ("16", "tf32", "tf32x3")},
+    "fp32-d256-bv128-loop": {(256, "tf32"): dict(BT=64, states=2, BV=128, num_warps=8, num_stages=1,
+                                                 norm_mma="wide", states_loop=True)},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
     "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},
@@ -245,7 +257,7 @@ def change_of(name: str, key: tuple[int, str], V: int | None = None, packed: boo
     where it runs the states kernels, which take none."""
     change = dict(CANDIDATES[name].get(key, {})) if name else {}
     max_V = change.pop("max_V", None)
-    if (max_V is not None and V is not None and V > max_V) or (packed and change.get("states")):
+    if (max_V is not None and V is not None and V > max_V) or (packed and _of_states(change)):
         return {}
     return change
 
@@ -257,9 +269,14 @@ def _adopt(names: tuple[str, ...]) -> None:
                 continue
             ONE_PASS[key] = _one_pass(dataclasses.replace(ONE_PASS[key], **change))
             CHAINED[key] = dataclasses.replace(CHAINED[key], **change)
-            if not change.get("states"):  # the states kernels have no packed form: packed calls keep the fused
+            if not _of_states(change):  # the states kernels have no packed form: packed calls keep the fused
                 PACKED_ONE_PASS[key] = _one_pass(dataclasses.replace(PACKED_ONE_PASS[key], **change))
                 PACKED_CHAINED[key] = dataclasses.replace(PACKED_CHAINED[key], **change)
+
+
+def _of_states(change: dict) -> bool:
+    """Whether a candidate's change is to the states kernels' launch (which packed calls never run)."""
+    return bool(change.get("states") or change.get("states_loop"))
 
 
 def _one_pass(launch: Launch) -> Launch:

@@ -61,10 +61,11 @@ def _states_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, S: tl.constexpr,
     HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, LOOP_ABOVE: tl.constexpr,
 ):
     """Program (K tile · V tile, batch · head): the state's [BK, BV] tile before tokens ``i·S`` into ``h[b, h, i]``
-    for i < NS, and with it (V tile 0) the key sum into ``z[b, h, i]``; then the final ones where asked."""
+    for i < NS, and with it (V tile 0) the key sum into ``z[b, h, i]``; then the final ones where asked. A stored
+    state's S / BT steps are walked in a loop when there are more than ``LOOP_ABOVE`` of them, else unrolled."""
     NV: tl.constexpr = (V + BV - 1) // BV
     ik = tl.program_id(0) // NV
     iv = tl.program_id(0) % NV
@@ -91,9 +92,10 @@ def _states_kernel(
         tl.store(h_ptr + (bh * NS + i) * K * V + offs_h, state.to(h_ptr.dtype.element_ty), mask=m_h)
         if NORMALIZE:
             tl.store(z_ptr + (bh * NS + i) * K + offs_k, zs, mask=mk & (iv == 0))
-        if S // BT > 2:
-            # a segment of the fused kernel's (Launch.prefix 3): a loop the pipeliner buffers a few steps of; unrolled,
-            # its stages would hold the whole segment's k and v tiles (392 KiB at S=512, D=256)
+        if S // BT > LOOP_ABOVE:
+            # a loop the pipeliner buffers a few steps of; unrolled, its stages hold a set of k and v tiles for every
+            # step (392 KiB at S=512 for a segment of the fused kernel's, Launch.prefix 3; 208 KiB against 96 at
+            # S=128 in fp32, Launch.states_loop)
             for r in range(0, S // BT):
                 state, zs = _state_step(state, zs, k_base, v_base, i * S + r * BT + offs_t, T, offs_k, offs_v, mk, mv,
                                         stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION)
@@ -180,20 +182,21 @@ def _states_output_kernel(
 
 
 def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: int, num_warps: int,
-                num_stages: int, precision: str, upcast: bool, qz_mma: bool, strides: tuple) -> None:
+                num_stages: int, precision: str, upcast: bool, qz_mma: bool, strides: tuple,
+                loop: bool = False) -> None:
     """Run both kernels of one checked, unpacked call into the allocated outputs: ``o`` [B, T, H, V], ``ht`` (fp32
     [B, H, K, V] or None), ``zt`` ([B, 1, H, K] when normalising, else None), ``den`` ([B, T, H] fp32 or None);
     ``h0`` and ``z0`` the initial state and key sum or None. ``S`` tokens a stored state and an output block,
     ``BT`` a step of the states kernel, ``BV`` the output's V block; ``qz_mma``: ``q · z`` as a tensor-core product
     (any of the launch's tensor-core forms of it runs as the wide one, whose operand has the state product's shape);
-    ``strides``: q's, k's, v's and o's."""
+    ``strides``: q's, k's, v's and o's; ``loop``: the states kernel's steps in a loop (``Launch.states_loop``)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     normalize = zt is not None
     st_q, st_k, st_v, st_o = strides
     # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
     h, z = stored_prefixes(k, v, h0, ht, z0, zt, L=S, BT=BT, precision=precision, upcast=upcast,
-                           strides=(*st_k, *st_v))
+                           strides=(*st_k, *st_v), loop=loop)
     NS = h.shape[2]
     tile = _tile(K, V)
     if NS == 0:
@@ -208,11 +211,11 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
 
 
 def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, upcast: bool,
-                    strides: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    strides: tuple, loop: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The states kernel alone, for the fused kernel's segments (``Launch.prefix`` 3): the state before every ``L``
     tokens ([B, H, T/L, K, V], in the inputs' dtype) and, when ``zt`` is given (normalising), the key sum before
     them ([B, H, T/L, K], fp32); the final ones into ``ht`` and ``zt`` where given. ``strides``: k's and v's
-    (batch, token, head)."""
+    (batch, token, head); ``loop``: a stored state's steps walked in a loop even when they are two."""
     B, T, H, K = k.shape
     V = v.shape[-1]
     NS = triton.cdiv(T, L)
@@ -224,7 +227,7 @@ def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, up
         T, H, NS, *strides,
         K=K, V=V, BK=tile, BV=tile, BT=BT, S=L, HAS_H0=h0 is not None, STORE_HT=ht is not None,
         NORMALIZE=zt is not None, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
-        num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
+        LOOP_ABOVE=1 if loop else 2, num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
     )
     return h, z
 

@@ -512,6 +512,33 @@ def test_trying_fp32_d256_bv128(name, normalize):
         assert dispatch.plan(256, 256, torch.float32, 4, 16, [4096], 132).BV == 64
 
 
+@pytest.mark.parametrize("name", ["states-loop", "fp32-d256-bv128-loop"])
+@pytest.mark.parametrize("dtype,precision", [(torch.bfloat16, "high"), (torch.float32, "high"),
+                                             (torch.float32, "highest")], ids=["bf16", "tf32", "tf32x3"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_states_loop(name, dtype, precision, normalize):
+    """The states kernel walking a stored state's chunks in a loop (``Launch.states_loop``): right against
+    float64 with every state in and out, over V blocks and K tiles of several pieces under the interpreter; the
+    GPU plans of the calls it applies to carry it, packed calls and D <= 128 keep their launches."""
+    if name == "fp32-d256-bv128-loop" and (dtype, precision) != (torch.float32, "high"):
+        pytest.skip("a TF32 candidate")
+    case = make(1, 70, 2, 136, 40, dtype, seed=62, h0=True, z0=normalize)
+    init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+    with float32_matmul_precision(precision):
+        with dispatch.trying(name):
+            launch = dispatch.launch_for(case["q"], case["v"])
+            o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+            gpu = dispatch.plan(256, 256, dtype, 4, 16, [4096], 132)
+            packed = dispatch.plan(256, 256, dtype, 8, 8, [100, 5000], 132, packed=True)
+            d128 = dispatch.plan(128, 128, dtype, 4, 16, [4096], 132)
+        assert launch.states == 2 and launch.states_loop
+        assert gpu.states == 2 and gpu.states_loop
+        assert packed == dispatch.plan(256, 256, dtype, 8, 8, [100, 5000], 132, packed=True)
+        assert d128 == dispatch.plan(128, 128, dtype, 4, 16, [4096], 132)
+        assert not dispatch.plan(256, 256, dtype, 4, 16, [4096], 132).states_loop
+    agrees(case, o, final, normalize)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_packed_d256_keeps_the_fused_launch(dtype):
     """The states kernels have no packed form: packed D=256 calls run the fused kernel's own launch (the tables

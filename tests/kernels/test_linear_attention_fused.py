@@ -584,7 +584,8 @@ def test_states_kernels_compile_for_sm90():
     common = dict(K=256, V=256, BK=states.TILE, S=lo.states * BT, NORMALIZE=True, UPCAST=False, PRECISION="tf32")
     module = "kernels.linear_attention.states"
     ptx = compile_for_sm90([
-        (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True),
+        (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True,
+                                        LOOP_ABOVE=1 if lo.states_loop else 2),
          dict(num_warps=states.STATE_WARPS, num_stages=states.STATE_STAGES)),
         (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True, QZ_MMA=True),
          dict(num_warps=change["num_warps"], num_stages=change["num_stages"])),

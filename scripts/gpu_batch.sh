@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call: install, GPU tests, benchmarks, tuning, export, notebooks,
 # grading. Usage: scripts/gpu_batch.sh [stage[:seconds] ...]  (default: all stages; each 300 s at most)
-#   stages: tests alltests tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
+#   stages: tests alltests checks tests-la bench bench-la bench-la-kernels bench-la-general la-check la-sweep bench-<topic>
 #           state-probe profile tune tune-sweep export viz notebooks course course-student course-full grade zoo backward backward-probe fla-tests dask multi
 #           learner lesson06 rust-grid
 # Expects an offline machine with python3 holding torch and triton (the project is put on PYTHONPATH, the
@@ -79,6 +79,10 @@ run_stage() {  # stage name, time limit in seconds
            tail -35 "$log" ;;
     alltests) GPU_TESTS_RECORD=pytest-all.json timeout "$limit" python3 -m pytest -q -p no:cacheprovider --timeout=120 tests/kernels tests/test_testing.py \
              > "$log" 2>&1; echo "pytest exit $?"; tail -40 "$log" ;;
+    # every test of the checks (tests/checks: the engine, the lessons' checks and zoos), not only the GPU-marked ones,
+    # run where the checks take their GPU paths (the interpreter pre-check, the case alarm, TMA's rules, the allocator)
+    checks) GPU_TESTS_RECORD=pytest-checks.json timeout "$limit" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --timeout=150 \
+              --timeout-method=thread --durations=15 ${CHECKS_SELECT:-tests/checks} > "$log" 2>&1; echo "pytest exit $?"; tail -40 "$log" ;;
     tests-la) GPU_TESTS_RECORD=pytest-la.json timeout "$limit" python3 -m pytest -m gpu -v -p no:cacheprovider --durations=10 \
              tests/kernels/test_linear_attention_fused.py tests/kernels/test_linear_attention.py::test_gpu_agrees_with_fla \
              tests/kernels/test_linear_attention_lookback.py::test_gpu_dispatch_by_occupancy > "$log" 2>&1

@@ -180,6 +180,10 @@ NORM_MMA_PARTS = "both"
 #: programs (a [64, 64] tile of a head's state each, 1,024 at B4H16, each walking every chunk of its head) fit two
 #: an SM at fp32 (96 KiB against 208; 3xTF32 96 against 160) and four at 16 bits (48 against 104). "fp32-d256-
 #: bv128-loop": that and "fp32-d256-bv128" together (PERF.md, "fp32 at D=256").
+#: "fp32-d128-states": the states kernels for fp32 TF32 at K=128 (whose fused launch waits each chunk for k's
+#: synchronous load: TF32 products need k in two shared layouts), every tile copied asynchronously; the states'
+#: traffic is a quarter of the inputs' again each way. The normaliser's sums on the CUDA cores, as the fused TF32
+#: default keeps them (the wide form's error at TF32 was 3.5e-4 against 3e-7: "fp32-norm-wide").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -217,6 +221,8 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "states-loop": {(256, kind): dict(states_loop=True) for kind in ("16", "tf32", "tf32x3")},
     "fp32-d256-bv128-loop": {(256, "tf32"): dict(BT=64, states=2, BV=128, num_warps=8, num_stages=1,
                                                  norm_mma="wide", states_loop=True)},
+    "fp32-d128-states": {(128, "tf32"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
+                                             states_loop=True)},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
     "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},

@@ -539,6 +539,30 @@ def test_trying_states_loop(name, dtype, precision, normalize):
     agrees(case, o, final, normalize)
 
 
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_fp32_d128_states(normalize):
+    """fp32 TF32 at K=128 through the states kernels: right against float64 with every state in and out (V = 40
+    and 136: one V block and several); 3xTF32, 16-bit and packed calls keep their launches."""
+    with float32_matmul_precision("high"):
+        for V in (40, 136):
+            case = make(1, 70, 2, 72, V, torch.float32, seed=63, h0=True, z0=normalize)
+            init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+            with dispatch.trying("fp32-d128-states"):
+                launch = dispatch.launch_for(case["q"], case["v"])
+                o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+            assert launch.states == 2 and launch.norm_mma == ""
+            agrees(case, o, final, normalize)
+        with dispatch.trying("fp32-d128-states"):
+            gpu = dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132)
+            packed = dispatch.plan(128, 128, torch.float32, 8, 8, [100, 5000], 132, packed=True)
+            bf16 = dispatch.plan(128, 128, torch.bfloat16, 4, 16, [16384], 132)
+        assert (gpu.states, gpu.BT, gpu.BV, gpu.states_loop) == (2, 64, 64, True)
+        assert packed == dispatch.plan(128, 128, torch.float32, 8, 8, [100, 5000], 132, packed=True)
+        assert bf16 == dispatch.plan(128, 128, torch.bfloat16, 4, 16, [16384], 132)
+    with float32_matmul_precision("highest"), dispatch.trying("fp32-d128-states"):
+        assert dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132).states == 0
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_packed_d256_keeps_the_fused_launch(dtype):
     """The states kernels have no packed form: packed D=256 calls run the fused kernel's own launch (the tables

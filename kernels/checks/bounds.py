@@ -253,12 +253,16 @@ def root_cause(e: BaseException) -> BaseException:
 
 
 def explained(e: BaseException) -> str:
-    """``str(e)``, and the failed assertion where the error's root cause is a bare ``assert`` of Triton's (compiled
-    for a GPU, a ``CompilationError`` shows the learner's line and a caret, and nothing of why)."""
+    """``str(e)``, and why, where only the error's root cause says it: compiled for a GPU, a ``CompilationError``
+    shows the learner's line and a caret, and the reason is the error it was raised from (``tl.zeros([K, BV])`` with a
+    runtime ``K``: a TypeError naming the shape element), or a bare ``assert`` of Triton's, named by its statement."""
     text = str(e).strip()
-    failed = bare_assertion(root_cause(e))
+    root = root_cause(e)
+    failed = bare_assertion(root)
     if failed and failed not in text:
         text += ("\n" if text else "") + f"Triton's `{failed}` failed"
+    elif root is not e and (why := str(root).strip()) and why.splitlines()[0] not in text:
+        text += ("\n" if text else "") + f"{type(root).__name__}: {why}"
     return text
 
 

@@ -958,7 +958,9 @@ _CUDA_FAULTS = ("illegal memory access", "illegal address", "misaligned address"
 def your_code_raised(kind: str, message, ex: Exercise | None = None) -> str:
     """How a check reports the student's exception, in the notebook and in the grader (which sees only the type's
     name and the message, sent from the sandbox); ``ex``, the exercise, lets a stub's message name the function."""
-    text = str(message).strip()[:2000]
+    text = str(message).strip()
+    if len(text) > 2000:  # a compiler's message: the excerpt of the source first, why at the end
+        text = f"{text[:1200]}\n…\n{text[-700:]}"
     if kind == "NotImplementedError" and not text:  # the exercise's stub, as handed out
         names = " or ".join(f"`{n}`" for n in _function_names(ex)) if ex is not None else ""
         text = f"{names or 'it'} is not implemented yet: replace `raise NotImplementedError()` with your code"

@@ -192,6 +192,28 @@ def test_an_out_of_memory_that_torch_could_not_describe_says_out_of_memory():
     assert engine.your_code_raised("RuntimeError", "nvml is down") == "your code raised RuntimeError: nvml is down"
 
 
+def test_a_compile_error_says_why_not_only_where():
+    """Compiled for a GPU, Triton's CompilationError shows the learner's line and a caret, and keeps why in the error
+    it was raised from (``tl.zeros([K, BV])`` with a runtime K: a TypeError); the check's message carries both, once,
+    and a long one keeps its end, where the reason is."""
+    from kernels.checks.bounds import explained
+
+    where = "at 2:8:\ndef kern(x_ptr, K, BV: tl.constexpr):\n    s = tl.zeros([K, BV], dtype=tl.float32)\n        ^"
+    why = "Shape element 0 must have type `constexpr[int]`, got `constexpr[<class 'triton.language.core.tensor'>]`"
+    try:
+        try:
+            raise TypeError(why)
+        except TypeError as cause:
+            raise RuntimeError(where) from cause
+    except RuntimeError as e:
+        text = explained(e)
+    assert text.startswith(where) and text.endswith(f"TypeError: {why}")
+    plain = RuntimeError(f"{where}\n{why}")
+    assert explained(plain) == str(plain)  # no cause: as it was
+    long = engine.your_code_raised("CompilationError", "x" * 5000 + f"\nTypeError: {why}")
+    assert long.endswith(why) and len(long) < 2100
+
+
 def _timed_copy(device):
     x = torch.randn(1000, device=device)
     outs = {"out": poisoned(1000, device=device)}

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from kernels.checks.bounds import run_checked
 from kernels.checks.interp import FAULTS, bf16_fixed, to_bf16, to_f32
 
 
@@ -66,11 +67,16 @@ def _bf16(*shape, seed):
 
 
 def _run(kernel, *args, fixed: bool, **meta):
+    """One launch in the interpreter as the check engine runs one, bounds-checked (``run_checked``, which also lets a
+    process that compiles for a GPU interpret Triton's own @jit helpers: ``tl.sum``, ``tl.max``)."""
+    def launch():
+        interpreted(kernel)[(1,)](*args, **meta)
+
     if fixed:
         with bf16_fixed():
-            interpreted(kernel)[(1,)](*args, **meta)
+            run_checked(launch)
     else:
-        interpreted(kernel)[(1,)](*args, **meta)
+        run_checked(launch)
 
 
 def _arith_error(fixed):

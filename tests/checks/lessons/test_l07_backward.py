@@ -12,6 +12,7 @@ from lessonkit import edit, function, grade, kernel, solution_cells, zoo_source
 from kernels.checks.lessons.l04_chunked_linear_attention import recurrent
 from kernels.checks.lessons.l07_backward import REFERENCE_CHUNK, gradients
 from kernels.checks.provenance import Rejected, check_function_static
+from kernels.device import DEVICE
 from kernels.linear_attention.reference import reference_backward
 
 CELLS = solution_cells("07_backward")
@@ -288,7 +289,7 @@ def test_launches_are_counted_during_the_block_only():
 
     original = KernelInterface.__dict__["__getitem__"]
     dq_kernel = _lesson_namespace()["dq_kernel"]
-    k, v, do = (torch.randn(1, 5, 1, 16) for _ in range(3))
+    k, v, do = (torch.randn(1, 5, 1, 16, device=DEVICE) for _ in range(3))  # on a GPU machine the launches compile
     dq = torch.empty_like(k)
     args = (k, v, do, dq, 5, 1, 16, 16, 0.5, *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3])
     with Launches() as counter:

@@ -252,9 +252,14 @@ TRYING = ""
 #: adopted (PERF.md). "fp32-d256-states": an H100, 2026-12-07 (8 la-check cases; fp32 K=256 B4H16 T=4k, V 64 / 128
 #: / 256): TF32 raw 0.685 / 1.267 / 2.334 ms against 1.063 / 2.112 / 4.179, normalising 0.838 / 1.541 / 2.989
 #: against 2.229 / 4.413 / 8.771; 3xTF32 4 to 13 times faster (4.237 against 56.671 raw at V=256), its error
-#: against float64 lower (1.2e-7 against 1.7e-7 normalising).
+#: against float64 lower (1.2e-7 against 1.7e-7 normalising). "fp32-d256-bv128-s2": an H100, 2026-12-07, eleventh
+#: batch (4 la-check cases; the same rows under TF32): raw 0.686 / 1.208 / 2.280 ms against 0.687 / 1.264 / 2.336,
+#: normalising 0.847 / 1.447 / 2.795 against 0.848 / 1.544 / 2.990; "fp32-d256-bv128" (one stage) between them,
+#: "states-loop" and "fp32-d256-bv128-loop" slower on every row (the states kernel is bound by L1, whose 4-byte
+#: transposing copies a second program an SM only crowds), "fp32-d128-states" slower (3.822 against 2.651 ms
+#: normalising, fp32 D=128 B4H16 T=16k): candidates all (PERF.md, "fp32 at D=256").
 ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128",
-                            "fp32-d256-states")
+                            "fp32-d256-states", "fp32-d256-bv128-s2")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None, packed: bool = False) -> dict:

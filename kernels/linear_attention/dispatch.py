@@ -72,7 +72,9 @@ class Launch:
     ``states.py``'s states kernel, which runs first, so that every segment runs at once, with no phase A and no
     wait; not for packed sequences); ``states_loop``: the states kernel walks the chunks of a stored state in a loop,
     one set of pipeline buffers for all of them, where it otherwise unrolls them, a set each (fp32 K=V=256: 96 KiB
-    of shared memory, two programs an SM, against 208 KiB and one)."""
+    of shared memory, two programs an SM, against 208 KiB and one); ``kv_t``: k and v copied token-contiguous before
+    the states kernels, which then read the operands of their products over tokens as TF32 products need them
+    (K-major) with 16-byte copies, where otherwise each tile is copied transposed 4 bytes at a time."""
 
     L: int | None
     BT: int
@@ -87,6 +89,7 @@ class Launch:
     states: int = 0
     prefix: int = 0
     states_loop: bool = False
+    kv_t: bool = False
 
     def check(self) -> None:
         check_power_of_two("BT", self.BT, lo=16, hi=128)
@@ -184,6 +187,11 @@ NORM_MMA_PARTS = "both"
 #: synchronous load: TF32 products need k in two shared layouts), every tile copied asynchronously; the states'
 #: traffic is a quarter of the inputs' again each way. The normaliser's sums on the CUDA cores, as the fused TF32
 #: default keeps them (the wide form's error at TF32 was 3.5e-4 against 3e-7: "fp32-norm-wide").
+#: "fp32-d256-kvt": the fp32 D=256 states launches with k and v copied token-contiguous first
+#: (``Launch.kv_t``): an H100 found the states kernel bound by L1 (86.8% busy, DRAM 18%), whose TF32 tiles
+#: Triton copies transposed 4 bytes at a time; from the copies the tiles come 16 bytes a copy, K-major as TF32
+#: reads them, and the output kernel's stored states and ``scores · v`` likewise, for 2 x T·D·4 bytes a head and
+#: sequence written and read once more. "fp32-d128-kvt": "fp32-d128-states" so (PERF.md, "fp32 at D=256").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -223,6 +231,9 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
                                                  norm_mma="wide", states_loop=True)},
     "fp32-d128-states": {(128, "tf32"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
                                              states_loop=True)},
+    "fp32-d256-kvt": {(256, kind): dict(kv_t=True) for kind in ("tf32", "tf32x3")},
+    "fp32-d128-kvt": {(128, "tf32"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
+                                          kv_t=True)},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
     "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},
@@ -287,7 +298,7 @@ def _adopt(names: tuple[str, ...]) -> None:
 
 def _of_states(change: dict) -> bool:
     """Whether a candidate's change is to the states kernels' launch (which packed calls never run)."""
-    return bool(change.get("states") or change.get("states_loop"))
+    return bool(change.get("states") or change.get("states_loop") or change.get("kv_t"))
 
 
 def _one_pass(launch: Launch) -> Launch:

@@ -552,7 +552,7 @@ def _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize,
             raise ValueError("a launch with states set does not take packed sequences (cu_seqlens)")
         constants = dict(S=launch.states * launch.BT, BT=launch.BT, BV=BV, num_warps=launch.num_warps,
                          num_stages=launch.num_stages, precision=launch.precision, upcast=upcast_for_dot(q.dtype),
-                         qz_mma=bool(qz_mma), loop=launch.states_loop)
+                         qz_mma=bool(qz_mma), loop=launch.states_loop, kv_t=launch.kv_t)
         strides = (q.stride()[:3], k.stride()[:3], v.stride()[:3], contiguous_strides(B, T, H, V)[:3])
         return _Plan((B, T, H, K, V, N), launch, odtype, zdtype, zero_h0, grid, slot, 0, 0, constants, strides)
     nseg = max(cdiv(n, launch.L) for n in (lengths or [T]) + [1]) if chained and launch.prefix else 0

@@ -20,7 +20,7 @@ from ..device import INTERPRET
 from .reference import EPS
 from .sums import _query_key_sum_mma
 
-__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "stored_prefixes", "output_stages"]
+__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "stored_prefixes", "output_stages", "token_major"]
 
 _EPS = tl.constexpr(EPS)
 #: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice on a GPU (K = V =
@@ -33,14 +33,20 @@ STATE_STAGES = 3
 
 @triton.jit
 def _state_step(state, zs, k_base, v_base, rows, T, offs_k, offs_v, mk, mv, stride_kt, stride_vt,
-                NORMALIZE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    """One step of the walk: the tokens ``rows`` (a [BT] range) added to the state tile and the key sum."""
+                NORMALIZE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, KV_T: tl.constexpr):
+    """One step of the walk: the tokens ``rows`` (a [BT] range) added to the state tile and the key sum. ``KV_T``:
+    k and v come token-contiguous ([D, T] a head, ``stride_kt`` / ``stride_vt`` then their D axis's stride)."""
     mt = rows < T
     rows = rows.to(tl.int64)
-    kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
-                 other=0.0)  # [BT, BK]
-    vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
-                 other=0.0)  # [BT, BV]
+    if KV_T:  # tokens contiguous, zero-padded to whole blocks: masked by K and V alone, so copied 16 bytes a piece
+        kk = tl.load(k_base + offs_k[None, :] * stride_kt + rows[:, None], mask=mk[None, :],
+                     other=0.0)  # [BT, BK]: the K-major operand TF32 products read
+        vv = tl.load(v_base + offs_v[None, :] * stride_vt + rows[:, None], mask=mv[None, :], other=0.0)  # [BT, BV]
+    else:
+        kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
+                     other=0.0)  # [BT, BK]
+        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                     other=0.0)  # [BT, BV]
     if UPCAST:
         kk = kk.to(tl.float32)
         vv = vv.to(tl.float32)
@@ -61,11 +67,13 @@ def _states_kernel(
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, S: tl.constexpr,
     HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, NORMALIZE: tl.constexpr, HAS_Z0: tl.constexpr,
-    UPCAST: tl.constexpr, PRECISION: tl.constexpr, LOOP_ABOVE: tl.constexpr,
+    UPCAST: tl.constexpr, PRECISION: tl.constexpr, LOOP_ABOVE: tl.constexpr, KV_T: tl.constexpr,
 ):
     """Program (K tile · V tile, batch · head): the state's [BK, BV] tile before tokens ``i·S`` into ``h[b, h, i]``
     for i < NS, and with it (V tile 0) the key sum into ``z[b, h, i]``; then the final ones where asked. A stored
-    state's S / BT steps are walked in a loop when there are more than ``LOOP_ABOVE`` of them, else unrolled."""
+    state's S / BT steps are walked in a loop when there are more than ``LOOP_ABOVE`` of them, else unrolled.
+    ``KV_T``: k and v token-contiguous ([B, H, D, T'], the token strides then their D axis's), and the stored
+    states K-contiguous ([V, K] a state), the layouts whose tiles TF32 products read as they are copied."""
     NV: tl.constexpr = (V + BV - 1) // BV
     ik = tl.program_id(0) // NV
     iv = tl.program_id(0) % NV
@@ -79,7 +87,11 @@ def _states_kernel(
     mv = offs_v < V
     k_base = k_ptr + b * stride_kb + h * stride_kh
     v_base = v_ptr + b * stride_vb + h * stride_vh
-    offs_h = offs_k[:, None] * V + offs_v[None, :]  # [BK, BV]
+    offs_h = offs_k[:, None] * V + offs_v[None, :]  # [BK, BV] of the [K, V] states in and out
+    if KV_T:
+        offs_w = offs_k[:, None] + offs_v[None, :] * K  # the workspace's states K-contiguous
+    else:
+        offs_w = offs_h
     m_h = mk[:, None] & mv[None, :]
     if HAS_H0:
         state = tl.load(h0_ptr + bh * K * V + offs_h, mask=m_h, other=0.0).to(tl.float32)
@@ -89,7 +101,7 @@ def _states_kernel(
     if HAS_Z0:
         zs = tl.load(z0_ptr + bh * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     for i in range(0, NS):
-        tl.store(h_ptr + (bh * NS + i) * K * V + offs_h, state.to(h_ptr.dtype.element_ty), mask=m_h)
+        tl.store(h_ptr + (bh * NS + i) * K * V + offs_w, state.to(h_ptr.dtype.element_ty), mask=m_h)
         if NORMALIZE:
             tl.store(z_ptr + (bh * NS + i) * K + offs_k, zs, mask=mk & (iv == 0))
         if S // BT > LOOP_ABOVE:
@@ -98,11 +110,11 @@ def _states_kernel(
             # S=128 in fp32, Launch.states_loop)
             for r in range(0, S // BT):
                 state, zs = _state_step(state, zs, k_base, v_base, i * S + r * BT + offs_t, T, offs_k, offs_v, mk, mv,
-                                        stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION)
+                                        stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION, KV_T)
         else:
             for r in tl.static_range(S // BT):
                 state, zs = _state_step(state, zs, k_base, v_base, i * S + r * BT + offs_t, T, offs_k, offs_v, mk, mv,
-                                        stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION)
+                                        stride_kt, stride_vt, NORMALIZE, UPCAST, PRECISION, KV_T)
     if STORE_HT:
         tl.store(ht_ptr + bh * K * V + offs_h, state, mask=m_h)
     if NORMALIZE:
@@ -112,20 +124,21 @@ def _states_kernel(
 @triton.jit
 def _states_output_kernel(
     # pointers
-    q_ptr, k_ptr, v_ptr, o_ptr, h_ptr, z_ptr, den_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, h_ptr, z_ptr, den_ptr, vt_ptr,
     # sizes
     scale, T, H, NS,
-    # strides (batch, token, head; the last dimension is unit-stride)
+    # strides (batch, token, head; the last dimension is unit-stride); vt's D axis (KV_T)
     stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-    stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
+    stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh, stride_vtd,
     # meta-parameters
     K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, S: tl.constexpr,
     NORMALIZE: tl.constexpr, STORE_DEN: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-    QZ_MMA: tl.constexpr,
+    QZ_MMA: tl.constexpr, KV_T: tl.constexpr,
 ):
     """Program (V block, block of S tokens, batch · head): the block's output from the state stored before it,
     the K axis in slices of BK; ``q · z`` on the CUDA cores, or (QZ_MMA) as the product ``q · [z_hi | z_lo | 0]``
-    that the fused kernel's adopted form runs (``sums.py``)."""
+    that the fused kernel's adopted form runs (``sums.py``). ``KV_T``: the stored states K-contiguous, and v read
+    from ``vt`` ([B, H, V, T'], token-contiguous, rows ``stride_vtd`` apart) for ``scores · v``."""
     iv = tl.program_id(0)
     i = tl.program_id(1)
     bh = tl.program_id(2).to(tl.int64)
@@ -149,7 +162,11 @@ def _states_output_kernel(
         m_qk = mt[:, None] & mk[None, :]
         qq = tl.load(q_base + rows[:, None] * stride_qt + offs_k[None, :], mask=m_qk, other=0.0)  # [S, BK]
         kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=m_qk, other=0.0)  # [S, BK]
-        hh = tl.load(h_base + offs_k[:, None] * V + offs_v[None, :], mask=mk[:, None] & mv[None, :],
+        if KV_T:
+            h_at = h_base + offs_k[:, None] + offs_v[None, :] * K  # stored K-contiguous
+        else:
+            h_at = h_base + offs_k[:, None] * V + offs_v[None, :]
+        hh = tl.load(h_at, mask=mk[:, None] & mv[None, :],
                      other=0.0)  # [BK, BV]
         if UPCAST:
             qq = qq.to(tl.float32)
@@ -165,7 +182,12 @@ def _states_output_kernel(
                 qz += tl.sum(qq.to(tl.float32) * zz[None, :], 1)
     scores = tl.where(offs_t[:, None] >= offs_t[None, :], scores, 0.0)  # [S, S]
     v_base = v_ptr + b * stride_vb + h * stride_vh
-    vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
+    if KV_T:  # v token-contiguous ([B, H, V, T']): the K-major operand of `scores · v` under TF32
+        vt_base = vt_ptr + bh * V * stride_vtd
+        vv = tl.load(vt_base + offs_v[None, :] * stride_vtd + rows[:, None], mask=mv[None, :], other=0.0)
+    else:
+        vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
+                     other=0.0)
     if UPCAST:
         vv = vv.to(tl.float32)
     out = tl.dot(scores.to(vv.dtype), vv, out, input_precision=PRECISION)  # [S, BV]
@@ -183,53 +205,73 @@ def _states_output_kernel(
 
 def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: int, num_warps: int,
                 num_stages: int, precision: str, upcast: bool, qz_mma: bool, strides: tuple,
-                loop: bool = False) -> None:
+                loop: bool = False, kv_t: bool = False) -> None:
     """Run both kernels of one checked, unpacked call into the allocated outputs: ``o`` [B, T, H, V], ``ht`` (fp32
     [B, H, K, V] or None), ``zt`` ([B, 1, H, K] when normalising, else None), ``den`` ([B, T, H] fp32 or None);
     ``h0`` and ``z0`` the initial state and key sum or None. ``S`` tokens a stored state and an output block,
     ``BT`` a step of the states kernel, ``BV`` the output's V block; ``qz_mma``: ``q · z`` as a tensor-core product
     (any of the launch's tensor-core forms of it runs as the wide one, whose operand has the state product's shape);
-    ``strides``: q's, k's, v's and o's; ``loop``: the states kernel's steps in a loop (``Launch.states_loop``)."""
+    ``strides``: q's, k's, v's and o's; ``loop``: the states kernel's steps in a loop (``Launch.states_loop``);
+    ``kv_t``: k and v copied token-contiguous first, for the kernels' products over tokens (``Launch.kv_t``)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     normalize = zt is not None
     st_q, st_k, st_v, st_o = strides
     # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
+    kt, vt = (token_major(k, S), token_major(v, S)) if kv_t else (None, None)
     h, z = stored_prefixes(k, v, h0, ht, z0, zt, L=S, BT=BT, precision=precision, upcast=upcast,
-                           strides=(*st_k, *st_v), loop=loop)
+                           strides=(*st_k, *st_v), loop=loop, kv_t=(kt, vt) if kv_t else None)
     NS = h.shape[2]
     tile = _tile(K, V)
     if NS == 0:
         return
     _states_output_kernel[(triton.cdiv(V, BV), NS, B * H)](
-        q, k, v, o, h, z, den,
-        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o,
+        q, k, v, o, h, z, den, vt if kv_t else v,
+        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o, vt.stride(2) if kv_t else 0,
         K=K, V=V, BK=tile, BV=BV, S=S, NORMALIZE=normalize, STORE_DEN=den is not None, UPCAST=upcast,
-        PRECISION=precision, QZ_MMA=normalize and qz_mma, num_warps=num_warps,
+        PRECISION=precision, QZ_MMA=normalize and qz_mma, KV_T=kv_t, num_warps=num_warps,
         num_stages=output_stages(num_stages, normalize, qz_mma),
     )
 
 
 def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, upcast: bool,
-                    strides: tuple, loop: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    strides: tuple, loop: bool = False,
+                    kv_t: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The states kernel alone, for the fused kernel's segments (``Launch.prefix`` 3): the state before every ``L``
     tokens ([B, H, T/L, K, V], in the inputs' dtype) and, when ``zt`` is given (normalising), the key sum before
     them ([B, H, T/L, K], fp32); the final ones into ``ht`` and ``zt`` where given. ``strides``: k's and v's
-    (batch, token, head); ``loop``: a stored state's steps walked in a loop even when they are two."""
+    (batch, token, head); ``loop``: a stored state's steps walked in a loop even when they are two; ``kv_t``: k and
+    v token-contiguous (:func:`token_major`), read in their place, the states then stored K-contiguous (each
+    [K, V] state of the workspace holding its transpose: for ``states_pass`` alone)."""
     B, T, H, K = k.shape
     V = v.shape[-1]
     NS = triton.cdiv(T, L)
     h = torch.empty(B, H, NS, K, V, dtype=k.dtype, device=k.device)
     z = torch.empty(B, H, NS, K, dtype=torch.float32, device=k.device) if zt is not None else None
     tile = _tile(K, V)
+    if kv_t is not None:  # [B, H, D, T']: batch, the D axis in the token's place, head
+        k, v = kv_t
+        strides = (k.stride(0), k.stride(2), k.stride(1), v.stride(0), v.stride(2), v.stride(1))
     _states_kernel[(triton.cdiv(K, tile) * triton.cdiv(V, tile), B * H)](
         k, v, h, z, h0, ht, z0, zt,
         T, H, NS, *strides,
         K=K, V=V, BK=tile, BV=tile, BT=BT, S=L, HAS_H0=h0 is not None, STORE_HT=ht is not None,
         NORMALIZE=zt is not None, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
-        LOOP_ABOVE=1 if loop else 2, num_warps=STATE_WARPS, num_stages=1 if INTERPRET else STATE_STAGES,
+        LOOP_ABOVE=1 if loop else 2, KV_T=kv_t is not None, num_warps=STATE_WARPS,
+        num_stages=1 if INTERPRET else STATE_STAGES,
     )
     return h, z
+
+
+def token_major(x: torch.Tensor, block: int) -> torch.Tensor:
+    """``x`` [B, T, H, D] copied token-contiguous, [B, H, D, T'] with T' = T rounded up to whole ``block``s
+    (a multiple of 16) and the padding zeroed: the kernels read whole blocks unmasked along tokens, which lets
+    them copy their tiles 16 bytes a piece, and the zeros add nothing to a state or a product."""
+    B, T, H, D = x.shape
+    out = torch.empty(B, H, D, -(-T // block) * block, dtype=x.dtype, device=x.device)
+    out[..., :T].copy_(x.permute(0, 2, 3, 1))
+    out[..., T:].zero_()
+    return out
 
 
 def _tile(K: int, V: int) -> int:

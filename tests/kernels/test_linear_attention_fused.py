@@ -17,6 +17,7 @@ from kernels.linear_attention import chunk_linear_attn, dispatch
 from kernels.linear_attention import fused as fz
 from kernels.linear_attention.fused import Launch, fused_forward
 from kernels.linear_attention.reference import normalizer, reference_linear_attention
+from kernels.linear_attention.states import token_major
 from kernels.testing import assert_close, check_bad_input, randn, rel_error, tolerance
 
 # Whole sequences, and chained segments of 32 or 48 tokens with V split into blocks (ragged at V = 40).
@@ -564,6 +565,36 @@ def test_trying_fp32_d128_states(normalize):
         assert dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132).states == 0
 
 
+@pytest.mark.parametrize("name,K,precision", [("fp32-d256-kvt", 136, "high"), ("fp32-d256-kvt", 136, "highest"),
+                                              ("fp32-d128-kvt", 72, "high")], ids=["d256-tf32", "d256-tf32x3", "d128"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_trying_fp32_kvt(name, K, precision, normalize):
+    """k and v copied token-contiguous before the fp32 states kernels (``Launch.kv_t``): right against float64 with
+    every state in and out, at lengths that are not whole blocks (the copies' zero padding read as tokens) and V
+    blocks and K tiles of several pieces; the copy itself is [B, H, D, T'] with T' whole blocks and zeros after T;
+    packed and 16-bit plans unchanged."""
+    with float32_matmul_precision(precision):
+        for T, V in ((70, 40), (33, 136)):
+            case = make(2, T, 2, K, V, torch.float32, seed=64, h0=True, z0=normalize)
+            init = (case["initial_state"], case["z_state"]) if normalize else case["initial_state"]
+            with dispatch.trying(name):
+                launch = dispatch.launch_for(case["q"], case["v"])
+                o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"], init, True, normalize)
+            assert launch.states == 2 and launch.kv_t
+            agrees(case, o, final, normalize)
+        with dispatch.trying(name):
+            gpu = dispatch.plan(K, K, torch.float32, 4, 16, [4096], 132)
+            packed = dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True)
+            bf16 = dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
+        assert gpu.states == 2 and gpu.kv_t
+        assert packed == dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True)
+        assert bf16 == dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
+    x = torch.randn(2, 70, 3, 5)
+    t = token_major(x, 32)
+    assert t.shape == (2, 3, 5, 96) and t.is_contiguous()
+    assert torch.equal(t[..., :70], x.permute(0, 2, 3, 1)) and not t[..., 70:].any()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_packed_d256_keeps_the_fused_launch(dtype):
     """The states kernels have no packed form: packed D=256 calls run the fused kernel's own launch (the tables
@@ -610,9 +641,9 @@ def test_states_kernels_compile_for_sm90():
     module = "kernels.linear_attention.states"
     ptx = compile_for_sm90([
         (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True,
-                                        LOOP_ABOVE=1 if lo.states_loop else 2),
+                                        LOOP_ABOVE=1 if lo.states_loop else 2, KV_T=lo.kv_t),
          dict(num_warps=states.STATE_WARPS, num_stages=states.STATE_STAGES)),
-        (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True, QZ_MMA=True),
+        (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True, QZ_MMA=True, KV_T=lo.kv_t),
          dict(num_warps=change["num_warps"], num_stages=change["num_stages"])),
     ], dtypes=("bf16",), scalars={"scale": "fp32", **{f"{n}_ptr": "*fp32" for n in ("z", "h0", "ht", "z0", "zt",
                                                                                     "den")}})

@@ -191,7 +191,9 @@ NORM_MMA_PARTS = "both"
 #: (``Launch.kv_t``): an H100 found the states kernel bound by L1 (86.8% busy, DRAM 18%), whose TF32 tiles
 #: Triton copies transposed 4 bytes at a time; from the copies the tiles come 16 bytes a copy, K-major as TF32
 #: reads them, and the output kernel's stored states and ``scores · v`` likewise, for 2 x T·D·4 bytes a head and
-#: sequence written and read once more. "fp32-d128-kvt": "fp32-d128-states" so (PERF.md, "fp32 at D=256").
+#: sequence written and read once more. "fp32-d256-kvt-loop": that with "states-loop"'s one set of buffers (96 KiB,
+#: two programs an SM, where the L1 the 4-byte copies filled is freed). "fp32-d128-kvt": "fp32-d128-states" so
+#: (PERF.md, "fp32 at D=256").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -232,6 +234,7 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-d128-states": {(128, "tf32"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
                                              states_loop=True)},
     "fp32-d256-kvt": {(256, kind): dict(kv_t=True) for kind in ("tf32", "tf32x3")},
+    "fp32-d256-kvt-loop": {(256, kind): dict(kv_t=True, states_loop=True) for kind in ("tf32", "tf32x3")},
     "fp32-d128-kvt": {(128, "tf32"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
                                           kv_t=True)},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},

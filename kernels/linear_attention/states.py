@@ -263,14 +263,36 @@ def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, up
     return h, z
 
 
+@triton.jit
+def _token_major_kernel(x_ptr, out_ptr, T, H, TP, stride_xb, stride_xt, stride_xh, stride_xd,
+                        D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
+    """Program (token block, D block, batch · head): x's [BT, BD] tile, read along D, written transposed along
+    tokens into ``out`` [B, H, D, TP]; tokens from T to TP written as zeros."""
+    it = tl.program_id(0)
+    bh = tl.program_id(2).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    rows = it * BT + tl.arange(0, BT)
+    cols = tl.program_id(1) * BD + tl.arange(0, BD)
+    mc = cols < D
+    tile = tl.load(x_ptr + b * stride_xb + h * stride_xh + rows[:, None].to(tl.int64) * stride_xt
+                   + cols[None, :] * stride_xd, mask=(rows[:, None] < T) & mc[None, :], other=0.0)  # [BT, BD]
+    tl.store(out_ptr + (bh * D + cols[:, None]) * TP + rows[None, :], tl.trans(tile),
+             mask=mc[:, None] & (rows[None, :] < TP))
+
+
 def token_major(x: torch.Tensor, block: int) -> torch.Tensor:
     """``x`` [B, T, H, D] copied token-contiguous, [B, H, D, T'] with T' = T rounded up to whole ``block``s
     (a multiple of 16) and the padding zeroed: the kernels read whole blocks unmasked along tokens, which lets
-    them copy their tiles 16 bytes a piece, and the zeros add nothing to a state or a product."""
+    them copy their tiles 16 bytes a piece, and the zeros add nothing to a state or a product. One pass of
+    [64, 64] tiles (16 under the interpreter), each read along D and written along tokens."""
     B, T, H, D = x.shape
-    out = torch.empty(B, H, D, -(-T // block) * block, dtype=x.dtype, device=x.device)
-    out[..., :T].copy_(x.permute(0, 2, 3, 1))
-    out[..., T:].zero_()
+    TP = -(-T // block) * block
+    out = torch.empty(B, H, D, TP, dtype=x.dtype, device=x.device)
+    tile = 16 if INTERPRET else 64
+    if out.numel():
+        _token_major_kernel[(triton.cdiv(TP, tile), triton.cdiv(D, tile), B * H)](
+            x, out, T, H, TP, *x.stride(), D=D, BT=tile, BD=tile, num_warps=4)
     return out
 
 

@@ -565,8 +565,9 @@ def test_trying_fp32_d128_states(normalize):
         assert dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132).states == 0
 
 
-@pytest.mark.parametrize("name,K,precision", [("fp32-d256-kvt", 136, "high"), ("fp32-d256-kvt", 136, "highest"),
-                                              ("fp32-d128-kvt", 72, "high")], ids=["d256-tf32", "d256-tf32x3", "d128"])
+@pytest.mark.parametrize("name,K,precision", [
+    ("fp32-d256-kvt", 136, "high"), ("fp32-d256-kvt", 136, "highest"), ("fp32-d256-kvt-loop", 136, "high"),
+    ("fp32-d128-kvt", 72, "high")], ids=["d256-tf32", "d256-tf32x3", "d256-loop", "d128"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_fp32_kvt(name, K, precision, normalize):
     """k and v copied token-contiguous before the fp32 states kernels (``Launch.kv_t``): right against float64 with
@@ -589,10 +590,11 @@ def test_trying_fp32_kvt(name, K, precision, normalize):
         assert gpu.states == 2 and gpu.kv_t
         assert packed == dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True)
         assert bf16 == dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
-    x = torch.randn(2, 70, 3, 5)
-    t = token_major(x, 32)
-    assert t.shape == (2, 3, 5, 96) and t.is_contiguous()
-    assert torch.equal(t[..., :70], x.permute(0, 2, 3, 1)) and not t[..., 70:].any()
+    for x in (torch.randn(2, 70, 3, 5), torch.randn(2, 3, 70, 5).transpose(1, 2)):  # D=5; a strided view
+        torch.empty(2 * 3 * 5 * 96).fill_(float("nan"))  # memory the copy may be handed next: poisoned
+        t = token_major(x, 32)
+        assert t.shape == (2, 3, 5, 96) and t.is_contiguous()
+        assert torch.equal(t[..., :70], x.permute(0, 2, 3, 1)) and torch.equal(t[..., 70:], torch.zeros(2, 3, 5, 26))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])

@@ -36,13 +36,13 @@ def _state_step(state, zs, k_base, v_base, rows, T, offs_k, offs_v, mk, mv, stri
                 NORMALIZE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, KV_T: tl.constexpr):
     """One step of the walk: the tokens ``rows`` (a [BT] range) added to the state tile and the key sum. ``KV_T``:
     k and v come token-contiguous ([D, T] a head, ``stride_kt`` / ``stride_vt`` then their D axis's stride)."""
-    mt = rows < T
     rows = rows.to(tl.int64)
     if KV_T:  # tokens contiguous, zero-padded to whole blocks: masked by K and V alone, so copied 16 bytes a piece
         kk = tl.load(k_base + offs_k[None, :] * stride_kt + rows[:, None], mask=mk[None, :],
                      other=0.0)  # [BT, BK]: the K-major operand TF32 products read
         vv = tl.load(v_base + offs_v[None, :] * stride_vt + rows[:, None], mask=mv[None, :], other=0.0)  # [BT, BV]
     else:
+        mt = rows < T
         kk = tl.load(k_base + rows[:, None] * stride_kt + offs_k[None, :], mask=mt[:, None] & mk[None, :],
                      other=0.0)  # [BT, BK]
         vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
@@ -181,11 +181,11 @@ def _states_output_kernel(
             else:
                 qz += tl.sum(qq.to(tl.float32) * zz[None, :], 1)
     scores = tl.where(offs_t[:, None] >= offs_t[None, :], scores, 0.0)  # [S, S]
-    v_base = v_ptr + b * stride_vb + h * stride_vh
     if KV_T:  # v token-contiguous ([B, H, V, T']): the K-major operand of `scores · v` under TF32
         vt_base = vt_ptr + bh * V * stride_vtd
         vv = tl.load(vt_base + offs_v[None, :] * stride_vtd + rows[:, None], mask=mv[None, :], other=0.0)
     else:
+        v_base = v_ptr + b * stride_vb + h * stride_vh
         vv = tl.load(v_base + rows[:, None] * stride_vt + offs_v[None, :], mask=mt[:, None] & mv[None, :],
                      other=0.0)
     if UPCAST:
@@ -218,16 +218,16 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
     normalize = zt is not None
     st_q, st_k, st_v, st_o = strides
     # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
-    kt, vt = (token_major(k, S), token_major(v, S)) if kv_t else (None, None)
+    copies = (token_major(k, S), token_major(v, S)) if kv_t else None
     h, z = stored_prefixes(k, v, h0, ht, z0, zt, L=S, BT=BT, precision=precision, upcast=upcast,
-                           strides=(*st_k, *st_v), loop=loop, kv_t=(kt, vt) if kv_t else None)
+                           strides=(*st_k, *st_v), loop=loop, kv_t=copies)
     NS = h.shape[2]
     tile = _tile(K, V)
     if NS == 0:
         return
     _states_output_kernel[(triton.cdiv(V, BV), NS, B * H)](
-        q, k, v, o, h, z, den, vt if kv_t else v,
-        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o, vt.stride(2) if kv_t else 0,
+        q, k, v, o, h, z, den, copies[1] if copies else v,
+        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o, copies[1].stride(2) if copies else 0,
         K=K, V=V, BK=tile, BV=BV, S=S, NORMALIZE=normalize, STORE_DEN=den is not None, UPCAST=upcast,
         PRECISION=precision, QZ_MMA=normalize and qz_mma, KV_T=kv_t, num_warps=num_warps,
         num_stages=output_stages(num_stages, normalize, qz_mma),

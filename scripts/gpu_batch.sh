@@ -139,9 +139,8 @@ run_stage() {  # stage name, time limit in seconds
     # the fused kernel of each row under ncu (its speed of light, launch and occupancy, or PROFILE_SECTIONS), then the row's time a call
     # back to back and the host's time of one call: results/gpu/profile-ROW.txt
     profile) for row in ${PROFILE_ROWS:-packed dense}; do
-               # the fused kernel's one launch, or (fp32-d256) the states kernel and the output kernel after it
-               kernel=regex:_fused_linear; count=1
-               [ "$row" = fp32-d256 ] && { kernel=regex:_states; count=2; }
+               # the kernels one call of the row launches (the fused kernel, or the states launch's two)
+               read -r kernel count <<< "$(python3 scripts/profile_row.py "$row" --kernels)"
                { timeout $(( limit / 3 )) /usr/local/cuda/bin/ncu --clock-control none -k "$kernel" -s 2 -c "$count" \
                    $(for s in ${PROFILE_SECTIONS:-SpeedOfLight LaunchStats Occupancy}; do echo --section "$s"; done) \
                    python3 scripts/profile_row.py "$row" \

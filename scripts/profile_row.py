@@ -6,10 +6,11 @@ back to back and the host's time of one call, as one JSON line (GPU only):
 
 rows: ``packed`` (eight packed sequences, 64k tokens, bf16 K=V=128 H=16, normalising: the targets set's
 ``norm bf16 K128V128 varlen8``), ``dense`` (the same tokens as B4H16 T=16k), ``long`` (B1H8 T=256k),
-``fp32-d256`` (fp32 K=V=256 B4H16 T=4k under torch's "high" precision, TF32: the states kernels, so profile it
-with ``-k regex:_states`` and ``-c 2``); ``raw`` for ``normalize=False``. The back-to-back time of a packed call
-holds the host's work after it reads its offsets (which waits for the GPU): PERF.md, "The packed row's missing
-0.18 ms"."""
+``fp32-d256`` (fp32 K=V=256 B4H16 T=4k under torch's "high" precision, TF32: the states kernels); ``raw`` for
+``normalize=False``. ``--kernels`` prints the ncu filter and count of the kernels one call of the row launches
+(``regex:_fused_linear 1``, or ``regex:_states 2``), which ``scripts/gpu_batch.sh profile`` reads. The
+back-to-back time of a packed call holds the host's work after it reads its offsets (which waits for the GPU):
+PERF.md, "The packed row's missing 0.18 ms"."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,8 @@ from kernels.linear_attention.bench_general import PACKED
 # row -> (B, T, H, D, dtype)
 ROWS = {"packed": (1, sum(PACKED), 16, 128, torch.bfloat16), "dense": (4, 16384, 16, 128, torch.bfloat16),
         "long": (1, 262144, 8, 128, torch.bfloat16), "fp32-d256": (4, 4096, 16, 256, torch.float32)}
+#: the kernels one call of a row launches, as ncu's filter and count: the fused kernel, or the states launch's two
+KERNELS = {"fp32-d256": ("regex:_states", 2)}
 
 
 def inputs(row: str):
@@ -65,6 +68,9 @@ def timing(call, *, groups: int = 7, calls: int = 20) -> dict:
 
 def main(argv: list[str]) -> None:
     row = next((a for a in argv if a in ROWS), "packed")
+    if "--kernels" in argv:
+        print(*KERNELS.get(row, ("regex:_fused_linear", 1)))
+        return
     normalize = "raw" not in argv
     if ROWS[row][4] == torch.float32:
         torch.set_float32_matmul_precision("high")

@@ -194,6 +194,11 @@ NORM_MMA_PARTS = "both"
 #: sequence written and read once more. "fp32-d256-kvt-loop": that with "states-loop"'s one set of buffers (96 KiB,
 #: two programs an SM, where the L1 the 4-byte copies filled is freed). "fp32-d128-kvt": "fp32-d128-states" so
 #: (PERF.md, "fp32 at D=256").
+#: "fp32x3-d256-cuda": 3xTF32 D=256 normalising with the normaliser's sums on the CUDA cores: the wide form's
+#: products, three a sum at 3xTF32, spill 3,748 bytes a thread in the output kernel (sm_90a, K=V=256 BV 64), the
+#: CUDA-core sums 1,008 (raw: 660), and an H100 took 16.1 ms normalising against 4.3 raw. "fp32x3-d256-bv32": that
+#: in output V blocks of 32 (736 bytes; twice the recomputed scores). Raw calls are unchanged by either but the V
+#: blocks (PERF.md, "fp32 at D=256").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -237,6 +242,8 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "fp32-d256-kvt-loop": {(256, kind): dict(kv_t=True, states_loop=True) for kind in ("tf32", "tf32x3")},
     "fp32-d128-kvt": {(128, "tf32"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
                                           kv_t=True)},
+    "fp32x3-d256-cuda": {(256, "tf32x3"): dict(norm_mma="")},
+    "fp32x3-d256-bv32": {(256, "tf32x3"): dict(norm_mma="", BV=32)},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
     "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},
@@ -271,9 +278,14 @@ TRYING = ""
 #: normalising 0.847 / 1.447 / 2.795 against 0.848 / 1.544 / 2.990; "fp32-d256-bv128" (one stage) between them,
 #: "states-loop" and "fp32-d256-bv128-loop" slower on every row (the states kernel is bound by L1, whose 4-byte
 #: transposing copies a second program an SM only crowds), "fp32-d128-states" slower (3.822 against 2.651 ms
-#: normalising, fp32 D=128 B4H16 T=16k): candidates all (PERF.md, "fp32 at D=256").
+#: normalising, fp32 D=128 B4H16 T=16k): candidates all (PERF.md, "fp32 at D=256"). "fp32-d256-kvt": an H100,
+#: 2026-12-07, twelfth batch (12 la-check cases; the same rows): TF32 normalising 0.726 / 0.946 / 1.504 ms against
+#: 0.843 / 1.476 / 2.854 (fla 1.365 / 1.708 / 2.440), raw 0.709 / 0.927 ms against 0.689 / 1.225 at V 64 / 128
+#: (V 64 raw the one row 3% slower); 3xTF32 raw 1.089 / 1.792 / 3.286 against 1.169 / 2.205 / 4.309.
+#: "fp32-d256-kvt-loop" was wrong once there (a large normalising case with states, o 5e-3 off): a candidate
+#: still, and "fp32-d128-kvt" no faster (2.755 against 2.677 ms): one too.
 ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128",
-                            "fp32-d256-states", "fp32-d256-bv128-s2")
+                            "fp32-d256-states", "fp32-d256-bv128-s2", "fp32-d256-kvt")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None, packed: bool = False) -> dict:

@@ -68,3 +68,34 @@ def test_warm_performance_runs_each_baseline_once_and_measures_the_targets(monke
     assert engine.warm_performance(between=lambda: calls.append("between")) == {"98_warm.targeted": (0.5, "twice")}
     assert calls == [((), (37,)), ((), (37,)), "between", "target"]  # the targets after the cache's snapshot
     assert engine.warm_performance(lessons={"97_other"}) == {} and len(calls) == 4  # only the lessons graded
+
+
+def test_a_floor_measured_beside_other_work_is_measured_again(monkeypatch):
+    """The ceilings behind the floor are measured in the grading process; measured while another grader used the
+    same GPU they come out low and the floor high, above an honest kernel's time. A time under the floor gets them
+    measured again (the highest rate kept) before the kernel is said to skip work; one that stays under it fails."""
+    import torch
+
+    from kernels.checks import engine, spec
+
+    def inputs(case, gen):
+        return {"x": torch.randn(case["n"], generator=gen)}
+
+    def copy(args, inputs, outputs, case):
+        outputs["out"].copy_(inputs["x"])
+
+    case = spec.Case("n=37", dict(n=37))
+    ex = spec.Exercise(id="98_floor.copy", args=("kernel",), signature="k(x_ptr, out_ptr, n)", description="",
+                       make_inputs=inputs, run=copy,
+                       outputs=lambda case, inputs: {"out": ((case["n"],), torch.float32)},
+                       reference=lambda inputs, case: {"out": inputs["x"]}, visible=[case],
+                       performance=spec.Performance(case=case, baseline=copy, min_speedup=0.01,
+                                                    floor=lambda case: (8 * case["n"], 0)))
+    for floors, passes in (([1e3, 1e3, 1e-9], True), ([1e3] * (engine.FLOOR_REMEASURES + 1) + [1e-9], False)):
+        measured = iter(floors)
+        monkeypatch.setattr(engine, "_floor_ms", lambda perf, measured=measured: (next(measured), 1e12))
+        timing = engine.time_performance(ex, (), seed=0)
+        verdict = engine.perf_verdict(ex, timing)
+        assert (verdict == []) is passes, verdict
+        if not passes:
+            assert "faster than the hardware floor" in verdict[0] and timing["floor_ms"] == 1e3

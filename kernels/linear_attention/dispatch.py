@@ -283,9 +283,12 @@ TRYING = ""
 #: 0.843 / 1.476 / 2.854 (fla 1.365 / 1.708 / 2.440), raw 0.709 / 0.927 ms against 0.689 / 1.225 at V 64 / 128
 #: (V 64 raw the one row 3% slower); 3xTF32 raw 1.089 / 1.792 / 3.286 against 1.169 / 2.205 / 4.309.
 #: "fp32-d256-kvt-loop" was wrong once there (a large normalising case with states, o 5e-3 off): a candidate
-#: still, and "fp32-d128-kvt" no faster (2.755 against 2.677 ms): one too.
+#: still, and "fp32-d128-kvt" no faster (2.755 against 2.677 ms): one too. "fp32x3-d256-cuda": an H100,
+#: 2026-12-07, thirteenth batch (4 la-check cases; 3xTF32 K=256 B4H16 T=4k normalising, V 64 / 128 / 256): 1.352 /
+#: 2.318 / 4.257 ms against 4.323 / 8.175 / 15.936 (fla, at TF32: 1.363 / 1.704 / 2.429), its error against float64
+#: the same 1.2e-7; "fp32x3-d256-bv32" between them (1.670 / 2.989 / 5.588, raw 22-34% slower): a candidate.
 ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128",
-                            "fp32-d256-states", "fp32-d256-bv128-s2", "fp32-d256-kvt")
+                            "fp32-d256-states", "fp32-d256-bv128-s2", "fp32-d256-kvt", "fp32x3-d256-cuda")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None, packed: bool = False) -> dict:

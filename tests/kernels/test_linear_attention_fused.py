@@ -487,8 +487,9 @@ def test_trying_fp32_d256_states(precision, normalize):
         default = dispatch.plan(256, 256, torch.float32, 2, 8, [16384], 132)
     assert launch.states == 2 and packed.states == 0
     assert gpu.states == 2 and gpu.BT == 64 and gpu.BV == 64 and gpu.precision == dispatch.PRECISIONS[precision]
-    # adopted after it under TF32: "fp32-d256-bv128-s2", output V blocks of 128
-    assert default == (dataclasses.replace(gpu, BV=128) if precision == "high" else gpu)
+    # adopted after it: under TF32 "fp32-d256-bv128-s2", output V blocks of 128; under 3xTF32 "fp32x3-d256-cuda",
+    # the normaliser's sums on the CUDA cores
+    assert default == dataclasses.replace(gpu, **dict(BV=128) if precision == "high" else dict(norm_mma=""))
     agrees(case, o, final, normalize)
 
 

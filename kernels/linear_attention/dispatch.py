@@ -198,7 +198,10 @@ NORM_MMA_PARTS = "both"
 #: products, three a sum at 3xTF32, spill 3,748 bytes a thread in the output kernel (sm_90a, K=V=256 BV 64), the
 #: CUDA-core sums 1,008 (raw: 660), and an H100 took 16.1 ms normalising against 4.3 raw. "fp32x3-d256-bv32": that
 #: in output V blocks of 32 (736 bytes; twice the recomputed scores). Raw calls are unchanged by either but the V
-#: blocks (PERF.md, "fp32 at D=256").
+#: blocks (PERF.md, "fp32 at D=256"). "fp32x3-d128-states": 3xTF32 at K <= 128 through the states kernels as D=256
+#: runs them (k and v token-contiguous, the sums on the CUDA cores), where the fused kernel spills 1,152 bytes a
+#: thread raw and 1,580 normalising at K=V=128 (sm_90a): the output kernel spills 672 and 932, the states kernel
+#: none (PERF.md, "3xTF32 at K <= 128").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -244,6 +247,8 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
                                           kv_t=True)},
     "fp32x3-d256-cuda": {(256, "tf32x3"): dict(norm_mma="")},
     "fp32x3-d256-bv32": {(256, "tf32x3"): dict(norm_mma="", BV=32)},
+    "fp32x3-d128-states": {(bk, "tf32x3"): dict(BT=64, states=2, BV=64, num_warps=8, num_stages=2, norm_mma="",
+                                                kv_t=True) for bk in (64, 128)},
     "norm-mid-w8": {(128, "16"): dict(norm_mma="mid", num_warps=8)},
     "d128-s2": {(128, "16"): dict(num_stages=2)},
     "lookback-512": {(bk, "16"): dict(prefix=1, L=512) for bk in (64, 128)},

@@ -568,8 +568,10 @@ def test_trying_fp32_d128_states(normalize):
 
 @pytest.mark.parametrize("name,K,precision", [
     ("fp32-d256-kvt", 136, "high"), ("fp32-d256-kvt", 136, "highest"), ("fp32-d256-kvt-loop", 136, "high"),
-    ("fp32-d128-kvt", 72, "high"), ("fp32x3-d256-cuda", 136, "highest"), ("fp32x3-d256-bv32", 136, "highest")],
-    ids=["d256-tf32", "d256-tf32x3", "d256-loop", "d128", "d256-tf32x3-cuda", "d256-tf32x3-bv32"])
+    ("fp32-d128-kvt", 72, "high"), ("fp32x3-d256-cuda", 136, "highest"), ("fp32x3-d256-bv32", 136, "highest"),
+    ("fp32x3-d128-states", 72, "highest"), ("fp32x3-d128-states", 40, "highest")],
+    ids=["d256-tf32", "d256-tf32x3", "d256-loop", "d128", "d256-tf32x3-cuda", "d256-tf32x3-bv32", "d128-tf32x3",
+         "d64-tf32x3"])
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
 def test_trying_fp32_kvt(name, K, precision, normalize):
     """k and v copied token-contiguous before the fp32 states kernels (``Launch.kv_t``): right against float64 with

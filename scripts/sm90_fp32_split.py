@@ -128,8 +128,53 @@ def _loop_halves(q_ptr, k_ptr, v_ptr, o_ptr, T, stride_k, stride_v, K: tl.conste
         tl.store(o_ptr + rows[:, None] * stride_v + offs_v[None, :], out)
 
 
+@triton.jit
+def _dot3_parts(ah, al, bh, bl, acc):
+    """``acc + a·b`` from parts split before the product (``a = ah + al``, ``b = bh + bl``, each high part
+    TF32-exact): three TF32 products, the small ones first."""
+    acc = tl.dot(al, bh, acc, input_precision="tf32")
+    acc = tl.dot(ah, bl, acc, input_precision="tf32")
+    return tl.dot(ah, bh, acc, input_precision="tf32")
+
+
+@triton.jit
+def _loop_presplit(q_ptr, k_ptr, v_ptr, o_ptr, T, stride_k, stride_v, K: tl.constexpr, BV: tl.constexpr,
+                   BT: tl.constexpr, HAND: tl.constexpr):
+    """As ``_loop`` at 3xTF32 with q, k and v split into their parts in memory by a pass before (high parts at
+    the pointers, the rest ``T`` rows further on): the products' memory operands arrive split, as a TF32
+    product's do, and only the register-held ones (the scores, the state) are split in the loop; HAND 4: k and v
+    so, q split in the loop."""
+    offs_t = tl.arange(0, BT)
+    offs_k = tl.arange(0, K)
+    offs_v = tl.program_id(0) * BV + tl.arange(0, BV)
+    state = tl.zeros([K, BV], dtype=tl.float32)
+    causal = offs_t[:, None] >= offs_t[None, :]
+    lo_k = T * stride_k
+    lo_v = T * stride_v
+    for s in range(0, T, BT):
+        rows = (s + offs_t).to(tl.int64)
+        qa = q_ptr + rows[:, None] * stride_k + offs_k[None, :]
+        ka = k_ptr + rows[:, None] * stride_k + offs_k[None, :]
+        va = v_ptr + rows[:, None] * stride_v + offs_v[None, :]
+        if HAND == 4:  # q split here: an A operand, which wgmma may read from registers
+            qh, ql = _tf32_parts(tl.load(qa))
+        else:
+            qh, ql = tl.load(qa), tl.load(qa + lo_k)
+        kh, kl = tl.load(ka), tl.load(ka + lo_k)
+        vh, vl = tl.load(va), tl.load(va + lo_v)
+        scores = _dot3_parts(qh, ql, tl.trans(kh), tl.trans(kl), tl.zeros([BT, BT], dtype=tl.float32))
+        scores = tl.where(causal, scores, 0.0)
+        sh, sl = _tf32_parts(state)
+        out = _dot3_parts(qh, ql, sh, sl, tl.zeros([BT, BV], dtype=tl.float32))
+        ph, pl = _tf32_parts(scores)
+        out = _dot3_parts(ph, pl, vh, vl, out)
+        tl.store(o_ptr + rows[:, None] * stride_v + offs_v[None, :], out)
+        state = _dot3_parts(tl.trans(kh), tl.trans(kl), vh, vl, state)
+
+
 FORMS = {"tf32": (_loop, 2), "triton": (_loop, 0), "hand": (_loop, 1), "halves": (_loop_halves, 1),
-         "bf16x6": (_loop, 3)}
+         "bf16x6": (_loop, 3), "presplit": (_loop_presplit, 1),
+         "presplit-kv": (_loop_presplit, 4)}
 
 
 def table(wanted) -> Iterator[tuple[str, dict, str]]:

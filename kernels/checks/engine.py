@@ -788,7 +788,7 @@ def time_performance(ex: Exercise, args: tuple, seed: int, target: tuple[float, 
     for _ in range(FLOOR_REMEASURES):
         # a floor above the student's time may come from ceilings measured while other work shared the GPU
         # (graders on one GPU side by side): measured again, the highest rate is kept, so it can only come down
-        if student["ms"] * perf.slack >= floor_ms:
+        if student["ms"] * perf.slack >= floor_ms or faults or mismatch:  # no floor judged, or none too high
             break
         floor_ms, bw = _floor_ms(perf)
     out = {"student_ms": student["ms"], "baseline_ms": baseline["ms"], "floor_ms": floor_ms, "bandwidth_Bps": bw,

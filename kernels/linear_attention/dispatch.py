@@ -196,12 +196,13 @@ NORM_MMA_PARTS = "both"
 #: (PERF.md, "fp32 at D=256").
 #: "fp32x3-d256-cuda": 3xTF32 D=256 normalising with the normaliser's sums on the CUDA cores: the wide form's
 #: products, three a sum at 3xTF32, spill 3,748 bytes a thread in the output kernel (sm_90a, K=V=256 BV 64), the
-#: CUDA-core sums 1,008 (raw: 660), and an H100 took 16.1 ms normalising against 4.3 raw. "fp32x3-d256-bv32": that
-#: in output V blocks of 32 (736 bytes; twice the recomputed scores). Raw calls are unchanged by either but the V
-#: blocks (PERF.md, "fp32 at D=256"). "fp32x3-d128-states": 3xTF32 at K <= 128 through the states kernels as D=256
-#: runs them (k and v token-contiguous, the sums on the CUDA cores), where the fused kernel spills 1,152 bytes a
-#: thread raw and 1,580 normalising at K=V=128 (sm_90a): the output kernel spills 672 and 932, the states kernel
-#: none (PERF.md, "3xTF32 at K <= 128").
+#: CUDA-core sums 1,008 (raw: 660; both with k and v copied, ``kv_t``), and an H100 took 16.1 ms normalising against
+#: 4.3 raw. "fp32x3-d256-bv32": that in output V blocks of 32 (736 bytes; twice the recomputed scores), which
+#: changes raw calls too; "fp32x3-d256-cuda" leaves them as they are (PERF.md, "fp32 at D=256").
+#: "fp32x3-d128-states": 3xTF32 at K <= 128 through the states kernels as D=256 runs them (k and v
+#: token-contiguous, the sums on the CUDA cores), where the fused kernel spills 1,152 bytes a thread raw and 1,580
+#: normalising at K=V=128 (sm_90a): the output kernel spills 672 and 932, the states kernel none (PERF.md, "3xTF32
+#: at K <= 128").
 #: "norm-mid-w8": 16-bit D=128 at 8 warps with ``q · z`` through a 32-column operand, half the wide form's added
 #: tensor work: that form was wrong at 4 warps and right at 8 on an H100 (PERF.md, "norm-mid at 8 warps").
 #: "d128-s2": 16-bit D=128 one-pass launches in two stages (98 KiB of shared memory, two programs an SM, where three
@@ -284,12 +285,13 @@ TRYING = ""
 #: "states-loop" and "fp32-d256-bv128-loop" slower on every row (the states kernel is bound by L1, whose 4-byte
 #: transposing copies a second program an SM only crowds), "fp32-d128-states" slower (3.822 against 2.651 ms
 #: normalising, fp32 D=128 B4H16 T=16k): candidates all (PERF.md, "fp32 at D=256"). "fp32-d256-kvt": an H100,
-#: 2026-12-07, twelfth batch (12 la-check cases; the same rows): TF32 normalising 0.726 / 0.946 / 1.504 ms against
+#: 2026-12-07, twelfth batch (8 la-check cases; the same rows): TF32 normalising 0.726 / 0.946 / 1.504 ms against
 #: 0.843 / 1.476 / 2.854 (fla 1.365 / 1.708 / 2.440), raw 0.709 / 0.927 ms against 0.689 / 1.225 at V 64 / 128
-#: (V 64 raw the one row 3% slower); 3xTF32 raw 1.089 / 1.792 / 3.286 against 1.169 / 2.205 / 4.309.
+#: (V 64 raw 3% slower); 3xTF32 raw 1.089 / 1.792 / 3.286 against 1.169 / 2.205 / 4.309, 3xTF32 normalising 1-3%
+#: slower at V 64 / 128 (its spill, which "fp32x3-d256-cuda" removes).
 #: "fp32-d256-kvt-loop" was wrong once there (a large normalising case with states, o 5e-3 off): a candidate
 #: still, and "fp32-d128-kvt" no faster (2.755 against 2.677 ms): one too. "fp32x3-d256-cuda": an H100,
-#: 2026-12-07, thirteenth batch (4 la-check cases; 3xTF32 K=256 B4H16 T=4k normalising, V 64 / 128 / 256): 1.352 /
+#: 2026-12-07, thirteenth batch (2 la-check cases; 3xTF32 K=256 B4H16 T=4k normalising, V 64 / 128 / 256): 1.352 /
 #: 2.318 / 4.257 ms against 4.323 / 8.175 / 15.936 (fla, at TF32: 1.363 / 1.704 / 2.429), its error against float64
 #: the same 1.2e-7; "fp32x3-d256-bv32" between them (1.670 / 2.989 / 5.588, raw 22-34% slower): a candidate.
 ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128",

@@ -592,6 +592,9 @@ def test_trying_fp32_kvt(name, K, precision, normalize):
             packed = dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True)
             bf16 = dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
         assert gpu.states == 2 and gpu.kv_t
+        key = (max(64, dispatch.next_power_of_2(K)), dispatch.PRECISIONS[precision])
+        assert dispatch.change_of(name, key) and all(getattr(gpu, field) == want
+                                                     for field, want in dispatch.change_of(name, key).items())
         assert packed == dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True)
         assert bf16 == dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
     for x in (torch.randn(2, 70, 3, 5), torch.randn(2, 3, 70, 5).transpose(1, 2)):  # D=5; a strided view

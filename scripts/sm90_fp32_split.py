@@ -62,6 +62,15 @@ def _dot6(a, b, acc):
 
 
 @triton.jit
+def _dot3_parts(ah, al, bh, bl, acc):
+    """``acc + a·b`` from parts split before the product (``a = ah + al``, ``b = bh + bl``, each high part
+    TF32-exact): three TF32 products, the small ones first."""
+    acc = tl.dot(al, bh, acc, input_precision="tf32")
+    acc = tl.dot(ah, bl, acc, input_precision="tf32")
+    return tl.dot(ah, bh, acc, input_precision="tf32")
+
+
+@triton.jit
 def _dot3(a, b, acc, HAND: tl.constexpr):
     """``acc + a·b`` to about fp32's precision: three TF32 products of split operands (HAND 1: split here, 0: by
     Triton), one TF32 product (HAND 2: the precision "high" asks for, for comparison), or six bf16 products of
@@ -73,9 +82,7 @@ def _dot3(a, b, acc, HAND: tl.constexpr):
     elif HAND:
         ah, al = _tf32_parts(a)
         bh, bl = _tf32_parts(b)
-        acc = tl.dot(al, bh, acc, input_precision="tf32")
-        acc = tl.dot(ah, bl, acc, input_precision="tf32")
-        acc = tl.dot(ah, bh, acc, input_precision="tf32")
+        acc = _dot3_parts(ah, al, bh, bl, acc)
     else:
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
     return acc
@@ -126,15 +133,6 @@ def _loop_halves(q_ptr, k_ptr, v_ptr, o_ptr, T, stride_k, stride_v, K: tl.conste
         s_b = _dot3(tl.trans(k_b), vv, s_b, HAND)
         out = _dot3(tl.where(causal, scores, 0.0), vv, out, HAND)
         tl.store(o_ptr + rows[:, None] * stride_v + offs_v[None, :], out)
-
-
-@triton.jit
-def _dot3_parts(ah, al, bh, bl, acc):
-    """``acc + a·b`` from parts split before the product (``a = ah + al``, ``b = bh + bl``, each high part
-    TF32-exact): three TF32 products, the small ones first."""
-    acc = tl.dot(al, bh, acc, input_precision="tf32")
-    acc = tl.dot(ah, bl, acc, input_precision="tf32")
-    return tl.dot(ah, bh, acc, input_precision="tf32")
 
 
 @triton.jit

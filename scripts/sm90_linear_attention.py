@@ -43,6 +43,7 @@ from kernels.linear_attention.states import (  # noqa: E402
     TILE,
     _states_kernel,
     _states_output_kernel,
+    loop_above,
 )
 
 _BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -161,7 +162,7 @@ def _states_signatures(c: dict) -> dict[str, tuple]:
                   ht_ptr=f32 if c["ht"] else None, z0_ptr=f32 if c["z0"] else None,
                   zt_ptr=({"ptr": "fp32" if c["z0"] else dt, "aligned": True}) if norm else None,
                   BK=tile, BV=tile, BT=lo.BT, S=lo.states * lo.BT, HAS_H0=c["h0"], STORE_HT=c["ht"],
-                  HAS_Z0=c["z0"], LOOP_ABOVE=1 if lo.states_loop else 2, KV_T=lo.kv_t, **flags)
+                  HAS_Z0=c["z0"], LOOP_ABOVE=loop_above(lo.states_loop), KV_T=lo.kv_t, **flags)
     output = dict(q_ptr=p, k_ptr=p, v_ptr=p, o_ptr=f32 if norm and c["z0"] else p, h_ptr=p,
                   z_ptr=f32 if norm else None, den_ptr=f32 if c["den"] else None, scale={"type": "fp32"},
                   BK=tile, BV=lo.BV, S=lo.states * lo.BT, STORE_DEN=c["den"],

@@ -20,7 +20,8 @@ from ..device import INTERPRET
 from .reference import EPS
 from .sums import _query_key_sum_mma
 
-__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "stored_prefixes", "output_stages", "token_major"]
+__all__ = ["TILE", "STATE_WARPS", "STATE_STAGES", "states_pass", "stored_prefixes", "output_stages", "loop_above",
+           "token_major"]
 
 _EPS = tl.constexpr(EPS)
 #: The states kernel's [TILE, TILE] piece of the state a program and the output kernel's K slice on a GPU (K = V =
@@ -219,6 +220,7 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
     st_q, st_k, st_v, st_o = strides
     # the workspace: the state before every S tokens, in the inputs' dtype (fp32 for fp32 inputs)
     copies = (token_major(k, S), token_major(v, S)) if kv_t else None
+    vt, stride_vtd = (copies[1], copies[1].stride(2)) if copies else (v, 0)  # v as scores · v reads it
     h, z = stored_prefixes(k, v, h0, ht, z0, zt, L=S, BT=BT, precision=precision, upcast=upcast,
                            strides=(*st_k, *st_v), loop=loop, kv_t=copies)
     NS = h.shape[2]
@@ -226,12 +228,18 @@ def states_pass(q, k, v, o, scale, h0, ht, z0, zt, den, *, S: int, BT: int, BV: 
     if NS == 0:
         return
     _states_output_kernel[(triton.cdiv(V, BV), NS, B * H)](
-        q, k, v, o, h, z, den, copies[1] if copies else v,
-        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o, copies[1].stride(2) if copies else 0,
+        q, k, v, o, h, z, den, vt,
+        float(scale), T, H, NS, *st_q, *st_k, *st_v, *st_o, stride_vtd,
         K=K, V=V, BK=tile, BV=BV, S=S, NORMALIZE=normalize, STORE_DEN=den is not None, UPCAST=upcast,
         PRECISION=precision, QZ_MMA=normalize and qz_mma, KV_T=kv_t, num_warps=num_warps,
         num_stages=output_stages(num_stages, normalize, qz_mma),
     )
+
+
+def loop_above(loop: bool) -> int:
+    """The states kernel's ``LOOP_ABOVE`` for a launch: with ``loop`` (``Launch.states_loop``) a stored state's steps
+    are walked in a loop even when they are two; otherwise only above two (the fused kernel's segments)."""
+    return 1 if loop else 2
 
 
 def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, upcast: bool,
@@ -257,7 +265,7 @@ def stored_prefixes(k, v, h0, ht, z0, zt, *, L: int, BT: int, precision: str, up
         T, H, NS, *strides,
         K=K, V=V, BK=tile, BV=tile, BT=BT, S=L, HAS_H0=h0 is not None, STORE_HT=ht is not None,
         NORMALIZE=zt is not None, HAS_Z0=z0 is not None, UPCAST=upcast, PRECISION=precision,
-        LOOP_ABOVE=1 if loop else 2, KV_T=kv_t is not None, num_warps=STATE_WARPS,
+        LOOP_ABOVE=loop_above(loop), KV_T=kv_t is not None, num_warps=STATE_WARPS,
         num_stages=1 if INTERPRET else STATE_STAGES,
     )
     return h, z
@@ -287,7 +295,7 @@ def token_major(x: torch.Tensor, block: int) -> torch.Tensor:
     them copy their tiles 16 bytes a piece, and the zeros add nothing to a state or a product. One pass of
     [64, 64] tiles (16 under the interpreter), each read along D and written along tokens."""
     B, T, H, D = x.shape
-    TP = -(-T // block) * block
+    TP = triton.cdiv(T, block) * block
     out = torch.empty(B, H, D, TP, dtype=x.dtype, device=x.device)
     tile = 16 if INTERPRET else 64
     if out.numel():

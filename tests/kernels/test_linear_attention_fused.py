@@ -593,8 +593,8 @@ def test_trying_fp32_kvt(name, K, precision, normalize):
             bf16 = dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
         assert gpu.states == 2 and gpu.kv_t
         key = (max(64, dispatch.next_power_of_2(K)), dispatch.PRECISIONS[precision])
-        assert dispatch.change_of(name, key) and all(getattr(gpu, field) == want
-                                                     for field, want in dispatch.change_of(name, key).items())
+        change = dispatch.change_of(name, key)
+        assert change and all(getattr(gpu, field) == want for field, want in change.items())
         assert packed == dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True)
         assert bf16 == dispatch.plan(K, K, torch.bfloat16, 4, 16, [4096], 132)
     for x in (torch.randn(2, 70, 3, 5), torch.randn(2, 3, 70, 5).transpose(1, 2)):  # D=5; a strided view
@@ -650,7 +650,7 @@ def test_states_kernels_compile_for_sm90():
     module = "kernels.linear_attention.states"
     ptx = compile_for_sm90([
         (module, "_states_kernel", dict(common, BV=states.TILE, BT=BT, HAS_H0=True, STORE_HT=True, HAS_Z0=True,
-                                        LOOP_ABOVE=1 if lo.states_loop else 2, KV_T=lo.kv_t),
+                                        LOOP_ABOVE=states.loop_above(lo.states_loop), KV_T=lo.kv_t),
          dict(num_warps=states.STATE_WARPS, num_stages=states.STATE_STAGES)),
         (module, "_states_output_kernel", dict(common, BV=change["BV"], STORE_DEN=True, QZ_MMA=True, KV_T=lo.kv_t),
          dict(num_warps=change["num_warps"], num_stages=change["num_stages"])),

@@ -261,8 +261,9 @@ CANDIDATES: dict[str, dict[tuple[int, str], dict]] = {
     "stored-1024": {(bk, "16"): dict(prefix=3, L=1024) for bk in (64, 128)},
 }
 TRYING = ""
-#: Candidates an sm_90 GPU found right on every family they change and faster on every row they were timed on:
-#: their changes are made in ONE_PASS and CHAINED (PERF.md says which run decided). "norm-wide": an H100's
+#: Candidates an sm_90 GPU found right on every family they change and faster on the rows that decided (where one
+#: was slower on a row it was timed on, the note below says so): their changes are made in ONE_PASS and CHAINED
+#: (PERF.md says which run decided). "norm-wide": an H100's
 #: la-check (27 cases of it, every family) and targets benchmark, 2026-12-06: 0.48 ms against 0.79 at bf16 D=128
 #: T=16k, 1.20 against 1.92 at D=256. "fp32-kt" was slower on both its rows there, and stays a candidate.
 #: "d256-bv64": the same H100, 2026-12-06 (26 la-check cases; K=V=256 B2H8 T=16k bf16): 0.815 ms against 0.944
@@ -278,7 +279,7 @@ TRYING = ""
 #: 2.674 ms, fla 3.959) but its error against float64 is 3.5e-4 where the CUDA-core sums' and fla's are 3e-7: not
 #: adopted (PERF.md). "fp32-d256-states": an H100, 2026-12-07 (8 la-check cases; fp32 K=256 B4H16 T=4k, V 64 / 128
 #: / 256): TF32 raw 0.685 / 1.267 / 2.334 ms against 1.063 / 2.112 / 4.179, normalising 0.838 / 1.541 / 2.989
-#: against 2.229 / 4.413 / 8.771; 3xTF32 4 to 13 times faster (4.237 against 56.671 raw at V=256), its error
+#: against 2.229 / 4.413 / 8.771; 3xTF32 3.7 to 13 times faster (4.237 against 56.671 raw at V=256), its error
 #: against float64 lower (1.2e-7 against 1.7e-7 normalising). "fp32-d256-bv128-s2": an H100, 2026-12-07, eleventh
 #: batch (4 la-check cases; the same rows under TF32): raw 0.686 / 1.208 / 2.280 ms against 0.687 / 1.264 / 2.336,
 #: normalising 0.847 / 1.447 / 2.795 against 0.848 / 1.544 / 2.990; "fp32-d256-bv128" (one stage) between them,

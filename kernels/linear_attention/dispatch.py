@@ -295,8 +295,14 @@ TRYING = ""
 #: 2026-12-07, thirteenth batch (2 la-check cases; 3xTF32 K=256 B4H16 T=4k normalising, V 64 / 128 / 256): 1.352 /
 #: 2.318 / 4.257 ms against 4.323 / 8.175 / 15.936 (fla, at TF32: 1.363 / 1.704 / 2.429), its error against float64
 #: the same 1.2e-7; "fp32x3-d256-bv32" between them (1.670 / 2.989 / 5.588, raw 22-34% slower): a candidate.
+#: "fp32x3-d128-states": an H200, 2026-12-07 (10 la-check cases; 3xTF32 B4H16 T=16k, K 64 / 128, V 64 / 128 /
+#: 256): normalising 1.616 / 2.441 / 4.661 ms against 2.329 / 3.218 / 6.411 at K=64, 2.663 / 4.863 / 9.287
+#: against 4.962 / 7.171 / 14.059 at K=128; raw 1.366 / 2.156 / 4.117 against 1.783 / 2.460 / 4.898 (K=64),
+#: 2.229 / 3.970 / 7.528 against 3.156 / 4.728 / 9.142 (K=128); its error against float64 the same (2.4-4.4e-7),
+#: its workspace 0.8-1.25x the inputs (the fused launch's: none).
 ADOPTED: tuple[str, ...] = ("norm-wide", "d256-bv64", "v64-bv32", "d256-states", "d256-states-bv128",
-                            "fp32-d256-states", "fp32-d256-bv128-s2", "fp32-d256-kvt", "fp32x3-d256-cuda")
+                            "fp32-d256-states", "fp32-d256-bv128-s2", "fp32-d256-kvt", "fp32x3-d256-cuda",
+                            "fp32x3-d128-states")
 
 
 def change_of(name: str, key: tuple[int, str], V: int | None = None, packed: bool = False) -> dict:

@@ -562,8 +562,25 @@ def test_trying_fp32_d128_states(normalize):
         assert (gpu.states, gpu.BT, gpu.BV, gpu.states_loop) == (2, 64, 64, True)
         assert packed == dispatch.plan(128, 128, torch.float32, 8, 8, [100, 5000], 132, packed=True)
         assert bf16 == dispatch.plan(128, 128, torch.bfloat16, 4, 16, [16384], 132)
-    with float32_matmul_precision("highest"), dispatch.trying("fp32-d128-states"):
-        assert dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132).states == 0
+    with float32_matmul_precision("highest"):
+        default = dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132)
+        with dispatch.trying("fp32-d128-states"):
+            assert dispatch.plan(128, 128, torch.float32, 4, 16, [16384], 132) == default
+
+
+@pytest.mark.parametrize("K", [40, 72, 128])
+def test_fp32x3_up_to_d128_runs_the_states_kernels(K):
+    """3xTF32 at K <= 128 runs the states kernels with k and v copied token-contiguous and the normaliser's sums on
+    the CUDA cores (``fp32x3-d128-states``, adopted): whole and chained sequences; packed calls, TF32 and 16-bit
+    keep the fused kernel."""
+    with float32_matmul_precision("highest"):
+        for lengths in ([16384], [262144]):
+            plan = dispatch.plan(K, K, torch.float32, 1 if lengths[0] > 16384 else 4, 16, lengths, 132)
+            assert (plan.states, plan.kv_t, plan.BT, plan.BV, plan.norm_mma) == (2, True, 64, 64, "")
+        assert dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True).states == 0
+        assert dispatch.plan(K, K, torch.bfloat16, 4, 16, [16384], 132).states == 0
+    with float32_matmul_precision("high"):
+        assert dispatch.plan(K, K, torch.float32, 4, 16, [16384], 132).states == 0
 
 
 @pytest.mark.parametrize("name,K,precision", [
@@ -619,9 +636,11 @@ def test_packed_d256_keeps_the_fused_launch(dtype):
     assert dispatch.change_of("fp32-d256-states", (256, "tf32"))["states"] == 2
     with dispatch.trying("d256-states-s64"):  # a states candidate tried leaves packed calls alone too
         assert dispatch.plan(256, 256, dtype, len(lens), 8, lens, 132, packed=True) == packed
-    # K <= 128 has no states launch: packed and dense plans come from the same tables
-    assert dispatch.plan(128, 128, dtype, len(lens), 8, lens, 132, packed=True) == dispatch.plan(
-        128, 128, dtype, len(lens), 8, lens, 132)
+    # K <= 128 has no states launch but at 3xTF32 (test_fp32x3_up_to_d128_runs_the_states_kernels): packed and
+    # dense plans come from the same tables
+    with float32_matmul_precision("high"):
+        assert dispatch.plan(128, 128, dtype, len(lens), 8, lens, 132, packed=True) == dispatch.plan(
+            128, 128, dtype, len(lens), 8, lens, 132)
 
 
 def test_states_output_runs_cuda_core_q_z_unpipelined():

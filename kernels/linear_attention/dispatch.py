@@ -484,15 +484,18 @@ def _plan(K, V, dtype, N, H, lengths, sms, precision, packed=False) -> Launch:
     return dataclasses.replace(chained, L=L, precision=precision)
 
 
-def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = None) -> Launch:
-    """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given."""
+def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = None, *, fused: bool = False) -> Launch:
+    """The launch for inputs ``q`` [B, T, H, K], ``v`` [B, T, H, V], packed as sequences of ``lengths`` if given;
+    ``fused``: the fused kernel's launch even where the plan would run the states kernels (the launch packed calls
+    take, for a call whose states launch's workspace does not fit on the device)."""
     B, T, H, K = q.shape
+    fused = fused or lengths is not None  # the tables without the states changes
     if INTERPRET or not q.is_cuda:  # small tiles, with the kernel's forms the GPU's launch would take
         precision = float32_precision()
         kind = precision if q.dtype == torch.float32 else "16"
         change = {}
         for name in ADOPTED + ((TRYING,) if TRYING else ()):
-            change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1], lengths is not None))
+            change.update(change_of(name, (max(64, next_power_of_2(K)), kind), v.shape[-1], fused))
         # the interpreter's own tiles (chunks of 16: small sizes cross several chunks and stored states)
         launch = dataclasses.replace(_INTERPRETER, precision=precision,
                                      **{f: x for f, x in change.items() if f not in ("BT", "BV", "L")})
@@ -502,9 +505,9 @@ def launch_for(q: torch.Tensor, v: torch.Tensor, lengths: list[int] | None = Non
     else:
         N = B if lengths is None else len(lengths)
         launch = plan(K, v.shape[-1], q.dtype, N, H, [T] if lengths is None else lengths,
-                      _sm_count(q.device.index or 0), packed=lengths is not None)
+                      _sm_count(q.device.index or 0), packed=fused)
     # packed sequences keep the fused kernel, and its chain (a states pass has no packed form; no launch planned
     # for them runs the states kernels: change_of)
-    if lengths is not None and launch.prefix == 3:
+    if fused and launch.prefix == 3:
         launch = dataclasses.replace(launch, prefix=0)
     return launch

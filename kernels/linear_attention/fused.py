@@ -11,6 +11,7 @@ runs ``states.py``'s two kernels instead (chunk states materialised, every block
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -389,7 +390,9 @@ def fused_forward(q, k, v, scale, initial_state=None, z_state=None, output_final
     [N, 1, H, K], only with ``normalize=True``; cu_seqlens: N + 1 offsets into a batch of one. Returns
     :class:`Forward`: ``o`` in q's dtype (promoted with z_state's when normalising, as fla-core does), the fp32
     final state or None, the ``z_state`` at each sequence's end (k's dtype promoted with z_state's) when
-    normalising, and with ``save_norm=True`` the normaliser of every token. ``launch`` overrides the dispatch.
+    normalising, and with ``save_norm=True`` the normaliser of every token. ``launch`` overrides the dispatch. A
+    launch of the states kernels whose workspace does not fit on the device gives way to the fused kernel's (with a
+    ``RuntimeWarning``): the same answer, slower, with no workspace but a chained launch's ring of a few states.
     """
     with offsets_read_once(cu_seqlens):  # one wait for the device for the checks and the segment table
         return _forward(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens, save_norm,
@@ -468,8 +471,20 @@ def _forward(q, k, v, scale, initial_state, z_state, output_final_state, normali
         return Forward(o, ht.zero_() if ht is not None else None, zt.zero_() if zt is not None else None, den,
                        launch)
     if launch.states:  # the two kernels of states.py (dispatch candidate "d256-states")
-        states_pass(q, k, v, o, scale, h0, ht, z_state, zt, den, strides=plan.strides, **plan.constants)
-        return Forward(o, ht, zt, den, launch)
+        try:
+            states_pass(q, k, v, o, scale, h0, ht, z_state, zt, den, strides=plan.strides, **plan.constants)
+            return Forward(o, ht, zt, den, launch)
+        except torch.OutOfMemoryError as e:
+            # its workspace (stored states, copies of k and v) is allocated before either kernel writes: where it
+            # does not fit, the fused kernel's launch, which needs none, computes the same call
+            plan = _plan(q, k, v, scale, initial_state, z_state, output_final_state, normalize, cu_seqlens,
+                         save_norm, launch_for(q, v, fused=True))
+            launch = plan.launch
+            h0 = ht.zero_() if plan.zero_h0 else initial_state
+            reason = str(e).splitlines()[0] if str(e) else "out of memory"
+            warnings.warn(f"chunk_linear_attn: the states launch's workspace did not fit on {q.device} ({reason}); "
+                          "ran the fused kernel, which needs none, instead (slower at this size)", RuntimeWarning,
+                          stacklevel=3)
     seg, grid = plan.seg, plan.grid
     hs = zs = None
     if launch.prefix == 3:  # every segment's prefix stored by a states pass first; no ring, no tickets

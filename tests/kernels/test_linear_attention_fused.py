@@ -583,6 +583,34 @@ def test_fp32x3_up_to_d128_runs_the_states_kernels(K):
         assert dispatch.plan(K, K, torch.float32, 4, 16, [16384], 132).states == 0
 
 
+@pytest.mark.parametrize("dtype,K,precision,where", [
+    (torch.float32, 40, "highest", "token_major"), (torch.bfloat16, 136, "high", "stored_prefixes")],
+    ids=["fp32x3-k-copy", "bf16-d256-states"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "norm"])
+def test_states_workspace_out_of_memory_runs_the_fused_kernel(monkeypatch, dtype, K, precision, where, normalize):
+    """A call planned for the states kernels whose workspace (k and v's copies, the stored states) does not fit on
+    the device runs the fused kernel instead, with a warning that says so: the same answer against float64, every
+    state in and out, never a crash; calls that fit keep the states launch."""
+    from kernels.linear_attention import states
+
+    with float32_matmul_precision(precision):
+        case = make(2, 70, 2, K, 40, dtype, seed=71, h0=True, z0=normalize)
+        assert check(case, normalize=normalize).launch.states == 2  # it fits: the states launch
+
+        def no_room(*args, **kwargs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        monkeypatch.setattr(states, where, no_room)
+        with pytest.warns(RuntimeWarning, match="workspace did not fit.*Tried to allocate 2.00 GiB.*fused kernel"):
+            f = check(case, normalize=normalize)
+        assert f.launch.states == 0 and not f.launch.kv_t
+        with pytest.warns(RuntimeWarning, match="workspace did not fit"):
+            o, final = chunk_linear_attn(case["q"], case["k"], case["v"], case["scale"],
+                                         (case["initial_state"], case["z_state"]) if normalize else
+                                         case["initial_state"], True, normalize)
+        agrees(case, o, final, normalize)
+
+
 @pytest.mark.parametrize("name,K,precision", [
     ("fp32-d256-kvt", 136, "high"), ("fp32-d256-kvt", 136, "highest"), ("fp32-d256-kvt-loop", 136, "high"),
     ("fp32-d128-kvt", 72, "high"), ("fp32x3-d256-cuda", 136, "highest"), ("fp32x3-d256-bv32", 136, "highest"),

@@ -571,11 +571,11 @@ def test_trying_fp32_d128_states(normalize):
 @pytest.mark.parametrize("K", [40, 72, 128])
 def test_fp32x3_up_to_d128_runs_the_states_kernels(K):
     """3xTF32 at K <= 128 runs the states kernels with k and v copied token-contiguous and the normaliser's sums on
-    the CUDA cores (``fp32x3-d128-states``, adopted): whole and chained sequences; packed calls, TF32 and 16-bit
-    keep the fused kernel."""
+    the CUDA cores (``fp32x3-d128-states``, adopted): a batch, and one long sequence that a fused launch would
+    chain; packed calls, TF32 and 16-bit keep the fused kernel."""
     with float32_matmul_precision("highest"):
-        for lengths in ([16384], [262144]):
-            plan = dispatch.plan(K, K, torch.float32, 1 if lengths[0] > 16384 else 4, 16, lengths, 132)
+        for N, T in ((4, 16384), (1, 262144)):
+            plan = dispatch.plan(K, K, torch.float32, N, 16, [T], 132)
             assert (plan.states, plan.kv_t, plan.BT, plan.BV, plan.norm_mma) == (2, True, 64, 64, "")
         assert dispatch.plan(K, K, torch.float32, 8, 8, [100, 5000], 132, packed=True).states == 0
         assert dispatch.plan(K, K, torch.bfloat16, 4, 16, [16384], 132).states == 0

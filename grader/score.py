@@ -18,6 +18,8 @@ import os
 import pathlib
 import re
 import sys
+import textwrap
+import time
 from dataclasses import dataclass, field
 
 __all__ = ["Line", "Score", "score_here", "score_notebook", "main"]
@@ -81,8 +83,11 @@ class Score:
                 got = sum(ln.points for ln in counted if ln.passed)
                 parts = " + ".join(f"{ln.points:g}{' hidden' if ln.hidden else ''}" for ln in counted)
                 why = next((ln.why for ln in counted if not ln.passed and ln.why), "")
-                out.append(f"  {ex:<{width}} {got:>4g} / {sum(ln.points for ln in counted):<4g} ({parts})"
-                           + (f"  {why}" if why else ""))
+                row = f"  {ex:<{width}} {got:>4g} / {sum(ln.points for ln in counted):<4g} ({parts})"
+                if why and len(row) + 2 + len(why) > _WIDTH:  # a long reason goes under its row, wrapped
+                    out += [row, textwrap.fill(why, _WIDTH, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+                else:
+                    out.append(row + (f"  {why}" if why else ""))
             if deferred and deferred[0].needs:
                 out.append(f"  {ex:<{width}}    - / {sum(ln.points for ln in deferred):<4g} needs "
                            f"{deferred[0].needs}: not installed here, so not graded (the lesson's cell says how to "
@@ -137,21 +142,77 @@ def _missing_tool(exercise: str) -> str:
         return ""
 
 
+#: The table's width; a failure's reason is cut (at a word) after _REASON characters.
+_WIDTH, _REASON = 116, 600
+
+
+def _clip(text: str, n: int = _REASON) -> str:
+    return text if len(text) <= n else text[:n - 1].rsplit(" ", 1)[0] + " …"
+
+
 def _first_line(text: str) -> str:
-    """What a failed check says, in a line: the first problem it lists (``  - ...``; the header before it only names
-    the case, whose label leads), else its first line."""
+    """What a failed check says, in short: the first problem it lists (``  - ...``; the header before it only names
+    the case, whose label leads) and what the case is there to catch where it says (``(this case ...)``: a hidden
+    case's advice is the only place a student reads it), else its first line."""
     lines = text.strip().splitlines() or [""]
     problems = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ")]
     if not problems:
-        return lines[0][:320]
+        return _clip(lines[0])
     case = re.search(r"on case '([^']*)'", lines[0])
-    return ((f"on {case.group(1)!r}: " if case else "") + problems[0])[:320]
+    purpose = next((p for p in problems[1:] if p.startswith("(this case ")), "")
+    return _clip((f"on {case.group(1)!r}: " if case else "") + problems[0] + (f" {purpose}" if purpose else ""))
 
 
-def _cached_check(namespace_check):
+def _names(code) -> set[str]:
+    """The global names a function's code (its nested functions' and comprehensions' too) reads."""
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            out |= _names(const)
+    return out
+
+
+def _called(objects) -> dict[int, object]:
+    """The answer's objects and what their code calls from their notebook, transitively, by id: the functions,
+    classes and kernels its names hold in the globals it was defined in (an ``autograd.Function`` whose backward
+    launches ``dq_kernel``: the kernel)."""
+    seen: dict[int, object] = {}
+    todo = list(objects)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen[id(obj)] = obj
+        fns = [obj, getattr(obj, "fn", None)]  # a @triton.jit kernel holds its Python function as .fn
+        if isinstance(obj, type):
+            fns += [getattr(v, "__func__", v) for v in vars(obj).values()]
+        for fn in fns:
+            code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+            if code is None or not isinstance(space, dict):
+                continue
+            for name in _names(code):
+                v = space.get(name)
+                own = getattr(getattr(v, "fn", v), "__globals__", None) is space or (
+                    isinstance(v, type) and v.__module__ == space.get("__name__"))
+                if own:  # defined beside it, in the notebook: not torch, triton or the course's package
+                    todo.append(v)
+    return seen
+
+
+def _label(obj) -> str:
+    return getattr(obj, "__name__", None) or getattr(getattr(obj, "fn", None), "__name__", None) or type(obj).__name__
+
+
+def _cached_check(namespace_check, progress=None):
     """``check`` that reuses the outcome of the same check already run in this process on the same objects, while
-    nothing they can call (their notebook's functions, classes and kernels) was redefined since."""
+    nothing they can call (their notebook's functions, classes and kernels) was redefined since. It does not run a
+    check whose answer calls what an earlier one stopped at the interpreter's time limit (a loop that never ends
+    costs that limit once, not once per check), and says so. ``progress(exercise, hidden, seconds, passed)``: told
+    when a check runs, before (``seconds`` None) and after."""
     from kernels import checks
+    from kernels.checks.engine import CASE_STOPPED
+
+    stopped: dict[int, tuple[str, str]] = {}  # id of an object a check was stopped on: (its name, the exercise)
 
     def check(exercise_id, *objects, hidden=False):
         seen = checks.history.get((exercise_id, hidden))
@@ -160,7 +221,24 @@ def _cached_check(namespace_check):
             if seen[1]:
                 raise checks.CheckFailed(seen[1])
             return None
-        return namespace_check(exercise_id, *objects, hidden=hidden)
+        hit = next((stopped[i] for i in _called(objects) if i in stopped), None)
+        if hit:
+            raise checks.CheckFailed(f"not run: {hit[0]} was stopped at the interpreter's time limit in {hit[1]}'s "
+                                     "check (a loop that never ends?); fix it, run its cells again, then this one")
+        if progress:
+            progress(exercise_id, hidden, None, False)
+        t0 = time.perf_counter()
+        try:
+            out = namespace_check(exercise_id, *objects, hidden=hidden)
+        except Exception as e:
+            if CASE_STOPPED in str(e):
+                stopped.update({id(o): (_label(o), exercise_id) for o in objects})
+            if progress:
+                progress(exercise_id, hidden, time.perf_counter() - t0, False)
+            raise
+        if progress:
+            progress(exercise_id, hidden, time.perf_counter() - t0, True)
+        return out
 
     return check
 
@@ -177,7 +255,15 @@ def score_here(lesson: str, namespace: dict, *, show: bool = True) -> Score:
         if show:
             print("(the grader scores this notebook itself; nothing to do here)")
         return score
-    check = _cached_check(namespace.get("check", real_check))
+    shown = sys.stdout  # the checks' own lines are kept from the table; what runs, and for how long, is not
+
+    def progress(exercise, hidden, seconds, passed):
+        if seconds is None:
+            print(f"checking {exercise}{' (hidden cases)' if hidden else ''} ...", end="", file=shown, flush=True)
+        else:
+            print(f" {'passed' if passed else 'failed'} ({seconds:.0f} s)", file=shown, flush=True)
+
+    check = _cached_check(namespace.get("check", real_check), progress if show else None)
     for cell, exercise, points, hidden, source in _graded(lesson):
         ns = dict(namespace, check=check)
         sink = io.StringIO()

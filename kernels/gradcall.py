@@ -62,18 +62,38 @@ def _tensors(value, depth: int = 0) -> list:
     return []
 
 
+def kept_on_contexts(outputs) -> list:
+    """The tensors that custom ``torch.autograd.Function`` nodes behind ``outputs`` keep as attributes of their
+    context (``ctx.q = q``): held for the backward as surely as through ``save_for_backward``, but out of the
+    sight of ``saved_tensors_hooks``."""
+    todo = [x.grad_fn for x in outputs if isinstance(x, torch.Tensor) and x.grad_fn is not None]
+    seen, found = set(), []
+    while todo and len(seen) < 100_000:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            for value in vars(node).values():
+                found += _tensors(value)
+        todo += [n for n, _ in node.next_functions]
+    return found
+
+
 def call_and_backward(fn, args, kwargs, requires, grad_output):
     """Call ``fn(*args, **kwargs)`` (``args`` made by :func:`leaves`), say what its output's gradient node is and
     which of the inputs it saved, then run its backward with ``grad_output``: a dict of ``output``, ``grads`` (of
     the inputs at ``requires``), ``grad_fn`` (its node's type name), ``custom`` (a ``torch.autograd.Function``'s
     node), ``saved`` (each tensor it saved or kept on its context: the input's index or None, the shape, and
-    where: ``ctx.save_for_backward`` or ``ctx.NAME``; ``copy_of``, an input's index, for a copy of that input) and
-    ``launches_backward`` (the Triton launches its backward made; None when it did not run or nothing could count
-    them); or whatever ``fn`` returned, when it is not a tensor (the check names what came back instead).
+    where: ``ctx.save_for_backward`` or ``ctx.NAME``; ``copy_of``, an input's index, for a copy of that input),
+    ``launches_forward`` and ``launches_backward`` (the Triton launches the call and its backward made; the
+    backward's None when it did not run or nothing could count them); or whatever ``fn`` returned, when it is not
+    a tensor (the check names what came back instead).
     ``grad_output`` is expanded to the output's shape: one of size 1 along a dimension reaches the backward with
     stride 0 there, as ``o.sum(-1)``'s backward hands it."""
     with torch.enable_grad():
-        out = fn(*args, **kwargs)
+        with Launches() as forward:
+            out = fn(*args, **kwargs)
         if not isinstance(out, torch.Tensor):
             return out
         node = out.grad_fn
@@ -104,4 +124,4 @@ def call_and_backward(fn, args, kwargs, requires, grad_output):
             launches = counter.count
     return {"__grad_call__": True, "output": out.detach(), "grads": [args[i].grad for i in requires],
             "grad_fn": None if node is None else type(node).__name__, "custom": custom, "saved": saved,
-            "launches_backward": launches}
+            "launches_forward": forward.count, "launches_backward": launches}

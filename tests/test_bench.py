@@ -162,8 +162,9 @@ def test_backward_set(tmp_path):
     entry = saved["rows"][0]["versions"]["chunk_linear_attn fwd+bwd"]
     assert entry["status"] == "ok" and entry["rel_error"] <= 1e-2, entry
     assert saved["rows"][0]["versions"]["wrong"]["status"] == "WRONG"
-    # autograd saves q, k, v and the initial state for our backward, the step's own inputs: nothing extra
-    assert entry["saved_bytes"] == 0 and entry["saved_fraction"] == 0 and entry["saved_tensors"] == 4, entry
+    # autograd saves q, k, v and the initial state for our backward, and its context keeps the offsets: the
+    # step's own inputs, nothing extra
+    assert entry["saved_bytes"] == 0 and entry["saved_fraction"] == 0 and entry["saved_tensors"] == 5, entry
 
 
 def test_backward_memory_counts_saved_intermediates():
@@ -181,6 +182,39 @@ def test_backward_memory_counts_saved_intermediates():
     got = extras(inputs)
     assert got["saved_bytes"] == inputs["q"].numel() * inputs["q"].element_size(), got
     assert abs(got["saved_fraction"] - 1 / 3) < 1e-9, got
+
+
+def test_backward_memory_counts_what_a_function_keeps_on_its_context():
+    """A custom autograd.Function that keeps a tensor as an attribute of its context (``ctx.q = q.float()``) holds
+    it for the backward as surely as one that saves it: ``saved_bytes`` counts both alike."""
+    from kernels.linear_attention import bench_backward
+
+    def keeping(how):
+        class Doubled(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                copy = x.float() * 1.0  # a new fp32 tensor, held for the backward
+                if how == "save":
+                    ctx.save_for_backward(copy)
+                else:
+                    ctx.kept = [copy]
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        def fn(q, k, v, scale, h0, final, cu):
+            o, ht = bench_backward._ours(q, k, v, scale, h0, final, cu)
+            return o + Doubled.apply(q)[..., :1] * 0.0, ht
+
+        return fn
+
+    inputs = bench_backward.problems(quick=True)[0].make_inputs(0)
+    fp32_q = inputs["q"].numel() * 4
+    for how in ("save", "ctx"):
+        got = bench_backward.fwd_bwd(keeping(how))[1](inputs)
+        assert got["saved_bytes"] == fp32_q, (how, got)
 
 
 def test_warm_up_in_child_processes(tmp_path):

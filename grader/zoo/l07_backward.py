@@ -379,6 +379,11 @@ AUTOGRAD = [
         "        _, dk, dv = chunked_backward_torch(q, k, v, do, ctx.scale, chunk_size=chunk)\n",
         fault="launched a single Triton kernel",
         why="launches the dq kernel, then takes dk and dv from exercise 1's torch backward"),
+    _fn("forward-in-torch", "        o = chunked_forward(q, k, v, scale)\n",
+        "        states = torch.cumsum(k[..., :, None] * v[..., None, :], dim=1)\n"
+        "        o = scale * torch.einsum('bthk,bthkv->bthv', q, states)\n",
+        fault="forward launched no Triton kernel",
+        why="computes o in torch inside the Function: the right output and gradients, no chunked forward"),
     _fn("solution", wrong=False, why="the lesson's Function"),
     _fn("inputs-on-ctx", "ctx.save_for_backward(q, k, v)", "ctx.inputs = (q, k, v)",
         "q, k, v = ctx.saved_tensors", "q, k, v = ctx.inputs", wrong=False,

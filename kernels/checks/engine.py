@@ -973,7 +973,7 @@ def your_code_raised(kind: str, message, ex: Exercise | None = None) -> str:
     if len(text) > 2000:  # a compiler's message: the excerpt of the source first, why at the end
         text = f"{text[:1200]}\n…\n{text[-700:]}"
     if kind == "NotImplementedError" and not text:  # the exercise's stub, as handed out
-        names = " or ".join(f"`{n}`" for n in _function_names(ex)) if ex is not None else ""
+        names = (ex.stub or " or ".join(f"`{n}`" for n in _function_names(ex))) if ex is not None else ""
         text = f"{names or 'it'} is not implemented yet: replace `raise NotImplementedError()` with your code"
     elif kind == "RuntimeError" and "nvml" in text and "CUDACachingAllocator" in text:
         # torch's allocator opens NVML to describe an allocation it could not make; where NVML cannot start (a
@@ -1133,6 +1133,10 @@ class Plan:
 CASE_SECONDS = float(os.environ.get("KERNELS_CASE_SECONDS", "180"))
 
 
+#: What the message of a case stopped at :data:`CASE_SECONDS` says (``grader.score`` looks for it).
+CASE_STOPPED = "in the interpreter and was stopped"
+
+
 class CaseTooLong(Exception):
     """A case ran past :data:`CASE_SECONDS` in the interpreter: a loop that never ends, most likely."""
 
@@ -1152,7 +1156,7 @@ def _case_time_limit(seconds: float, interpreted: bool | None = None):
         return
 
     def stop(signum, frame):
-        raise CaseTooLong(f"the case ran for more than {seconds:g} s in the interpreter and was stopped: a loop that "
+        raise CaseTooLong(f"the case ran for more than {seconds:g} s {CASE_STOPPED}: a loop that "
                           "never ends? (a while loop whose condition never changes, a range whose step is 0 or "
                           "negative); the largest case of a lesson takes a few seconds here")
 

@@ -110,6 +110,8 @@ class Exercise:
     - ``visible`` / ``hidden``: the cases of ``check(...)`` and ``check(..., hidden=True)``; give sizes that are not
       multiples of the block, and several dtypes. Seeds are drawn fresh on every run.
     - ``performance``: optional :class:`Performance`; ``points``: (visible, hidden) points, matching the cells.
+    - ``stub``: what the student writes, where it is not the function the check is passed (a class that
+      function calls): a stub's bare ``NotImplementedError`` is reported as this not being written yet.
     - ``timed_hidden``: the hidden check's rule times something on the GPU (a value exercise has no kernel to time
       through ``performance``): without a GPU that check is graded like a speed requirement, as needing one.
     - ``forbid``: dotted prefixes a ``function`` answer may not call (``"kernels."`` is always forbidden).
@@ -155,6 +157,7 @@ class Exercise:
     description: str = ""
     toolchain: str = ""
     timed_hidden: bool = False
+    stub: str = ""
 
     def __post_init__(self):
         if not _ID.match(self.id):

@@ -20,6 +20,7 @@ import torch
 
 from ..bench import Problem, Version
 from ..device import DEVICE, ON_GPU
+from ..gradcall import kept_on_contexts
 from ..testing import tolerance
 from . import chunk_linear_attn
 from .bench_rows import cu_seqlens, packed, row_params
@@ -87,7 +88,8 @@ def fwd_bwd(fn):
     """A version timing ``fn``'s forward and backward: ``fn(q, k, v, scale, initial_state, output_final_state,
     cu_seqlens) -> (o, final_state)`` with autograd; returns the gradients of q, k, v and the initial state.
     Its ``extras`` measures the memory of one step: what autograd saved for the backward beyond the step's inputs
-    and outputs (``saved_bytes``, on any device, from the tensors handed to ``saved_tensors_hooks``), and on a GPU
+    and outputs (``saved_bytes``, on any device, from the tensors handed to ``saved_tensors_hooks`` and those a
+    custom Function keeps on its context), and on a GPU
     what stayed allocated between forward and backward beyond the outputs (``held_bytes``) and the peak the
     backward allocated above what it started with (``backward_peak_bytes``, the gradients included); each also as a
     fraction of q, k, v."""
@@ -109,6 +111,8 @@ def fwd_bwd(fn):
             o, ht = fn(*leaves, scale, h0, dht is not None, cu_seqlens)
         outs, grads = (o, ht) if dht is not None else (o,), (do, dht) if dht is not None else (do,)
         if memory is not None:
+            for x in kept_on_contexts((o, ht)):  # ctx.q = q: saved all the same
+                saved.setdefault(*_storage(x))
             # the caller's tensors (inputs) and the step's outputs are not memory the backward costs
             own = dict(_storage(x) for x in (q, k, v, do, initial_state, dht, cu_seqlens, o, ht) if x is not None)
             memory["saved_bytes"] = sum(n for ptr, n in saved.items() if ptr not in own)

@@ -279,6 +279,65 @@ def test_the_score_names_what_failed(capsys):
     assert "sector_bytes(n=32, stride=8, itemsize=4) returned 128, expected 1024: that is the bytes asked for" in line.why
 
 
+def test_the_score_does_not_run_again_what_a_check_stopped_at_the_time_limit(capsys):
+    """A kernel that never ends costs the interpreter's time limit once: each later check whose answer calls it
+    (its hidden cases, an autograd Function launching it) is not run, and says why. What runs is shown as it runs
+    (the table only comes at the end)."""
+    from kernels.checks import CheckFailed
+    from kernels.checks.engine import CASE_STOPPED
+    from grader.score import score_here
+
+    calls = []
+
+    def stopping(exercise, *objects, hidden=False):
+        calls.append((exercise, hidden))
+        if exercise == "01_memory_hierarchy.sector_bytes":
+            raise CheckFailed(f"01_memory_hierarchy.sector_bytes failed on case 'x': the case ran for more than 180 s "
+                              f"{CASE_STOPPED}: a loop that never ends?")
+
+    score = score_here("01_memory_hierarchy", {"check": stopping, "sector_bytes": _sector_bytes})
+    shown = capsys.readouterr().out
+    assert calls.count(("01_memory_hierarchy.sector_bytes", False)) == 1
+    assert ("01_memory_hierarchy.sector_bytes", True) not in calls, "the stopped function was checked again"
+    by_cell = {ln.cell: ln for ln in score.lines}
+    assert "not run: sector_bytes was stopped" in by_cell["check_sectors_hidden"].why
+    assert "checking 01_memory_hierarchy.sector_bytes ... failed" in shown
+    assert shown.index("checking ") < shown.index("total")
+
+
+def test_what_a_check_answer_calls_is_found_through_a_class():
+    """The answer a check is passed reaches, through its code, the kernels it launches: a function calling a class
+    whose static backward launches one (the autograd exercise), not the notebook's other functions."""
+    from grader.score import _called
+
+    ns = {"__name__": "__main__"}
+    _run_cell("def dq_kernel():\n    pass\n\n\ndef dkdv_kernel():\n    pass\n\n\n"
+              "class Fn:\n    @staticmethod\n    def backward(ctx):\n        return [dq_kernel() for _ in range(2)]\n\n\n"
+              "def answer(x):\n    return Fn.backward(x)\n", ns)
+    reached = _called([ns["answer"]])
+    assert id(ns["dq_kernel"]) in reached and id(ns["Fn"]) in reached
+    assert id(ns["dkdv_kernel"]) not in reached
+
+
+def test_a_hidden_cases_advice_reaches_the_score_table():
+    """A hidden case is seen only in the score: its advice (``(this case ...)``) is kept beside the problem, the
+    reason is cut at a word, and a long one is wrapped under its row."""
+    from grader.score import Line, Score, _first_line
+
+    message = ("07_backward.dq failed on case 'B=1 T=1930 fp16, a state S of 2048 adding chunks of 0.8':\n"
+               "  - dq: relative error 2.6e-02 > 1.0e-02\n"
+               "  - (this case carries a large state: keep the carried state in fp32)")
+    why = _first_line(message)
+    assert why.startswith("on 'B=1 T=1930") and "keep the carried state in fp32" in why
+    long = _first_line("failed on case 'x':\n  - " + "word " * 200)
+    assert long.endswith(" …") and len(long) <= 600 and "wor …" not in long
+    score = Score("07_backward", "interpreter")
+    score.lines = [Line("ex2-hidden", "dq", 2, True, False, False, why)]
+    rows = score.table().splitlines()
+    assert rows[1].startswith("  dq") and rows[1].rstrip().endswith("(2 hidden)")
+    assert all(r.startswith("      ") for r in rows[2:-1]) and "fp32" in " ".join(rows[2:-1])
+
+
 @pytest.mark.slow
 def test_make_score_runs_the_saved_notebook(tmp_path):
     from grader.course import student_notebook
@@ -295,7 +354,8 @@ def test_make_score_runs_the_saved_notebook(tmp_path):
     out = subprocess.run([sys.executable, "-m", "grader.score", "00", "--work", str(work)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    lines = {ln.split()[0]: ln for ln in out.stdout.splitlines() if ln.startswith("  ")}
+    lines = {ln.split()[0]: ln for ln in out.stdout.splitlines()
+             if ln.startswith("  ") and not ln.startswith("      ")}  # rows, not a reason wrapped under one
     assert "4 / 4" in lines["vector_add"] and "0 / 4" in lines["add_bias"], out.stdout
     assert "4 / 8" in lines["total"], out.stdout
     assert main(["99"]) == 2

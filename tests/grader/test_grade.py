@@ -73,7 +73,8 @@ def test_an_unwritten_function_is_named_in_the_graders_message():
     ex = get("07_backward.autograd")
     lines = s._error_lines(ex, "small", {"error": {"type": "NotImplementedError", "message": ""}})
     assert lines == ["07_backward.autograd failed on case 'small': your code raised NotImplementedError: "
-                     "`linear_attention` is not implemented yet: replace `raise NotImplementedError()` with your code"]
+                     "`ChunkedLinearAttention` (its forward and backward, which `linear_attention` calls) is not "
+                     "implemented yet: replace `raise NotImplementedError()` with your code"]
 
 
 def test_plain_nbgrader_autograde_uses_the_sandbox(tmp_path, fixture_source):

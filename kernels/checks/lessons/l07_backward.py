@@ -479,6 +479,10 @@ def _autograd_run(args, inputs, outputs, case):
         what = "no gradient at all (o does not require grad)" if r["grad_fn"] is None else r["grad_fn"]
         raise CheckFailed(f"o's gradient comes from {what}: return YourFunction.apply(q, k, v, scale), so that "
                           "autograd calls your backward")
+    if r.get("launches_forward") == 0:  # absent: an older sandbox's answer, nothing counted
+        raise CheckFailed("your forward launched no Triton kernel: it computes o some other way (in torch, say, with "
+                          "recurrent_linear_attention). Return the chunked kernel's output: chunked_forward(q, k, v, "
+                          "scale)")
     for t in r["saved"]:
         if t["input"] is None:
             where = t.get("where", "ctx.save_for_backward")
@@ -506,6 +510,7 @@ AUTOGRAD = Exercise(
     signature="linear_attention(q, k, v, scale) -> o, differentiable through your torch.autograd.Function "
               "(forward: the chunked forward; backward: your dq and dk/dv kernels)",
     description="a torch.autograd.Function that saves only q, k, v and runs the two backward kernels",
+    stub="`ChunkedLinearAttention` (its forward and backward, which `linear_attention` calls)",
     make_inputs=_inputs,
     run=_autograd_run,
     reference=_reference(("o", "dq", "dk", "dv")),

@@ -232,7 +232,8 @@ def _cached_check(namespace_check, progress=None):
             out = namespace_check(exercise_id, *objects, hidden=hidden)
         except Exception as e:
             if CASE_STOPPED in str(e):
-                stopped.update({id(o): (_label(o), exercise_id) for o in objects})
+                # functions, classes and kernels: a value passed beside them (a block size) is no one's loop
+                stopped.update({id(o): (_label(o), exercise_id) for o in objects if callable(o) or hasattr(o, "fn")})
             if progress:
                 progress(exercise_id, hidden, time.perf_counter() - t0, False)
             raise

@@ -303,6 +303,15 @@ def test_the_score_does_not_run_again_what_a_check_stopped_at_the_time_limit(cap
     assert "not run: sector_bytes was stopped" in by_cell["check_sectors_hidden"].why
     assert "checking 01_memory_hierarchy.sector_bytes ... failed" in shown
     assert shown.index("checking ") < shown.index("total")
+    # a value passed beside a stopped kernel (a block size) does not stop a later check given the same value
+    from grader.score import _cached_check
+
+    guarded = _cached_check(stopping)
+    with pytest.raises(CheckFailed, match="was stopped"):
+        guarded("01_memory_hierarchy.sector_bytes", _sector_bytes, 64)
+    guarded("01_memory_hierarchy.sector_bytes_value", 64)
+    with pytest.raises(CheckFailed, match="not run: sector_bytes"):
+        guarded("01_memory_hierarchy.other", _sector_bytes)
 
 
 def test_what_a_check_answer_calls_is_found_through_a_class():

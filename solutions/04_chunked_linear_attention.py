@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check
+from kernels.checks import check, describe_error
 from kernels.device import DEVICE, ON_GPU, pick, sizes
 from kernels.linear_attention.reference import recurrent_linear_attention
 from kernels.testing import assert_close, poisoned, randn, tolerance
@@ -273,7 +273,7 @@ try:
 except AssertionError as e:  # it runs, and its output is wrong
     print(f"intra_chunk_kernel runs, but is wrong: {e}")
 except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
-    print("intra_chunk_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
+    print("intra_chunk_kernel does not run yet:", describe_error(e))
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("04_chunked_linear_attention.intra_chunk", intra_chunk_kernel)
@@ -364,7 +364,7 @@ try:
 except AssertionError as e:  # it runs, and its output is wrong
     print(f"chunked_attention_kernel runs, but is wrong: {e}")
 except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
-    print("chunked_attention_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
+    print("chunked_attention_kernel does not run yet:", describe_error(e))
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("04_chunked_linear_attention.chunked_fwd", chunked_attention_kernel)

@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check
+from kernels.checks import check, describe_error
 from kernels.device import DEVICE, ON_GPU, pick, sizes
 from kernels.linear_attention.reference import recurrent_linear_attention
 from kernels.testing import assert_close, randn, tolerance
@@ -274,7 +274,7 @@ try:
 except AssertionError as e:  # it runs, and a gradient is wrong
     print(f"dq_kernel runs, but is wrong: {e}")
 except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
-    print("dq_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
+    print("dq_kernel does not run yet:", describe_error(e))
 
 # %% nbgrader={"grade": true, "grade_id": "ex2-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("07_backward.dq", dq_kernel)
@@ -373,7 +373,7 @@ try:
 except AssertionError as e:  # it runs, and a gradient is wrong
     print(f"dkdv_kernel runs, but is wrong: {e}")
 except Exception as e:  # not done yet, or it stopped (an access out of bounds, say)
-    print("dkdv_kernel does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
+    print("dkdv_kernel does not run yet:", describe_error(e))
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-check", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("07_backward.dkdv", dkdv_kernel)
@@ -497,7 +497,7 @@ try:
 except AssertionError as e:  # it runs, and a gradient is wrong
     print(f"your Function runs, but is wrong: {e}")
 except Exception as e:  # not done yet, or autograd refuses it (a gradient too few, say)
-    print("the Function does not run yet:", type(e).__name__, *str(e).splitlines()[:1])
+    print("the Function does not run yet:", describe_error(e))
 
 # %% nbgrader={"grade": true, "grade_id": "ex4-check", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("07_backward.autograd", linear_attention)

@@ -7,8 +7,8 @@ import re
 
 from .spec import Case, CheckFailed, Exercise, Performance, register
 
-__all__ = ["check", "guard_launches", "history", "reach", "reach_unchanged", "value_problem", "Case", "CheckFailed",
-           "Exercise", "Performance", "register"]
+__all__ = ["check", "describe_error", "guard_launches", "history", "reach", "reach_unchanged", "value_problem", "Case",
+           "CheckFailed", "Exercise", "Performance", "register"]
 
 #: The last outcome of each check run in this process: ``(exercise_id, hidden) -> (objects, failure or "",
 #: reach)``, ``reach`` being what the objects could call then (:func:`reach`). ``grader.score`` reuses it when the
@@ -65,6 +65,14 @@ def value_problem(exercise_id: str, *values) -> str | None:
     ex = get(exercise_id)
     given = iter(values)
     return check_value(ex, tuple(next(given, None) if kind == "value" else None for kind in ex.args), False)
+
+
+def describe_error(e: BaseException) -> str:
+    """An error a try-it cell caught, in one line: the error inside Triton's ``InterpreterError``, its reason, and the
+    line of the learner's code it came from. See :func:`kernels.checks.bounds.describe_error`."""
+    from .bounds import describe_error as describe
+
+    return describe(e)
 
 
 def guard_launches(on: bool = True) -> bool:

@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 import triton
 import triton.runtime.interpreter as _interp
 
@@ -34,6 +35,8 @@ __all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLan
            "bare_assertion", "explained", "root_cause"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
+# not the learner's code: the course's package, torch, Python's own library
+_LIBRARIES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__), os.path.dirname(os.__file__))
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
 _VERB = {"load": "reads", "store": "writes", "atomic": "updates"}
 
@@ -264,6 +267,22 @@ def explained(e: BaseException) -> str:
     elif root is not e and (why := str(root).strip()) and why.splitlines()[0] not in text:
         text += ("\n" if text else "") + f"{type(root).__name__}: {why}"
     return text
+
+
+def describe_error(e: BaseException) -> str:
+    """An error a lesson's try-it cell caught, in one line a learner can act on: Triton's ``InterpreterError``
+    unwrapped to the error inside it, its first line (the reason, for a compile error, with the line its caret
+    marks), and the line of the learner's own code it was raised at."""
+    inner = e.__cause__ if isinstance(e, _interp.InterpreterError) and isinstance(e.__cause__, Exception) else e
+    lines = [ln for ln in explained(inner).splitlines() if ln.strip()]
+    text = lines[0].strip() if lines else ""
+    caret = next((i for i, ln in enumerate(lines) if ln.strip() == "^"), None)
+    if caret:  # a compile error: "at 5:8:", the source, a caret under the column, the reason
+        text = f"{' '.join(ln.strip() for ln in lines[caret + 1:])} at `{lines[caret - 1].strip()}`"
+    mine = [f for f in traceback.extract_tb(inner.__traceback__)
+            if not f.filename.startswith(_SKIP) and not f.filename.startswith(_LIBRARIES) and f.line]
+    where = f" (line {mine[-1].lineno}: `{mine[-1].line.strip()}`)" if mine and not caret else ""
+    return f"{type(inner).__name__}" + (f": {text}" if text else "") + where
 
 
 class UndefinedLanesWarning(UserWarning):

@@ -182,6 +182,40 @@ def test_an_unwritten_function_says_so():
         "`raise NotImplementedError()` with your code")
 
 
+@triton.jit
+def _mismatched_dot(x_ptr, o_ptr, B: tl.constexpr):
+    rows = tl.arange(0, B)
+    a = tl.load(x_ptr + rows[:, None] * B + rows[None, :])
+    b = tl.load(x_ptr + tl.arange(0, 2 * B)[:, None] * B + rows[None, :])
+    tl.store(o_ptr + rows[:, None] * B + rows[None, :], tl.dot(a, b))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's error; compiled, the same line comes as a compile error")
+def test_a_try_it_cells_error_names_the_learners_line():
+    """A lesson's try-it cell prints what stopped the learner's kernel: the error inside Triton's InterpreterError
+    (not the wrapper's bare name) and the kernel's line it came from; an error of theirs outside a kernel alike."""
+    from kernels.checks import describe_error
+
+    x, o = torch.randn(64 * 64), torch.empty(16 * 16)
+    with pytest.raises(Exception) as info:
+        _mismatched_dot[(1,)](x, o, B=16)
+    said = describe_error(info.value)
+    assert said.startswith("AssertionError: ") and "reduction" in said, said
+    assert said.endswith("`tl.store(o_ptr + rows[:, None] * B + rows[None, :], tl.dot(a, b))`)"), said
+    with pytest.raises(RuntimeError) as info:
+        torch.zeros(3).add_(torch.zeros(4))
+    assert describe_error(info.value).endswith("`torch.zeros(3).add_(torch.zeros(4))`)")
+
+
+def test_a_compile_errors_reason_and_line_are_what_a_try_it_cell_prints():
+    """Compiled for a GPU, an error comes as Triton's "at 5:8:", the source, a caret and the reason: the reason
+    and the line the caret marks are printed, not "at 5:8:"."""
+    from kernels.checks import describe_error
+
+    e = ValueError("at 5:8:\n    b = tl.load(x_ptr)\n    c = tl.dot(a, b)\n        ^\nshapes are not compatible")
+    assert describe_error(e) == "ValueError: shapes are not compatible at `c = tl.dot(a, b)`"
+
+
 def test_an_out_of_memory_that_torch_could_not_describe_says_out_of_memory():
     """Where NVML cannot start (a container, the grader's sandbox on an H100), torch's allocator meets an allocation
     it cannot make and then fails an internal assert while describing it: the message says what happened."""

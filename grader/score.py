@@ -221,7 +221,7 @@ def _cached_check(namespace_check, progress=None):
             if seen[1]:
                 raise checks.CheckFailed(seen[1])
             return None
-        hit = next((stopped[i] for i in _called(objects) if i in stopped), None)
+        hit = next((stopped[i] for i in _called(objects) if i in stopped), None) if stopped else None
         if hit:
             raise checks.CheckFailed(f"not run: {hit[0]} was stopped at the interpreter's time limit in {hit[1]}'s "
                                      "check (a loop that never ends?); fix it, run its cells again, then this one")

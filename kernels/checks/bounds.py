@@ -35,8 +35,9 @@ __all__ = ["Stray", "Findings", "run_checked", "OutOfBoundsError", "UndefinedLan
            "bare_assertion", "explained", "root_cause"]
 
 _SKIP = (os.path.dirname(triton.__file__), _tracer.__file__, __file__)
-# not the learner's code: the course's package, torch, Python's own library
-_LIBRARIES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__), os.path.dirname(os.__file__))
+# not the learner's code: Triton, the course's package, torch, Python's own library
+_LIBRARIES = (os.path.dirname(triton.__file__), os.path.dirname(os.path.dirname(__file__)),
+              os.path.dirname(torch.__file__), os.path.dirname(os.__file__))
 _KEEP = 1 << 20  # element offsets kept per stray kind, for counting distinct elements
 _VERB = {"load": "reads", "store": "writes", "atomic": "updates"}
 
@@ -280,7 +281,7 @@ def describe_error(e: BaseException) -> str:
     if caret:  # a compile error: "at 5:8:", the source, a caret under the column, the reason
         text = f"{' '.join(ln.strip() for ln in lines[caret + 1:])} at `{lines[caret - 1].strip()}`"
     mine = [f for f in traceback.extract_tb(inner.__traceback__)
-            if not f.filename.startswith(_SKIP) and not f.filename.startswith(_LIBRARIES) and f.line]
+            if not f.filename.startswith(_LIBRARIES) and f.line]
     where = f" (line {mine[-1].lineno}: `{mine[-1].line.strip()}`)" if mine and not caret else ""
     return f"{type(inner).__name__}" + (f": {text}" if text else "") + where
 

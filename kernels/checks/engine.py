@@ -469,13 +469,15 @@ def verdict(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, r
 # either: torch.empty_like's memory decides, and the diagnosis must not depend on it)
 _OFF = re.compile(r"^\w+: (relative error |\d+ of \d+ values differ|got .*, expected |\d+ of \d+ elements are NaN "
                   r"or inf)")
+_UNWRITTEN = re.compile(r"^\w+: output not written: ")
 
 
 def _diagnosis(ex: Exercise, case: Case, outs: dict[str, Poisoned], result: dict, ref: Reference, inputs: dict,
                problems: list[str]) -> str | None:
-    """``ex.diagnose`` on a case whose every problem is a value past the tolerance (nothing unwritten, out of
-    bounds or missing: those messages name their fault already)."""
-    if not all(_OFF.match(p) for p in problems):
+    """``ex.diagnose`` on a case whose every problem is a value past the tolerance (nothing out of bounds or
+    missing: those messages name their fault already; nothing unwritten, unless the exercise asks,
+    :attr:`~kernels.checks.spec.Exercise.diagnose_unwritten`)."""
+    if not all(_OFF.match(p) or (ex.diagnose_unwritten and _UNWRITTEN.match(p)) for p in problems):
         return None
     got = {n: (outs[n].out if n in outs else result.get(n)) for n in ref}
     if not all(isinstance(g, torch.Tensor) for g in got.values()):

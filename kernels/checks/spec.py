@@ -134,6 +134,8 @@ class Exercise:
       every output was produced, written and finite but some miss the tolerance: ``inputs`` as drawn (CPU),
       ``got`` and ``ref`` name -> tensor (the answer's outputs, the float64 reference). The returned reason leads
       the case's problems, above the numbers.
+    - ``diagnose_unwritten``: call ``diagnose`` also when outputs hold the NaN poison (elements never written),
+      ``got`` holding NaN there: an exercise whose loop over chunks can miss one names which (lesson 07).
     """
 
     id: str
@@ -154,6 +156,7 @@ class Exercise:
     magnitude: bool = False
     traffic: Callable[[Any, Case], str | None] | None = None
     diagnose: Callable[[dict, dict, Case, dict], str | None] | None = None
+    diagnose_unwritten: bool = False
     description: str = ""
     toolchain: str = ""
     timed_hidden: bool = False

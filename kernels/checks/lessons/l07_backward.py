@@ -198,7 +198,7 @@ def _short_chunk_only(got: dict, args: list, chunks, close) -> str | None:
         also = " (or a mask without its diagonal: with one token, the diagonal is all there is)" if T == 1 else ""
         return (f"{_listed(list(got))}: nothing but zeros or unwritten memory, for T={T}, less than one chunk: the "
                 f"only chunk, a short one, is never walked{also}; loop over ceil(T / chunk) chunks, the last one "
-                "masked to T")
+                "masked to T, with a chunk index that reaches 0")
     for c in chunks:
         start = T // c * c
         if 0 < start < T:
@@ -215,6 +215,10 @@ def _diagnose_at(chunks):
     mistake when the gradients that are wrong all match it (the comparison itself reports only the numbers)."""
 
     def diagnose(inputs, got, case, ref):
+        missed = _unwritten_chunk(got, chunks(case))
+        if missed:
+            return missed
+
         def close(a, b):
             # scaled by the largest magnitude first: a never-written row can hold 1e307, whose square overflows
             # (inf <= inf would call it close), and a NaN or inf is never close
@@ -252,6 +256,35 @@ def _diagnose_at(chunks):
         return _zero_rows(got, ref, off)
 
     return diagnose
+
+
+def _unwritten_chunk(got: dict, chunks) -> str | None:
+    """Names the chunk a loop never visited, when the gradients' never-written rows (NaN, the poison; ``[B, T, H,
+    D]``) are exactly the tokens of the first chunk, or of the last one, at a chunk size the answer may use: a walk
+    whose index is one off (``(n - i) · BT`` for ``(n - 1 - i) · BT``) or that stops one chunk early."""
+    holes = {n: torch.isnan(g) for n, g in got.items() if n in ("dq", "dk", "dv") and torch.isnan(g).any()}
+    if not holes:
+        return None
+    rows = [(h.all(-1).all(-1).all(0), h.any(-1).any(-1).any(0)) for h in holes.values()]  # [T]: whole, touched
+    if any(not torch.equal(whole, touched) for whole, touched in rows) or \
+            any(not torch.equal(rows[0][0], whole) for whole, _ in rows):
+        return None  # holes in part of a row, or not the same tokens in every gradient: the numbers say more
+    tokens = rows[0][0].nonzero().flatten().tolist()
+    T = rows[0][0].numel()
+    for c in chunks:
+        n = -(-T // c)
+        if n < 2:
+            continue
+        last = (n - 1) * c
+        if tokens == list(range(min(c, T))):
+            return (f"{_listed(list(holes))}: tokens 0-{c - 1}, the first chunk (of {n}), are never written, every "
+                    "later chunk is: the loop never reaches chunk 0 (an index one off, such as (n - i) · BT where "
+                    "(n - 1 - i) · BT walks from the last chunk down to chunk 0, or a range that stops at 1)")
+        if tokens == list(range(last, T)):
+            which = f"the last, short chunk ({T - last} of {c} tokens)" if T - last < c else "the last chunk"
+            return (f"{_listed(list(holes))}: tokens {last}-{T - 1}, {which}, are never written: the loop never "
+                    f"reaches chunk {n - 1}; loop over ceil(T / {c}) = {n} chunks, the last one masked to T")
+    return None
 
 
 def _zero_rows(got: dict, ref: dict, off: list) -> str | None:
@@ -453,7 +486,8 @@ def _pass(name, grads, **kw):
     dq = grads == ("dq",)
     return Exercise(id=f"07_backward.{name}", magnitude=True, args=("kernel",), make_inputs=_inputs,
                     outputs=_shapes(grads), reference=_reference(grads),
-                    diagnose=_diagnose_at(lambda case: (case["BT"],)), visible=_cases(False, dq),
+                    diagnose=_diagnose_at(lambda case: (case["BT"],)), diagnose_unwritten=True,
+                    visible=_cases(False, dq),
                     hidden=_cases(True, dq), **kw)
 
 

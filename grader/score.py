@@ -163,40 +163,14 @@ def _first_line(text: str) -> str:
     return _clip((f"on {case.group(1)!r}: " if case else "") + problems[0] + (f" {purpose}" if purpose else ""))
 
 
-def _names(code) -> set[str]:
-    """The global names a function's code (its nested functions' and comprehensions' too) reads."""
-    out = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            out |= _names(const)
-    return out
-
-
 def _called(objects) -> dict[int, object]:
     """The answer's objects and what their code calls from their notebook, transitively, by id: the functions,
-    classes and kernels its names hold in the globals it was defined in (an ``autograd.Function`` whose backward
-    launches ``dq_kernel``: the kernel)."""
-    seen: dict[int, object] = {}
-    todo = list(objects)
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen[id(obj)] = obj
-        fns = [obj, getattr(obj, "fn", None)]  # a @triton.jit kernel holds its Python function as .fn
-        if isinstance(obj, type):
-            fns += [getattr(v, "__func__", v) for v in vars(obj).values()]
-        for fn in fns:
-            code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
-            if code is None or not isinstance(space, dict):
-                continue
-            for name in _names(code):
-                v = space.get(name)
-                own = getattr(getattr(v, "fn", v), "__globals__", None) is space or (
-                    isinstance(v, type) and v.__module__ == space.get("__name__"))
-                if own:  # defined beside it, in the notebook: not torch, triton or the course's package
-                    todo.append(v)
-    return seen
+    classes and kernels of its reach (an ``autograd.Function`` whose backward launches ``dq_kernel``: the kernel)."""
+    from kernels.checks import reach
+
+    out = {id(o): o for o in objects}
+    out.update((id(v), v) for v in reach(objects).values() if callable(v) or hasattr(v, "fn"))
+    return out
 
 
 def _label(obj) -> str:

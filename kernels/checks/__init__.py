@@ -3,8 +3,6 @@
 See ``kernels/checks/README.md``. The spec a lesson fills in is in :mod:`kernels.checks.spec`.
 """
 
-import re
-
 from .spec import Case, CheckFailed, Exercise, Performance, register
 
 __all__ = ["check", "describe_error", "guard_launches", "history", "reach", "reach_unchanged", "value_problem", "Case",
@@ -16,27 +14,58 @@ __all__ = ["check", "describe_error", "guard_launches", "history", "reach", "rea
 history: dict[tuple[str, bool], tuple[tuple, str, dict]] = {}
 
 
-#: IPython's history names (``_``, ``__``, ``_5``, ``_i5``, ``_ih``, ...) and module dunders: not the learner's code.
-_IPYTHON_HISTORY = re.compile(r"^(_+|_\d+|_i+\d*|_[io]h|_dh|__\w+__)$")
+#: What a name read by an answer's code held when nothing was bound to it (a helper defined later changes the reach).
+_UNBOUND = object()
+
+
+def _names(code) -> set[str]:
+    """The global names a function's code (its nested functions' and comprehensions' too) reads."""
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            out |= _names(const)
+    return out
+
+
+def _own(value, space: dict) -> bool:
+    """Whether ``value`` is a function, kernel or class defined in the namespace ``space`` (the notebook's), not
+    torch's, triton's or the course package's."""
+    return getattr(getattr(value, "fn", value), "__globals__", None) is space or (
+        isinstance(value, type) and value.__module__ == space.get("__name__"))
 
 
 def reach(objects) -> dict:
-    """Every function, class and kernel defined in the namespaces that ``objects`` were defined in (a notebook's
-    globals), by name: an autograd Function that launches ``dq_kernel`` through its globals is the same object
-    after ``dq_kernel``'s cell is run again with other code, but what it reaches is not."""
-    spaces = {}
-    for obj in objects:
-        for fn in [obj, getattr(obj, "fn", None), *(vars(obj).values() if isinstance(obj, type) else ())]:
-            fn = getattr(fn, "__func__", fn)  # a static or class method
-            g = getattr(fn, "__globals__", None)
-            if isinstance(g, dict):
-                spaces[id(g)] = g
-    return {(i, name): v for i, g in spaces.items() for name, v in list(g.items())
-            if not _IPYTHON_HISTORY.match(name) and (callable(v) or hasattr(v, "fn"))}
+    """What ``objects`` read from the namespaces they were defined in (a notebook's globals), transitively through
+    the functions, classes and kernels defined there: ``(id(namespace), name) -> object`` for every global name
+    their code reads (a placeholder where none is bound yet). An autograd Function that launches ``dq_kernel``
+    through its globals is the same object after ``dq_kernel``'s cell is run again with other code, but what it
+    reaches is not; a function defined later that none of them names changes nothing."""
+    out: dict = {}
+    seen: set[int] = set()
+    todo = list(objects)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        fns = [obj, getattr(obj, "fn", None)]  # a @triton.jit kernel holds its Python function as .fn
+        if isinstance(obj, type):
+            fns += [getattr(v, "__func__", v) for v in vars(obj).values()]  # static and class methods too
+        for fn in fns:
+            code, space = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+            if code is None or not isinstance(space, dict):
+                continue
+            for name in _names(code):
+                value = space.get(name, _UNBOUND)
+                out[id(space), name] = value
+                if _own(value, space):
+                    todo.append(value)
+    return out
 
 
 def reach_unchanged(before: dict, objects) -> bool:
-    """Whether every name in ``before`` (a :func:`reach`) still holds the same object, and no new one appeared."""
+    """Whether ``objects`` still read what they read when ``before`` (a :func:`reach`) was taken: the same names,
+    each holding the same object."""
     now = reach(objects)
     return now.keys() == before.keys() and all(now[k] is v for k, v in before.items())
 

@@ -252,6 +252,42 @@ def test_the_score_runs_a_check_again_when_what_its_answer_calls_was_redefined(c
     assert not line.passed and "returned" in line.why, line
 
 
+def test_the_score_reuses_a_check_while_what_its_answer_reads_is_the_same(capsys):
+    """A function defined after a check ran, which the answer never names (a later exercise, the score cell's own
+    import), leaves the outcome reusable: a kernel that never ends would otherwise cost the time limit again in
+    the score cell. A helper the answer names but that was not defined when it was checked is a change."""
+    from kernels.checks import check
+
+    ns = {"__name__": "__main__"}
+    _run_cell("def sector_bytes(n, stride, itemsize):\n    if n <= 0:\n        return 0\n"
+              "    step = stride * itemsize\n"
+              "    return 32 * n if step >= 32 else 32 * ((n - 1) * step // 32 + 1)\n", ns)
+    check("01_memory_hierarchy.sector_bytes", ns["sector_bytes"])
+    calls = []
+
+    def counting(exercise, *objects, hidden=False):
+        calls.append((exercise, hidden))
+        return check(exercise, *objects, hidden=hidden)
+
+    _run_cell("from grader.score import score_here\n\n\ndef column_kernel():\n    pass\n", ns)
+    ns["check"] = counting
+    line = next(ln for ln in ns["score_here"]("01_memory_hierarchy", ns, show=False).lines
+                if ln.cell == "check_sectors")
+    assert line.passed and ("01_memory_hierarchy.sector_bytes", False) not in calls, calls
+
+    _run_cell("def sector_bytes(n, stride, itemsize):\n    return _helper(n, stride, itemsize)\n", ns)
+    try:
+        check("01_memory_hierarchy.sector_bytes", ns["sector_bytes"])
+    except Exception:
+        pass  # _helper is not defined yet
+    _run_cell("def _helper(n, stride, itemsize):\n    step = stride * itemsize\n"
+              "    return 0 if n <= 0 else 32 * n if step >= 32 else 32 * ((n - 1) * step // 32 + 1)\n", ns)
+    calls.clear()
+    line = next(ln for ln in ns["score_here"]("01_memory_hierarchy", ns, show=False).lines
+                if ln.cell == "check_sectors")
+    assert line.passed and ("01_memory_hierarchy.sector_bytes", False) in calls, calls
+
+
 def test_the_score_defers_only_what_passed_here():
     """A check with a speed requirement that passed what the interpreter checks waits for a GPU; one that failed
     here would fail there too, and counts as failed, with its reason."""

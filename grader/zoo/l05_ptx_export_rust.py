@@ -37,6 +37,11 @@ def _build(name, *pairs, **kw):
 
 
 BUILD_LAUNCH = [
+    _build("requirement-asserted", "            raise ValueError(f\"requirement {cond!r} fails for sizes {sizes}\")",
+           "            raise AssertionError(cond)", fault="raised AssertionError",
+           why="asserts the requirement instead of raising ValueError"),
+    _build("numel-exact", "            if t.numel() < need:", "            if t.numel() != need:",
+           fault="a larger buffer is fine", why="refuses a tensor larger than the launch needs"),
     _build("no-int-range", "            if not lo <= int(value) <= hi:\n"
            "                raise ValueError(f\"{name} = {value} does not fit {p['type']}\")\n", "",
            fault="accepted", why="passes an integer scalar on without checking that it fits its type"),

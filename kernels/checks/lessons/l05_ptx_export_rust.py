@@ -321,9 +321,12 @@ def _refuses(fn, why, expect, m, sizes, tensors, scalars, *names):
     alloc = _Alloc()
     try:
         fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), alloc)
-    except (ValueError, TypeError) as e:
+    except Exception as e:
+        if type(e).__name__ == "CaseTooLong":  # the case's time limit, not the answer's refusal
+            raise
         if not isinstance(e, expect):
-            raise CheckFailed(f"build_launch raised {type(e).__name__} for {why}; expected {expect.__name__}") from None
+            raise CheckFailed(f"build_launch raised {type(e).__name__} ({str(e)[:120]!r}) for {why}; expected "
+                              f"{expect.__name__}, raised on purpose with a message that names the fault") from None
         text = str(e)
         if names and not any(n in text for n in names):
             if re.search(r"\bx\b.*65535|65535.*\bx\b", text):
@@ -343,6 +346,16 @@ def _accepts(fn, why, m, sizes, tensors, scalars, grid,
     try:
         got = fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), _Alloc())
     except (ValueError, TypeError) as e:
+        env, expr = _env(m, sizes)
+        larger = [(n, t.numel(), expr.evaluate(p["numel"], env)) for p in m["params"]
+                  if (n := p["name"]) in tensors and p["kind"] == "pointer" and p["role"] != "unused"
+                  for t in (tensors[n],) if t.numel() > expr.evaluate(p["numel"], env)]
+        said = [x for x in larger if x[0] in str(e)]
+        if said:
+            n, has, need = said[0]
+            raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: {n} holds {has} elements where the "
+                              f"launch needs {need}, and a larger buffer is fine (the kernel reads only what it "
+                              "needs): refuse only a tensor with fewer elements than its numel") from None
         raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: {because}, so this launch fits") from None
     given = got.get("grid") if isinstance(got, dict) else got
     if not isinstance(given, (tuple, list)) or tuple(given) != grid:
@@ -365,6 +378,9 @@ def _bad_launches(fn, m, sizes, tensors, scalars):
     _refuses(fn, f"a {last} one element too short", ValueError, m, sizes,
              {**tensors, last: tensors[last].flatten()[:-1]}, scalars, last)
     t = tensors[first]
+    _accepts(fn, f"a {first} one element longer than it needs", m, sizes,
+             {**tensors, first: torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)}, scalars,
+             expected_launch(m, sizes, scalars)["grid"], "a larger buffer is fine")
     if t.device.type != "meta":  # a view one element in: the same size and dtype, off the 16 bytes assumed
         shifted = torch.zeros(t.numel() + 16, dtype=t.dtype, device=t.device)[1:t.numel() + 1].view_as(t)
         if shifted.data_ptr() % 16:

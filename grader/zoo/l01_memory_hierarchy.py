@@ -109,9 +109,9 @@ COLUMN = [
             why="masks the store only: the last block reads rows past the end of x"),
     _column("no-mask", "    mask = offs_m < M\n", "", ", mask=mask), mask=mask)", "))", fault="out of bounds",
             why="no mask at all"),
-    _column("column-zero", " + col, mask", ", mask", fault="relative error", why="forgets col: always reads column 0"),
+    _column("column-zero", " + col, mask", ", mask", fault="column 0's", why="forgets col: always reads column 0"),
     _column("row-not-column", "offs_m * stride_m + col", "col * stride_m + offs_m",
-            fault="relative error|out of bounds", why="reads row col instead of column col"),
+            fault="the rows after it|out of bounds", why="reads row col instead of column col"),
     _column("stride-is-M", "offs_m * stride_m", "offs_m * M", fault="out of bounds|relative error",
             why="assumes the row stride is M"),
     _column("forgot-program-id", "tl.program_id(axis=0) * BLOCK_M + ", "", fault="not written",
@@ -120,7 +120,7 @@ COLUMN = [
             why="`<=` reads and writes one row past the end"),
     _column("arange-128", "tl.arange(0, BLOCK_M)", "tl.arange(0, 128)", fault="not written", visible=False,
             why="128 rows per program: right while BLOCK_M <= 128 (the visible cases), wrong beyond"),
-    _column("copy-kernel", "x_ptr + offs_m * stride_m + col", "x_ptr + offs_m", fault="relative error",
+    _column("copy-kernel", "x_ptr + offs_m * stride_m + col", "x_ptr + offs_m", fault="contiguous copy",
             why="exercise 1's contiguous copy"),
     _column("int64-rows", "tl.program_id(axis=0)", "tl.program_id(axis=0).to(tl.int64)", wrong=False,
             why="64-bit row offsets: a large matrix's last rows lie past 2**31 elements"),
@@ -165,6 +165,12 @@ SECTOR_BYTES = [
     _sectors("ceil-of-last-byte", "    last = (n - 1) * stride * itemsize + itemsize - 1\n"
              "    return 32 * n if stride * itemsize >= 32 else 32 * (last // 32 + 1)\n", wrong=False,
              why="the sector of the last byte, for dense strides"),
+    _sectors("numpy-integer", "    import numpy as np\n    return np.int64(32) * len({(i * stride * itemsize) // 32 "
+             "for i in range(n)})\n", wrong=False, why="a numpy integer: an int all the same"),
+    _sectors("sector-count", "    return len({(i * stride * itemsize) // 32 for i in range(n)})\n",
+             fault="the number of sectors", why="the sectors, not their bytes"),
+    _sectors("no-return", "    32 * len({(i * stride * itemsize) // 32 for i in range(n)})\n",
+             fault="`return` missing", why="computes the bytes and never returns them"),
 ]
 
 ENTRIES = COPY + COPY_SPEED + COLUMN + SECTOR_BYTES

@@ -1,6 +1,8 @@
 """Lesson 01 (memory hierarchy): a grid-stride copy (correct, then fast on a GPU), a column read of a row-major
 matrix (the uncoalesced pattern), and the sector count that predicts its slowdown."""
 
+import numbers
+
 import torch
 import triton
 
@@ -108,6 +110,25 @@ def _column_run(args, inputs, outputs, case):
                                               BLOCK_M=block)
 
 
+def _column_diagnose(inputs, got, case, ref):
+    """Names the two address mistakes of a column read: the rows' offsets without ``col`` (column 0), and ``col``
+    taken as a row (``offs + col · stride_m``: row ``col`` and the ones after it, read along)."""
+    x, col, out = inputs["x"].double(), int(inputs["col"]), got["out"]
+    M = x.shape[0]
+    flat = x.flatten()
+    if col and torch.equal(out, x[:, 0]):
+        return (f"out: every value is column 0's, where column col={col} was asked for: add col to each row's "
+                "offset, x_ptr + offs_m · stride_m + col")
+    if 0 < col and col * x.stride(0) + M <= flat.numel() and torch.equal(out, flat[col * x.stride(0):][:M]):
+        return (f"out: the values of row {col} and the rows after it, read along memory: the offsets "
+                "offs_m + col · stride_m step one element a row and start at row col; a row is stride_m elements "
+                "apart, so offs_m · stride_m + col")
+    if torch.equal(out, flat[:M]) and x.shape[1] > 1:
+        return ("out: the first M elements in memory, a contiguous copy: step a row's stride between rows and add "
+                "the column, x_ptr + offs_m · stride_m + col")
+    return None
+
+
 COLUMN = Exercise(
     id="01_memory_hierarchy.column",
     args=("kernel",),
@@ -118,6 +139,7 @@ COLUMN = Exercise(
     outputs=lambda case, inputs: {"out": ((case["M"],), case.dtype)},
     run=_column_run,
     reference=lambda inputs, case: {"out": inputs["x"][:, int(inputs["col"])]},
+    diagnose=_column_diagnose,
     visible=[Case("M=1000 row stride 33 BLOCK_M=128 fp32", dict(M=1000, ld=33, BLOCK_M=128)),
              Case("M=300 row stride 129 BLOCK_M=64 fp32", dict(M=300, ld=129, BLOCK_M=64),
                   purpose="has a last block of 44 rows: loads and stores past row M must be masked")],
@@ -155,9 +177,11 @@ def _sector_run(args, inputs, outputs, case):
     got = []
     for n, stride, itemsize in inputs["reads"]:
         value = fn(n, stride, itemsize)
-        if isinstance(value, bool) or not isinstance(value, int):
+        if value is None:
+            raise CheckFailed(f"sector_bytes({n}, {stride}, {itemsize}) returned None: is a `return` missing?")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy's integers are ints too
             raise CheckFailed(f"sector_bytes({n}, {stride}, {itemsize}) returned {value!r}; expected an int")
-        got.append(value)
+        got.append(int(value))
     return {"bytes": torch.tensor(got, dtype=torch.float64)}
 
 
@@ -171,6 +195,8 @@ _SECTOR_MISTAKES = (
                                                        "elements touch, 32 bytes each"),
     (lambda n, stride, itemsize: n * itemsize, "that is the bytes asked for; a warp's loads move whole 32-byte "
                                               "sectors: count the sectors the elements touch, 32 bytes each"),
+    (lambda n, stride, itemsize: _sectors_reference(n, stride, itemsize) // 32,
+     "that is the number of sectors; the function returns their bytes, 32 a sector"),
     (lambda n, stride, itemsize: 32 * n, "one sector per element: neighbouring elements closer than 32 bytes share "
                                          "a sector, which moves once"),
     (lambda n, stride, itemsize: 32 * -(-n * stride * itemsize // 32), "the whole span up to n·stride·itemsize: "

@@ -222,6 +222,11 @@ def test_lesson_rust_exercise_refuses_the_launchers_own_answer():
     assert "resolve" in forbidden("fn launch_grid(m: &Manifest) { m.resolve(s) }")
     assert "std::process" in forbidden("use std::process::exit;")
     assert forbidden("let env = 1; // process each axis") is None
+    # the try-it cell's build refuses it too, before cargo runs: resolve passes most of the crate's tests
+    from kernels.export.rust_exercise import build_and_test
+
+    early = build_and_test("pub fn launch_grid(m: &Manifest) { m.resolve(s) }", "/nonexistent/never-written")
+    assert early.passed is False and not early.tests and "Manifest::resolve" in early.message
 
 
 def test_lesson_rust_exercise_says_how_to_get_cargo(monkeypatch, tmp_path):

@@ -193,7 +193,11 @@ def _build_error(stderr: str, source: str) -> str:
 def build_and_test(source: str, out: pathlib.Path | str, *, timeout: float = 600, cases: list | None = None,
                    target: str | os.PathLike | None = None) -> RustResult:
     """Write the learner's crate to ``out`` and run its tests (and, given ``cases``, the graded cases); returns
-    what passed and cargo's own words."""
+    what passed and cargo's own words. A source the grade would refuse (:func:`forbidden`) is refused here first:
+    the launcher's own ``resolve`` passes most of the tests it is compared with."""
+    why = forbidden(source)
+    if why:
+        return RustResult(False, {}, why)
     exe = cargo()
     if exe is None:
         return RustResult(None, {}, GET_CARGO)

@@ -229,6 +229,15 @@ def test_lesson_rust_exercise_refuses_the_launchers_own_answer():
     assert early.passed is False and not early.tests and "Manifest::resolve" in early.message
 
 
+def test_a_python_comment_in_the_rust_is_named_when_the_build_fails():
+    from kernels.export.rust_exercise import _build_error
+
+    src = "pub fn launch_grid() {\n    # my attempt\n    #[allow(unused)]\n    let x = 1;\n}\n"
+    said = _build_error("error: expected one of `!` or `[`, found `my`\n", src)
+    assert said.startswith("your Rust does not build:") and "your line `# my attempt`" in said, said
+    assert "your line" not in _build_error("error: x\n", src.replace("# my attempt", "// my attempt"))
+
+
 def test_lesson_rust_exercise_says_how_to_get_cargo(monkeypatch, tmp_path):
     from kernels.export import rust_exercise
 

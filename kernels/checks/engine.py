@@ -1123,8 +1123,10 @@ class Plan:
             return Outcome(ex.id, True, [f"{ex.id}: not graded here: {self.unrated}"], not_graded=[self.unrated])
         if self.values_only:
             later = self.not_graded()
-            return Outcome(ex.id, True, [f"✓ {ex.id}: value accepted" + ("; not graded here: " + "; ".join(later)
-                                                                          if later else "")], not_graded=later)
+            what = ("built with cargo; the crate's tests and the cases drawn fresh passed" if ex.toolchain == "cargo"
+                    else "value accepted")
+            return Outcome(ex.id, True, [f"✓ {ex.id}: {what}" + ("; not graded here: " + "; ".join(later)
+                                                                  if later else "")], not_graded=later)
         out = Outcome(ex.id, True, cases=self.passed, not_graded=self.not_graded(), perf=self.perf)
         out.lines.append(summary_line(ex, out))
         return out

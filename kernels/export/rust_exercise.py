@@ -187,7 +187,10 @@ def _build_error(stderr: str, source: str) -> str:
     # a linker's command line runs to thousands of characters: keep its ends, and every other line
     short = ["\n".join(ln if len(ln) <= 400 else f"{ln[:160]} ... {ln[-160:]}" for ln in b.splitlines())
              for b in errors[:2]]
-    return "your Rust does not build:\n" + ("\n".join(short) or stderr[-3000:])[:4000]
+    hashed = next((ln.strip() for ln in source.splitlines() if re.match(r"\s*#(?![\[!])", ln)
+                   and not re.match(r"\s*### (BEGIN|END) SOLUTION", ln)), None)
+    hint = (f"\n(`#` does not start a comment in Rust: `//` does; your line `{hashed[:80]}`)" if hashed else "")
+    return "your Rust does not build:\n" + ("\n".join(short) or stderr[-3000:])[:4000] + hint
 
 
 def build_and_test(source: str, out: pathlib.Path | str, *, timeout: float = 600, cases: list | None = None,

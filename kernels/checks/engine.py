@@ -931,10 +931,11 @@ def check_kernel_source(ex: Exercise, text: str) -> None:
         raise CheckFailed(f"{ex.id}: {why}")
 
 
-def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
+def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False, notes: list | None = None) -> tuple:
     """Turn the notebook's live objects into what ``run`` receives, enforcing provenance; under the interpreter
     also compile every kernel launch of the check for sm_90 first
-    (:func:`kernels.checks.provenance.verify_compiles`)."""
+    (:func:`kernels.checks.provenance.verify_compiles`), adding to ``notes`` what the exercise reads in the
+    compiled code."""
     if len(objects) != len(ex.args):
         raise CheckFailed(f"{ex.id} takes {len(ex.args)} object(s) after the exercise id ({', '.join(ex.args)}); "
                           f"got {len(objects)}. Expected: {ex.signature}")
@@ -955,8 +956,10 @@ def resolve_live(ex: Exercise, objects: tuple, hidden: bool = False) -> tuple:
     if INTERPRET and "kernel" in ex.args:
         why = check_value(ex, _values(ex, tuple(out)), hidden) if "value" in ex.args else None
         if why is None:
-            provenance.verify_compiles(ex.id, hidden, sources,
-                                       [a if k == "value" else None for k, a in zip(ex.args, out)])
+            found = provenance.verify_compiles(ex.id, hidden, sources,
+                                               [a if k == "value" else None for k, a in zip(ex.args, out)])
+            if notes is not None:
+                notes.extend(found)
     return tuple(out)
 
 
@@ -1226,8 +1229,9 @@ def check(exercise_id: str, *objects, hidden: bool = False) -> None:
         print(f"({exercise_id}: judged by the grader, outside this notebook)")
         return
     ex = get(exercise_id)
-    args = resolve_live(ex, objects, hidden)
+    notes: list[str] = []
+    args = resolve_live(ex, objects, hidden, notes)
     out = grade_local(ex, args, hidden)
     if not out.passed:
         raise CheckFailed(out.message) from out.error
-    print(out.message)
+    print(out.message + "".join(f"\n  note, from the code compiled for sm_90: {n}" for n in notes))

@@ -737,15 +737,17 @@ def load(ks: KernelSource, folder: str | os.PathLike | None = None, *, interpret
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 
 
-def _signature(jit_fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
-    """``(signature, constexprs, options)`` of the launch ``jit_fn[grid](*args, **kwargs)``, no hints assumed."""
+def _signature(jit_fn, args: tuple, kwargs: dict, hints: bool = False) -> tuple[dict, dict, dict, dict]:
+    """``(signature, constexprs, options, attrs)`` of the launch ``jit_fn[grid](*args, **kwargs)``: no hints assumed,
+    or with ``hints`` those Triton's JIT would take from the values (16-byte aligned pointers, sizes divisible by
+    16, an int equal to 1 compiled in)."""
     options = {k: kwargs[k] for k in _OPTIONS if k in kwargs}
     try:
         values = bind(jit_fn, args, {k: v for k, v in kwargs.items() if k not in _OPTIONS})
-        sig, const, _ = specialise(jit_fn, values)
+        sig, const, attrs = specialise(jit_fn, values, specialize=hints)
     except SignatureError as e:
         raise CheckFailed(str(e)) from None
-    return sig, const, options
+    return sig, const, options, attrs
 
 
 def aot_compile(jit_fn, signature: dict, constexprs: dict, options: dict | None = None, attrs: dict | None = None,
@@ -783,10 +785,13 @@ def _compile_message(jit_fn, e: Exception) -> str:
 
 class Recorder:
     """Stands in for a kernel during a dry run of ``Exercise.run``: each ``kernel[grid](...)`` compiles that
-    specialisation for sm_90 instead of launching it. Needs a process where ``TRITON_INTERPRET`` is off."""
+    specialisation for sm_90 instead of launching it, assuming nothing of its arguments' alignment unless ``hints``
+    (then what Triton's JIT would assume of these values: the code a GPU would run). Needs a process where
+    ``TRITON_INTERPRET`` is off."""
 
-    def __init__(self, jit_fn):
+    def __init__(self, jit_fn, hints: bool = False):
         self.jit_fn = jit_fn
+        self.hints = hints
         self.compiled: dict[str, object] = {}
         self.__name__ = jit_fn.fn.__name__
 
@@ -796,28 +801,30 @@ class Recorder:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            sig, const, options = _signature(self.jit_fn, args, kwargs)
+            sig, const, options, attrs = _signature(self.jit_fn, args, kwargs, self.hints)
             key = repr((sorted(sig.items()), sorted((k, repr(v)) for k, v in const.items()),
-                        sorted(options.items())))
+                        sorted(options.items()), attrs))
             if key not in self.compiled:
-                self.compiled[key] = aot_compile(self.jit_fn, sig, const, options)
+                self.compiled[key] = aot_compile(self.jit_fn, sig, const, options, attrs)
 
         return launch
 
 
-_VERIFIED: dict[str, None] = {}
+_VERIFIED: dict[str, list[str]] = {}
 
 
-def verify_compiles(exercise_id: str, hidden: bool, kernels: list, values: list, *, timeout: float = 600) -> None:
+def verify_compiles(exercise_id: str, hidden: bool, kernels: list, values: list, *,
+                    timeout: float = 600) -> list[str]:
     """Compile every launch of the check for sm_90 (:func:`kernels.checks.dry_run.dry_run`) in a process with the
     interpreter off; raise :class:`CheckFailed` with the reason it does not compile. ``kernels``: a
     ``{"entry", "text"}`` (a :class:`KernelSource`) or ``None`` for each argument of the exercise; ``values``: the
-    value arguments (``None`` elsewhere)."""
+    value arguments (``None`` elsewhere). Returns the exercise's notes on the compiled code
+    (:attr:`~kernels.checks.spec.Performance.compiled`), usually none."""
     request = {"exercise": exercise_id, "hidden": hidden, "kernels": kernels, "values": values,
                "paths": [p for p in sys.path if p]}
     key = json.dumps(request, sort_keys=True, default=str)
     if key in _VERIFIED:
-        return
+        return list(_VERIFIED[key])
     reply = _served(key, timeout)
     if reply is None:  # no server: a compile process of its own
         try:
@@ -832,7 +839,8 @@ def verify_compiles(exercise_id: str, hidden: bool, kernels: list, values: list,
         raise CheckFailed(f"the ahead-of-time compile crashed (wait status {reply['crashed']})")
     if not reply.get("ok"):
         raise CheckFailed(reply.get("message", "the kernel does not compile for sm_90"))
-    _VERIFIED[key] = None
+    _VERIFIED[key] = [str(n) for n in reply.get("notes", [])]
+    return list(_VERIFIED[key])
 
 
 _SERVER: list = []  # the running ``python -m kernels.checks.dry_run --serve`` of this process, if any

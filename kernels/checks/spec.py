@@ -75,6 +75,10 @@ class Performance:
     by more than ``slack``: that means skipped work or a timing bug. ``case`` is the timed size (a GPU size).
     ``target(inputs, case, floor_ms) -> (ms, what)``, if given, is a time the student's median must also beat,
     measured or derived on the timed inputs (another library's kernel, a multiple of the floor).
+    ``compiled(ptx) -> str | None``, if given, reads the PTX of the timed launch compiled for sm_90 (a list of
+    texts; ``Exercise.run`` given ``case`` and the first active case's tensors) where nothing can be timed, under
+    the interpreter: a note on what the GPU's timing will find (loads the compiler could not widen, say), printed
+    beside the check's line; None where it sees nothing to say.
     """
 
     case: Case
@@ -86,6 +90,7 @@ class Performance:
     target: Callable[[dict, Case, float], tuple[float, str]] | None = None
     warmup: int = 10
     rep: int = 50
+    compiled: Callable[[list[str]], str | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -38,3 +38,24 @@ EXPECT = {
 }
 
 test_a_classic_bug_fails_its_check_with_a_fitting_message = classic_bug_test(EXPECT)
+
+
+def test_the_copy_speed_check_says_on_the_cpu_when_every_block_is_masked():
+    """Under the interpreter nothing is timed, but the sm_90 compile of the check's launches shows what the GPU will
+    time: a copy masked on every block has no 16-byte load or store, and the check's line says so; the lesson's own
+    copy (full blocks unmasked) gets no note."""
+    from lessonkit import zoo_source
+
+    from kernels.checks import provenance
+    from kernels.checks.provenance import from_cells
+
+    def notes(name):
+        source = zoo_source("01_memory_hierarchy.copy_speed" if name == "solution" else "01_memory_hierarchy.copy",
+                            name)
+        ks = from_cells(["import triton\nimport triton.language as tl\n", source], "copy_kernel")
+        return provenance.verify_compiles("01_memory_hierarchy.copy_speed", False,
+                                          [{"entry": ks.entry, "text": ks.text}], [None])
+
+    assert notes("solution") == []
+    (said,) = notes("masked-every-block")
+    assert "none of 16 (ld.global.v4): every block is masked" in said and "0.73" in said, said

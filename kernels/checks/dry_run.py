@@ -32,6 +32,8 @@ def dry_run(exercise_id: str, hidden: bool, kernels: list, values: list, folder:
             notes: list | None = None) -> int:
     """Compile every launch of the check's cases; return how many specialisations compiled. Given ``notes``, the
     exercise's :attr:`~kernels.checks.spec.Performance.compiled` note on their PTX is appended to it, if any."""
+    import torch
+
     from .engine import active_cases, alloc_outputs, case_inputs
     from .provenance import KernelSource, Recorder, load
     from .spec import get
@@ -52,8 +54,6 @@ def dry_run(exercise_id: str, hidden: bool, kernels: list, values: list, folder:
         cpu = case_inputs(ex, case, 0)
         outs = alloc_outputs(ex, case, cpu, device="cpu")
         ex.run(tuple(args), cpu, {k: p.out for k, p in outs.items()}, case)
-    import torch
-
     read = ex.performance.compiled if ex.performance is not None else None
     if notes is not None and read is not None and cases:
         # the timed launch (its block size, warps, grid), with the first case's small tensors in fresh (aligned)

@@ -349,12 +349,10 @@ def grade(source: str, seed: int, out: pathlib.Path | str | None = None, *,
           target: str | os.PathLike | None = None) -> tuple[bool | None, str]:
     """Grade the learner's source: the crate's tests must pass, and the graded cases (drawn from ``seed``) must
     give the manifests' grids and refusals. Returns ``(passed, message)``; ``passed`` is None where cargo is
-    missing (the message says how to get it)."""
+    missing (the message says how to get it). A source naming what it may not (:func:`forbidden`) is refused by
+    :func:`build_and_test`, before cargo runs."""
     if not isinstance(source, str) or "launch_grid" not in source:
         return False, "YOUR_RUST must be a string of Rust source defining `pub fn launch_grid`"
-    why = forbidden(source)
-    if why:
-        return False, why
     cases = draw_cases(seed)
     folder = pathlib.Path(out) if out is not None else pathlib.Path(tempfile.mkdtemp(prefix="launch-grid-"))
     result = build_and_test(source, folder, cases=cases, target=target)

@@ -2,7 +2,7 @@
 matrix (the uncoalesced pattern), and the sector count that predicts its slowdown."""
 
 import numbers
-import re
+from collections import Counter
 
 import torch
 import triton
@@ -76,21 +76,25 @@ COPY = Exercise(
 )
 
 _SPEED_N = 2**27 + 17
-#: A load or store of global memory in PTX, and its vector width (``.v2``/``.v4``) if any.
-_GLOBAL = re.compile(r"\b(ld|st)\.global\b[.\w:]*?(\.v[24])?\.[bfsu]\d+\b")
 
 
 def _copy_widths(ptx: list[str]) -> str | None:
     """Under the interpreter, what the GPU's timing of the copy will find in its code: with no 16-byte (``.v4``)
     load or store anywhere, every block was masked (a mask over n elements, n not a multiple of 4, proves nothing
     about alignment), and such a copy runs at about 0.73 of torch's on an H100/H200, short of the 0.75 asked."""
-    found = [m.group(2) for text in ptx for m in _GLOBAL.finditer(text)]
-    if not found or any(w == ".v4" for w in found):
+    from ...profile.compiler import parse_accesses
+
+    bits = Counter()
+    for text in ptx:
+        for access, n in parse_accesses(text).items():
+            if access.space == "global" and access.kind in ("load", "store"):
+                bits[access.bits] += n
+    if not bits or max(bits) >= 128:
         return None
-    return (f"all {len(found)} of its global loads and stores are {'8' if '.v2' in found else '4'} bytes wide or "
-            "less, none of 16 (ld.global.v4): every block is masked. On a GPU that copy runs at about 0.73 of "
-            "torch's, below the 0.75 the speed check asks; copy the full blocks without a mask and mask only the "
-            "last one")
+    return (f"all {bits.total()} of its global loads and stores are {max(bits) // 8} bytes wide or less, none of "
+            "16 (ld.global.v4): every block is masked. On a GPU that copy runs at about 0.73 of torch's, below the "
+            "0.75 the speed check asks; copy the full blocks without a mask and mask only the last one")
+
 
 COPY_SPEED = Exercise(
     id="01_memory_hierarchy.copy_speed",

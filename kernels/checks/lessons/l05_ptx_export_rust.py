@@ -318,12 +318,14 @@ def _encode(plan) -> dict:
 
 
 def _refuses(fn, why, expect, m, sizes, tensors, scalars, *names):
+    from ..engine import CaseTooLong
+
     alloc = _Alloc()
     try:
         fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), alloc)
+    except CaseTooLong:  # the case's time limit, not the answer's refusal
+        raise
     except Exception as e:
-        if type(e).__name__ == "CaseTooLong":  # the case's time limit, not the answer's refusal
-            raise
         if not isinstance(e, expect):
             raise CheckFailed(f"build_launch raised {type(e).__name__} ({str(e)[:120]!r}) for {why}; expected "
                               f"{expect.__name__}, raised on purpose with a message that names the fault") from None
@@ -347,15 +349,16 @@ def _accepts(fn, why, m, sizes, tensors, scalars, grid,
         got = fn(copy.deepcopy(m), dict(sizes), dict(tensors), dict(scalars), _Alloc())
     except (ValueError, TypeError) as e:
         env, expr = _env(m, sizes)
-        larger = [(n, t.numel(), expr.evaluate(p["numel"], env)) for p in m["params"]
-                  if (n := p["name"]) in tensors and p["kind"] == "pointer" and p["role"] != "unused"
-                  for t in (tensors[n],) if t.numel() > expr.evaluate(p["numel"], env)]
-        said = [x for x in larger if x[0] in str(e)]
-        if said:
-            n, has, need = said[0]
-            raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: {n} holds {has} elements where the "
-                              f"launch needs {need}, and a larger buffer is fine (the kernel reads only what it "
-                              "needs): refuse only a tensor with fewer elements than its numel") from None
+        for p in m["params"]:  # the refusal names a pointer whose tensor is only larger than it needs
+            n = p["name"]
+            if p["kind"] != "pointer" or p["role"] == "unused" or n not in tensors or n not in str(e):
+                continue
+            need = expr.evaluate(p["numel"], env)
+            if tensors[n].numel() > need:
+                raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: {n} holds {tensors[n].numel()} "
+                                  f"elements where the launch needs {need}, and a larger buffer is fine (the kernel "
+                                  "reads only what it needs): refuse only a tensor with fewer elements than its "
+                                  "numel") from None
         raise CheckFailed(f"build_launch refused {why} with {str(e)!r}: {because}, so this launch fits") from None
     given = got.get("grid") if isinstance(got, dict) else got
     if not isinstance(given, (tuple, list)) or tuple(given) != grid:

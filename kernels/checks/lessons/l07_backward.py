@@ -264,7 +264,7 @@ def _unwritten_chunk(got: dict, chunks) -> str | None:
     """Names the chunk a loop never visited, when the gradients' never-written rows (NaN, the poison; ``[B, T, H,
     D]``) are exactly the tokens of the first chunk, or of the last one, at a chunk size the answer may use: a walk
     whose index is one off (``(n - i) · BT`` for ``(n - 1 - i) · BT``) or that stops one chunk early."""
-    holes = {n: torch.isnan(g) for n, g in got.items() if n in ("dq", "dk", "dv") and torch.isnan(g).any()}
+    holes = {n: h for n, g in got.items() if n in ("dq", "dk", "dv") for h in (torch.isnan(g),) if h.any()}
     if not holes:
         return None
     rows = [(h.all(-1).all(-1).all(0), h.any(-1).any(-1).any(0)) for h in holes.values()]  # [T]: whole, touched

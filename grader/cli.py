@@ -272,7 +272,11 @@ def _autograde(args) -> int:
                                               slots=args.slots, settings=settings, speed_policy=args.speed_policy,
                                               new_seed=args.new_seed, redo=args.redo)
     run = workflow.last_run
-    rows = workflow.class_results(root, results, run["skipped"])  # the whole class, skipped ones as recorded
+    # the whole class, skipped ones as recorded: with STUDENTS= too, the other students' recorded results
+    ran = {(r.student, r.lesson) for r in results} | set(run["skipped"])
+    others = [(s.student, s.lesson) for s in workflow.submissions(root, args.lessons)
+              if (s.student, s.lesson) not in ran] if args.students else []
+    rows = workflow.class_results(root, results, run["skipped"] + others)
     print(table(rows, mode=f"{MODE}; {describe()}; {policy.describe(args.speed_policy, MODE)}"))
     print(run["seed_line"])
     report(rows, root / "reports" / "summary.json", {"mode": MODE, "where": describe(),

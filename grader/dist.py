@@ -64,11 +64,19 @@ kernels = ["viz/*.json"]
 _README = '''# GPU Kernel Workbook: student hand-out
 
     python -m venv .venv && . .venv/bin/activate
-    pip install ".[lab]"          # on a machine without a GPU, install a CPU build of torch first
+    pip install ".[lab]"
     jupyter lab notebooks
 
-Without CUDA, start JupyterLab with `TRITON_INTERPRET=1` set: kernels then run in Triton's interpreter on the CPU
-with small sizes, and every exercise can still be completed and checked (speed requirements need a GPU).
+On a machine without an NVIDIA GPU, install torch's CPU build first (otherwise pip fetches the CUDA one, several
+GiB you cannot use), then start JupyterLab with `TRITON_INTERPRET=1` set:
+
+    python -m venv .venv && . .venv/bin/activate
+    pip install torch --index-url https://download.pytorch.org/whl/cpu
+    pip install ".[lab]"
+    TRITON_INTERPRET=1 jupyter lab notebooks
+
+Kernels then run in Triton's interpreter on the CPU with small sizes, and every exercise can still be completed
+and checked (speed requirements need a GPU).
 
 Work in the cells marked `# YOUR CODE HERE`; the locked `check(...)` cell below each one grades it on fresh
 inputs and says what to fix. Hand in each notebook under its own name (`00_setup.ipynb`, ...), as your
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = build(pathlib.Path(args.out) if args.out else None)
     n = sum(1 for _ in out.rglob("*") if _.is_file())
-    print(f"student hand-out: {out} ({n} files; pip install {out})")
+    print(f"student hand-out: {out} ({n} files; pip install \"{out}[lab]\", as its README.md says)")
     return 0
 
 

@@ -46,7 +46,10 @@ def apply(results, policy: str = DEFAULT) -> None:
     for r in results:
         cells = speed_cells(r)
         if not cells:
-            if r.mode != "gpu" and r.cells and not any(n.startswith("speed policy") for n in r.notes):
+            # a lesson with a speed requirement says how it was scored even where the cell failed for another
+            # reason; one with none (lesson 00) says nothing of speed
+            if (r.mode != "gpu" and _times_on_gpu(r)
+                    and not any(n.startswith("speed policy") for n in r.notes)):
                 r.notes.append(describe(policy))
             continue
         pts = sum(c.points for c in cells)
@@ -59,6 +62,20 @@ def apply(results, policy: str = DEFAULT) -> None:
             c.error = (f"{_EXCLUDED if policy == 'exclude' else 'needs a GPU'}: the speed requirement is timed only "
                        f"on a GPU (speed policy {policy}); everything else passed:\n{passed}")
         r.notes.append(f"{describe(policy)} ({pts:g} point(s): {', '.join(c.grade_id for c in cells)})")
+
+
+def _times_on_gpu(result) -> bool:
+    """Whether any check graded in ``result`` has a part only a GPU can grade (:meth:`Exercise.needs_gpu`)."""
+    from kernels.checks.spec import get
+
+    for cell in result.cells:
+        for c in cell.checks:
+            try:
+                if get(c.exercise).needs_gpu(c.hidden):
+                    return True
+            except (KeyError, ImportError):
+                continue
+    return False
 
 
 def excluded_points(result) -> float:

@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from . import policy
 from .collect import Submission
 from .grade import CellResult, Grader, NotebookResult
 from .policy import excluded_points
@@ -95,8 +96,10 @@ def _missing(sub: Submission, source: dict) -> NotebookResult:
 
 
 def grade_class(grader: Grader, subs: list[Submission], sources: dict[str, dict], releases: dict[str, dict],
-                *, slots: int = 2, progress: bool = True) -> list[NotebookResult]:
-    """Grade every submission; ``slots`` run at once, each with its own sandbox uids."""
+                *, slots: int = 2, progress: bool = True, speed_policy: str | None = None) -> list[NotebookResult]:
+    """Grade every submission; ``slots`` run at once, each with its own sandbox uids. ``speed_policy`` (None: the
+    caller scores speed cells itself) is applied to each result before its progress line, so the line shows the
+    score the table will (:mod:`grader.policy`)."""
     free: queue.Queue[int] = queue.Queue()
     for s in range(slots):
         free.put(s)
@@ -121,6 +124,8 @@ def grade_class(grader: Grader, subs: list[Submission], sources: dict[str, dict]
             finally:
                 free.put(slot)
             r.notes = list(sub.notes) + r.notes
+        if speed_policy is not None:
+            policy.apply([r], speed_policy)
         if bar:
             bar.step(f"{key} {r.score:g}/{r.max_score:g}", key,
                      [f"{c.grade_id}: {c.gist(200)}" for c in r.cells if not c.passed])

@@ -521,7 +521,7 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     graded)."""
     from kernels.device import MODE
 
-    from . import classbook, policy
+    from . import classbook
     from .grade import Grader, Settings
     from .run import grade_class
 
@@ -534,8 +534,8 @@ def autograde(root: pathlib.Path, *, lessons=None, students=None, slots: int = 2
     settings.hide = [*settings.hide, str(root.resolve())]
     settings.warm_lessons = tuple(sorted({s.lesson for s in todo}))
     grader = Grader(settings) if todo else None
-    results = grade_class(grader, todo, sources, releases, slots=slots, progress=progress) if todo else []
-    policy.apply(results, speed_policy)
+    results = (grade_class(grader, todo, sources, releases, slots=slots, progress=progress,
+                           speed_policy=speed_policy) if todo else [])
     last_run.clear()
     last_run.update(seed=settings.seed, seed_line=seed_line, speed_policy=speed_policy,
                     changes=classbook.record_changes(root, results, settings.seed),

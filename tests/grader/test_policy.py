@@ -1,6 +1,7 @@
 """Speed requirements without a GPU (grader/policy.py) and the flag on a handed-in instructor notebook."""
 
 import json
+import pathlib
 
 import pytest
 
@@ -34,6 +35,22 @@ def test_speed_policy(policy, score, max_shown):
         pol.apply([r], "free")
 
 
+@pytest.mark.parametrize("policy", ["zero", "exclude", "award"])
+def test_a_lesson_without_speed_requirements_gets_no_speed_note(policy):
+    """The speed policy's note is for lessons that time on a GPU: one whose every check is graded here (lesson
+    00's) gets none; one with a speed requirement gets it even where that cell failed for another reason."""
+    from grader import policy as pol
+
+    plain = NotebookResult("s", "90_grader_fixture", [CellResult("plain", 1, 1, [
+        CheckResult("90_grader_fixture.cumsum", False, True, "passed", ["✓ ok"])])], mode="interpreter")
+    pol.apply([plain], policy)
+    assert plain.notes == [] and plain.score == 1
+    failed = _result()
+    del failed.cells[:2]
+    pol.apply([failed], policy)
+    assert failed.notes == [pol.describe(policy)]
+
+
 def test_speed_points(fixture_source):
     from grader.policy import speed_points
 
@@ -59,6 +76,29 @@ def test_feedback_hides_hidden_tests():
 
     src = "### BEGIN HIDDEN TESTS\ncheck('00_setup.vector_add', add_kernel, hidden=True)\n### END HIDDEN TESTS"
     assert hide(src) == LINE and hide("check('x', f)") == "check('x', f)"
+
+
+def test_feedback_score_cells_are_the_same_for_hand_out_and_course_students():
+    """nbgrader restores the release's score cells (``score_here``, ``make score``), which a hand-out student
+    never had (grader/dist.py): the feedback page says where the scores are instead, for everyone."""
+    import nbformat
+
+    from grader.dist import handout_notebook
+    from grader.hidetests import FEEDBACK_CELLS, HideTests
+
+    course = json.loads((pathlib.Path(__file__).parents[2] / "course" / "00_setup.ipynb").read_text())
+    handout = json.loads(handout_notebook(json.dumps(course), "00_setup.ipynb"))
+    shown = []
+    for nb in (course, handout):
+        nb = nbformat.from_dict(nb)
+        cells = [HideTests().preprocess_cell(c, {}, i)[0] for i, c in enumerate(nb.cells)]
+        score = {c.metadata.nbgrader.grade_id: c for c in cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                 in FEEDBACK_CELLS}
+        assert set(score) == set(FEEDBACK_CELLS)
+        assert "score_here" not in score["score"].source and "make score" not in score["score_md"].source
+        assert score["score"].outputs == []
+        shown.append([c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") in FEEDBACK_CELLS])
+    assert shown[0] == shown[1]
 
 
 @pytest.mark.parametrize("policy", ["zero", "exclude", "award"])
@@ -108,3 +148,21 @@ def test_a_hidden_rule_timed_on_the_gpu_needs_a_gpu():
     assert visible.passed and not visible.not_graded
     assert hidden.passed and hidden.not_graded[0].startswith("performance"), hidden.not_graded
     assert "not graded here" in hidden.lines[0]
+
+
+def test_progress_line_shows_the_score_after_the_speed_policy(capsys):
+    """A submission's progress line shows the score the table will: the speed policy applied first, and the speed
+    cell among the failed cells it lists."""
+    from grader.collect import Submission
+    from grader.run import grade_class
+
+    class Graded:
+        def grade(self, student, lesson, notebook, source, release, slot=0):
+            return _result()
+
+    sub = Submission("s", "90_grader_fixture", {"cells": []})
+    results = grade_class(Graded(), [sub], {"90_grader_fixture": {}}, {}, slots=1, speed_policy="zero")
+    err = capsys.readouterr().err
+    assert results[0].score == 1
+    assert "s/90_grader_fixture 1/6" in err and "4/6" not in err
+    assert "speed: needs a GPU" in err

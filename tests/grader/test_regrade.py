@@ -98,6 +98,11 @@ def test_a_second_batch_grades_only_what_changed(tmp_path, capsys):
     assert len(workflow.to_grade(root, subs, workflow.how_graded(seed, MODE, "zero"))[0]) == 0
     graded, summary = _autograde(root, capsys, "--redo")
     assert graded == 2 and summary["already_recorded"] == []
+    # one student graded again: the table and the report still cover the whole class, the other as recorded
+    graded, summary = _autograde(root, capsys, "--students", "bob", "--redo")
+    assert graded == 1 and summary["graded"] == [f"bob/{LESSON}"]
+    assert [(r["student"], r["lesson"]) for r in summary["results"]] == [("alice", LESSON), ("bob", LESSON)]
+    assert re.search(r"^alice\s", summary["out"], re.M)
 
 
 def test_feedback_export_and_report_name_what_was_collected_since_grading(tmp_path, capsys):

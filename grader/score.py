@@ -188,6 +188,16 @@ def _cached_check(namespace_check, progress=None):
 
     stopped: dict[int, tuple[str, str]] = {}  # id of an object a check was stopped on: (its name, the exercise)
 
+    def was_stopped(objects, exercise_id) -> None:
+        # functions, classes and kernels: a value passed beside them (a block size) is no one's loop
+        stopped.update({id(o): (_label(o), exercise_id) for o in objects if callable(o) or hasattr(o, "fn")})
+
+    # a check the notebook's own cells ran and that was stopped (the exercise's check cell, before this score):
+    # what it was stopped on is not run again here while nothing it can call was redefined
+    for (exercise_id, _), (objects, failure, reached) in list(checks.history.items()):
+        if failure and CASE_STOPPED in failure and checks.reach_unchanged(reached, objects):
+            was_stopped(objects, exercise_id)
+
     def check(exercise_id, *objects, hidden=False):
         seen = checks.history.get((exercise_id, hidden))
         if (seen is not None and len(seen[0]) == len(objects) and all(a is b for a, b in zip(seen[0], objects))
@@ -206,8 +216,7 @@ def _cached_check(namespace_check, progress=None):
             out = namespace_check(exercise_id, *objects, hidden=hidden)
         except Exception as e:
             if CASE_STOPPED in str(e):
-                # functions, classes and kernels: a value passed beside them (a block size) is no one's loop
-                stopped.update({id(o): (_label(o), exercise_id) for o in objects if callable(o) or hasattr(o, "fn")})
+                was_stopped(objects, exercise_id)
             if progress:
                 progress(exercise_id, hidden, time.perf_counter() - t0, False)
             raise

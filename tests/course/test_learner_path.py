@@ -350,6 +350,40 @@ def test_the_score_does_not_run_again_what_a_check_stopped_at_the_time_limit(cap
         guarded("01_memory_hierarchy.other", _sector_bytes)
 
 
+def test_the_score_does_not_run_again_what_the_exercises_own_check_cell_stopped(capsys):
+    """The exercise's check cell, run before the score, was stopped at the time limit: the score reuses that
+    outcome and does not run the hidden cases of the same function (the limit is paid once in all), until the
+    function is defined again."""
+    from kernels import checks
+    from kernels.checks import CheckFailed
+    from kernels.checks.engine import CASE_STOPPED
+    from grader.score import score_here
+
+    exercise = "01_memory_hierarchy.sector_bytes"
+    message = f"{exercise} failed on case 'x': the case ran for more than 180 s {CASE_STOPPED}: a loop that never ends?"
+    calls = []
+
+    def stopping(exercise_id, *objects, hidden=False):
+        calls.append((exercise_id, hidden))
+        if exercise_id == exercise:
+            raise CheckFailed(message)
+
+    kept = dict(checks.history)
+    try:
+        checks.history[exercise, False] = ((_sector_bytes,), message, checks.reach((_sector_bytes,)))
+        score = score_here("01_memory_hierarchy", {"check": stopping, "sector_bytes": _sector_bytes}, show=False)
+        assert (exercise, False) not in calls and (exercise, True) not in calls, calls
+        by_cell = {ln.cell: ln for ln in score.lines}
+        assert "not run: sector_bytes was stopped" in by_cell["check_sectors_hidden"].why
+        # defined again (another object): it is checked again
+        again = _notebook_function("def sector_bytes(n, stride, itemsize):\n    return 0\n", "sector_bytes")
+        score_here("01_memory_hierarchy", {"check": stopping, "sector_bytes": again}, show=False)
+        assert calls == [(exercise, False)]
+    finally:
+        checks.history.clear()
+        checks.history.update(kept)
+
+
 def test_what_a_check_answer_calls_is_found_through_a_class():
     """The answer a check is passed reaches, through its code, the kernels it launches: a function calling a class
     whose static backward launches one (the autograd exercise), not the notebook's other functions."""

@@ -390,8 +390,13 @@ def budget(t, e=2):
           f"{programs} programs, {resident} resident per SM: {programs / (132 * resident):.1f} waves on 132 SMs")
 
 
+from kernels.checks import value_problem
+
+refused = TILES is not None and value_problem("03_tiled_sram.tile_choice", TILES)
 if TILES is None:
     print("set TILES in the cell above first")
+elif refused:  # the check's own rule: TILES it refuses is named as the check names it
+    print(refused)
 else:
     budget(TILES)
 

@@ -911,11 +911,20 @@ def dot_precision_problem(ex: Exercise, text: str) -> str | None:
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if name != "dot" or len(node.args) >= 4 or any(k.arg in ("input_precision", "allow_tf32")
-                                                         for k in node.keywords):
+        if name != "dot":
             continue
+        given = [k.value for k in node.keywords if k.arg == "input_precision"] + node.args[3:4]
+        tf32 = [k.value for k in node.keywords if k.arg == "allow_tf32"]
         call = " ".join((ast.get_source_segment(text, node) or "tl.dot(...)").split())
         call = call if len(call) <= 70 else call[:67] + "..."
+        if tf32 or (given and isinstance(given[0], ast.Constant)):
+            # a precision written into the kernel: the cases' PRECISION is never read
+            return (f"your kernel calls `{call}` with its precision written in: each case hands the kernel the "
+                    "precision it asks for in PRECISION, and the interpreter computes every dot in full fp32 "
+                    "whatever it is told, so only a GPU shows the difference: there a \"tf32\" dot misses an "
+                    "\"ieee\" case's tolerance. Pass input_precision=PRECISION")
+        if given:
+            continue
         return (f"your kernel calls `{call}` without input_precision: the interpreter computes every dot in full "
                 "fp32 either way, but compiled for a GPU an fp32 tl.dot defaults to TF32 (a 10-bit mantissa), and "
                 "the cases that ask for \"ieee\" then miss their tolerance. Pass input_precision=PRECISION to every "

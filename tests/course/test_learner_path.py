@@ -438,3 +438,18 @@ def test_make_score_runs_the_saved_notebook(tmp_path):
     assert "4 / 4" in lines["vector_add"] and "0 / 4" in lines["add_bias"], out.stdout
     assert "4 / 8" in lines["total"], out.stdout
     assert main(["99"]) == 2
+
+
+@pytest.mark.parametrize("lesson,cell,name,value,said", [
+    ("03_tiled_sram", "ex3-budget", "TILES", (128, 128, 64, 8, 8, 3), "TILES must be a dict"),
+    ("03_tiled_sram", "ex3-budget", "TILES", {"block_m": 64}, "unknown ['block_m']"),
+    ("06_profile_compile_autotune", "ex4-compile", "SPACE",
+     [dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=3, num_stages=3)] * 4, "num_warps=3"),
+    ("06_profile_compile_autotune", "ex4-compile", "SPACE", [(64, 64)], "SPACE must be a list of dicts"),
+])
+def test_a_locked_cell_after_a_value_answer_names_what_its_check_refuses(lesson, cell, name, value, said, capsys):
+    """The cells that show a value answer's budget or compile (lesson 03's TILES, 06's SPACE) print what the
+    check will say of a value it refuses, instead of a TypeError or a compile error from inside them."""
+    source = next(c.source for c in solution_notebook(lesson).cells if c.get("id") == cell)
+    _run_cell(source, {"__name__": "__main__", name: value})
+    assert said in capsys.readouterr().out

@@ -283,7 +283,10 @@ def describe_error(e: BaseException) -> str:
     mine = [f for f in traceback.extract_tb(inner.__traceback__)
             if not f.filename.startswith(_LIBRARIES) and f.line]
     where = f" (line {mine[-1].lineno}: `{mine[-1].line.strip()}`)" if mine and not caret else ""
-    return f"{type(inner).__name__}" + (f": {text}" if text else "") + where
+    hint = ""
+    if "for @" in text or "MatMult" in text:  # numpy's product operator, which tiles do not have
+        hint = "; tiles have no `@`: multiply them with tl.dot(a, b), the running sum its third argument"
+    return f"{type(inner).__name__}" + (f": {text}" if text else "") + where + hint
 
 
 class UndefinedLanesWarning(UserWarning):

@@ -932,10 +932,27 @@ def dot_precision_problem(ex: Exercise, text: str) -> str | None:
     return None
 
 
+def matmul_operator_problem(text: str) -> str | None:
+    """Why a kernel that multiplies tiles with ``@`` fails: Triton's language has no ``@`` (the interpreter raises a
+    TypeError, the compiler an AttributeError about ``MatMult``, neither naming ``tl.dot``)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
+            what = " ".join((ast.get_source_segment(text, node) or "a @ b").split())
+            what = what if len(what) <= 70 else what[:67] + "..."
+            return (f"your kernel multiplies tiles with `@` (`{what}`): Triton has no `@` for tiles; a tile "
+                    "product is tl.dot(a, b), with the running sum as its third argument: "
+                    "acc = tl.dot(a, b, acc, ...)")
+    return None
+
+
 def check_kernel_source(ex: Exercise, text: str) -> None:
-    """The rules on a kernel's source that hold in every mode (:func:`dot_precision_problem`), wherever the source
-    is rebuilt: the notebook's check, the grader, the zoo."""
-    why = dot_precision_problem(ex, text)
+    """The rules on a kernel's source that hold in every mode (:func:`matmul_operator_problem`,
+    :func:`dot_precision_problem`), wherever the source is rebuilt: the notebook's check, the grader, the zoo."""
+    why = matmul_operator_problem(text) or dot_precision_problem(ex, text)
     if why:
         raise CheckFailed(f"{ex.id}: {why}")
 

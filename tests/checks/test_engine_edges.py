@@ -207,6 +207,29 @@ def test_a_try_it_cells_error_names_the_learners_line():
     assert describe_error(info.value).endswith("`torch.zeros(3).add_(torch.zeros(4))`)")
 
 
+@triton.jit
+def _matmul_operator(x_ptr, o_ptr, B: tl.constexpr):
+    rows = tl.arange(0, B)
+    a = tl.load(x_ptr + rows[:, None] * B + rows[None, :])
+    tl.store(o_ptr + rows[:, None] * B + rows[None, :], a @ a)
+
+
+def test_a_product_written_with_the_matmul_operator_is_told_to_use_tl_dot():
+    """``a @ b`` on tiles: the interpreter's TypeError and the compiler's AttributeError about ``MatMult`` name no
+    way out; the try-it cell's line and the check's rule on the source say tl.dot."""
+    from kernels.checks import describe_error
+
+    x, o = torch.randn(16 * 16), torch.empty(16 * 16)
+    with pytest.raises(Exception) as info:
+        _matmul_operator[(1,)](x, o, B=16)
+    said = describe_error(info.value)
+    assert said.startswith("TypeError") and "tl.dot(a, b)" in said, said
+    assert "tl.dot(a, b)" in describe_error(AttributeError("'MatMult' object has no attribute '__name__'"))
+    why = engine.matmul_operator_problem("def k(a, b):\n    acc = 0\n    acc += a @ b\n")
+    assert why and "(`a @ b`)" in why and "tl.dot" in why
+    assert engine.matmul_operator_problem("def k(a, b):\n    return tl.dot(a, b)\n") is None
+
+
 def test_a_compile_errors_reason_and_line_are_what_a_try_it_cell_prints():
     """Compiled for a GPU, an error comes as Triton's "at 5:8:", the source, a caret and the reason: the reason
     and the line the caret marks are printed, not "at 5:8:"."""

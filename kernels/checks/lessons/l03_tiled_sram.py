@@ -81,6 +81,10 @@ def _check_order(kernel, a, b, case, blocks):
     c = guard_filled(M * N, a.dtype, a.device).view(M, N)
     _launch(kernel, a, b, c, case, (first,), blocks)
     written = guard_changed(c).cpu()  # bit for bit: a tile the kernel filled with NaN was written too
+    if _mixed_tile(written, BM, BN):
+        # elements written without filling whole tiles: C's store addresses are wrong, not the order of the
+        # tiles; the comparison of the full launch's values names that
+        return
     want = torch.zeros(M, N, dtype=torch.bool)
     for pid in range(first):
         tm, tn = grouped_tile(pid, num_m, num_n, G)
@@ -107,14 +111,37 @@ def _matmul_run(args, inputs, outputs, case):
 def _partly_written(c, blocks) -> bool:
     """Whether some BLOCK_M x BLOCK_N tile of ``c`` holds both NaN and numbers (a program mapped to the wrong tile
     leaves whole tiles unwritten; a wrong mask, part of one)."""
-    nan = torch.isnan(c).cpu()
-    BM, BN = blocks["BLOCK_M"], blocks["BLOCK_N"]
-    for i in range(0, nan.shape[0], BM):
-        for j in range(0, nan.shape[1], BN):
-            tile = nan[i:i + BM, j:j + BN]
+    return _mixed_tile(torch.isnan(c).cpu(), blocks["BLOCK_M"], blocks["BLOCK_N"])
+
+
+def _mixed_tile(flags, BM: int, BN: int) -> bool:
+    """Whether some BM x BN tile of the boolean matrix ``flags`` is partly set."""
+    for i in range(0, flags.shape[0], BM):
+        for j in range(0, flags.shape[1], BN):
+            tile = flags[i:i + BM, j:j + BN]
             if bool(tile.any()) and not bool(tile.all()):
                 return True
     return False
+
+
+def _matmul_diagnose(inputs, got, case, ref):
+    """Names a store of C through strides other than its own (A's, or a layout assumed): every product is in C,
+    each at another element's place, C row-major where it is column-major or the other way round."""
+    c, want = got["c"].double(), ref["c"].double()
+    M, N = want.shape
+    actual = (1, M) if case.get("c_t") else (N, 1)
+    for assumed, layout in (((N, 1), "row-major"), ((1, M), "column-major")):
+        if assumed == actual:
+            continue
+        memory = torch.empty(M * N, dtype=torch.float64)
+        m, n = torch.meshgrid(torch.arange(M), torch.arange(N), indexing="ij")
+        memory[(m * assumed[0] + n * assumed[1]).flatten()] = want.flatten()
+        seen = memory[(m * actual[0] + n * actual[1]).flatten()].view(M, N)
+        if torch.linalg.norm(c - seen) <= 1e-2 * torch.linalg.norm(want):
+            return (f"c: every product is in C, each at another element's place: C was stored as if it were "
+                    f"{layout} (element (m, n) at m·{assumed[0]} + n·{assumed[1]}), where here stride_cm is "
+                    f"{actual[0]} and stride_cn is {actual[1]}: address C through stride_cm and stride_cn")
+    return None
 
 
 def _blocks(bm, bn, bk, g, **kw):
@@ -134,6 +161,7 @@ TILED_MATMUL = Exercise(
     outputs=lambda case, inputs: {"c": ((case["M"], case["N"]), case.dtype, (1, 0) if case.get("c_t") else None)},
     run=_matmul_run,
     reference=lambda inputs, case: {"c": inputs["a"] @ inputs["b"]},
+    diagnose=_matmul_diagnose,
     visible=[
         Case("M=45 N=37 K=70 fp32 ieee, 16x16x32 tiles, GROUP_M=2, column-major A",
              dict(M=45, N=37, K=70, a_t=True, **_blocks(16, 16, 32, 2), first=3), precision="ieee",

@@ -300,10 +300,18 @@ def precision_errors(kernel_fn):
         print(f"{precision:>5}: relative error {err:.2e}")
 
 
+from kernels.checks import describe_error
+
 try:
     precision_errors(tiled_matmul)
-except Exception as e:  # the exercise is not done yet
-    print(f"tiled_matmul_kernel does not run yet ({type(e).__name__}); finish exercise 1 first")
+except AssertionError as e:  # it runs, and its product is off
+    print(f"your tiled_matmul_kernel runs but its product is wrong: {str(e).strip().splitlines()[0][:300]}; "
+          "exercise 1's check says what to fix")
+except Exception as e:  # noqa: BLE001 (an error of the learner's kernel is named, not raised from this cell)
+    if "NotImplementedError" in f"{type(e).__name__}: {e}":  # the exercise is not done yet
+        print("tiled_matmul_kernel is not written yet: finish exercise 1 first")
+    else:
+        print(f"your tiled_matmul_kernel does not run yet: {describe_error(e)}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ex2-text", "locked": true, "schema_version": 3, "solution": false}
 # ## Exercise 2 · count the reuse (2 points)

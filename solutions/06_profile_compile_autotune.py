@@ -291,12 +291,14 @@ def fixed_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
 
 
 # %% nbgrader={"grade": false, "grade_id": "ex3-try", "locked": true, "schema_version": 3, "solution": false}
+from kernels.checks import describe_error
+
 try:
     mine = compiler.compile_kernel(fixed_matmul_kernel, launch_args(), **CONFIG)
     print(f"yours:   {mine.summary()}\n         global loads per thread: {loads(mine)}")
     print(f"planted: global loads per thread: {loads(bad)}")
 except (NotImplementedError, compiler.CompileError) as e:
-    print(f"your kernel does not compile yet: {str(e)[:300]}")
+    print(f"your kernel does not compile yet: {describe_error(e)}")
 
 # %% nbgrader={"grade": true, "grade_id": "ex3-check", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("06_profile_compile_autotune.fixed", fixed_matmul_kernel)

@@ -133,6 +133,8 @@ ENTRIES = [
              "num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2 if num_stages > 1 else 0", visible=False,
              fault="tl.dot still reads its operands from shared memory",
              why="no pipeline at one stage, so no shared memory: the tiles are staged there all the same"),
+    _predict("a-tile-only", "num_stages * BLOCK_M * BLOCK_K * 2", fault="A's tile alone",
+             why="stages A's tile and forgets B's (at square tiles the same number as counting elements)"),
     _predict("output-tile", "num_stages * BLOCK_M * BLOCK_N * 4", fault="output tile",
              why="stages the accumulator instead of the input tiles"),
     _predict("per-warp", "num_warps * num_stages * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * 2",
@@ -201,6 +203,9 @@ ENTRIES = [
             why="forgets to advance along K: multiplies the first tiles again and again"),
     _kernel("skips-last-k-tile", k_end="K - BLOCK_K", fault="relative error",
             why="stops one tile early, as if K were a multiple of BLOCK_K plus one"),
+    _kernel("operands-swapped", dot="tl.dot(b, a, acc)", fault="relative error|incompatible at `acc = tl.dot(b, a",
+            why="b times a: wrong values at square tiles; at the lesson's own the compiler's reason and the line it "
+                "marks, not the kernel's source cut short"),
     _kernel("no-accumulate", dot="tl.dot(a, b)", fault="relative error",
             why="overwrites the accumulator: only the last K tile counts"),
     _kernel("pid-axes-swapped", pid_m="1", pid_n="0", fault="not written|out of bounds|relative error", visible=False,

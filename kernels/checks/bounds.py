@@ -270,6 +270,16 @@ def explained(e: BaseException) -> str:
     return text
 
 
+def compile_reason(text: str) -> str | None:
+    """A compile error's reason and the line it marks, from Triton's "at 5:8:", the source, a caret under the
+    column and the reason: ``"reason at `line`"``; None where ``text`` has no caret."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    caret = next((i for i, ln in enumerate(lines) if ln.strip() == "^"), None)
+    if not caret:
+        return None
+    return f"{' '.join(ln.strip() for ln in lines[caret + 1:])} at `{lines[caret - 1].strip()}`"
+
+
 def describe_error(e: BaseException) -> str:
     """An error a lesson's try-it cell caught, in one line a learner can act on: Triton's ``InterpreterError``
     unwrapped to the error inside it, its first line (the reason, for a compile error, with the line its caret
@@ -277,9 +287,9 @@ def describe_error(e: BaseException) -> str:
     inner = e.__cause__ if isinstance(e, _interp.InterpreterError) and isinstance(e.__cause__, Exception) else e
     lines = [ln for ln in explained(inner).splitlines() if ln.strip()]
     text = lines[0].strip() if lines else ""
-    caret = next((i for i, ln in enumerate(lines) if ln.strip() == "^"), None)
-    if caret:  # a compile error: "at 5:8:", the source, a caret under the column, the reason
-        text = f"{' '.join(ln.strip() for ln in lines[caret + 1:])} at `{lines[caret - 1].strip()}`"
+    caret = compile_reason("\n".join(lines))
+    if caret:
+        text = caret
     mine = [f for f in traceback.extract_tb(inner.__traceback__)
             if not f.filename.startswith(_LIBRARIES) and f.line]
     where = f" (line {mine[-1].lineno}: `{mine[-1].line.strip()}`)" if mine and not caret else ""

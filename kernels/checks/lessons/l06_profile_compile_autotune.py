@@ -8,11 +8,13 @@ ahead of time (:mod:`kernels.profile.compiler`), which needs no GPU: in the grad
 
 import contextlib
 import numbers
+import re
 
 import torch
 import triton
 
 from ...device import ON_GPU
+from ..bounds import compile_reason
 from ..spec import Case, CheckFailed, Exercise, Performance, register
 from .l03_tiled_sram import _matmul_inputs
 
@@ -79,6 +81,10 @@ _MISTAKES = [
                                                  "fp32 accumulator lives in registers"),
     (lambda m, n, k, s: (s - 1) * (m * k + k * n) * 2 if s > 1 else None,
      "that is num_stages - 1 copies of the tiles; Triton allocates one buffer per stage"),
+    (lambda m, n, k, s: s * m * k * 2, "that is A's tile alone; B's [BLOCK_K, BLOCK_N] tile is staged beside it, "
+                                       "num_stages copies of each"),
+    (lambda m, n, k, s: s * k * n * 2, "that is B's tile alone; A's [BLOCK_M, BLOCK_K] tile is staged beside it, "
+                                       "num_stages copies of each"),
     *[(lambda m, n, k, s, e=e, per=per: (s if per else 1) * m * n * e, _OUTPUT) for e in (2, 4) for per in (1, 0)],
     *[(lambda m, n, k, s, e=e: s * (m * k + k * n) * 2 + m * n * e, _OUTPUT) for e in (2, 4)],
 ]
@@ -91,6 +97,7 @@ def _shared_hint(cfg: dict, got, want: int, fn=None) -> str:
     everywhere, then what the value alone suggests."""
     bm, bn, bk, s, w = (cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps"))
     probes = [(bm, bn, bk, s)] + _PROBES
+    values = None
     if fn is not None:
         with contextlib.suppress(Exception):
             if any(fn(bm, bn, bk, other, s) != got for other in (4, 8) if other != w):
@@ -102,7 +109,9 @@ def _shared_hint(cfg: dict, got, want: int, fn=None) -> str:
         for formula, why in _MISTAKES if values else []:
             if all(formula(*p) is not None and formula(*p) == v for p, v in zip(probes, values)):
                 return why
-    for formula, why in _MISTAKES:
+    # one value alone is ambiguous (the lesson's square tiles): only where the other configurations could not be
+    # probed is a mistake named from it
+    for formula, why in _MISTAKES if values is None else []:
         if formula(bm, bn, bk, s) == got:
             return why
     if w > 1 and (got == want * w or got * w == want):
@@ -255,7 +264,8 @@ def _loads_wide(kernel) -> None:
     try:
         c = compiler.compile_kernel(kernel, _launch_args(), detail=False, **LESSON_CONFIG)
     except compiler.CompileError as e:
-        raise CheckFailed(f"fixed_matmul_kernel does not compile for sm_90: {str(e)[:600]}") from None
+        why = compile_reason(str(e)) or re.sub(r"^\S+ does not compile for a GPU \(sm_90\): ", "", str(e))[:600]
+        raise CheckFailed(f"fixed_matmul_kernel does not compile for sm_90: {why}") from None
     # TMA copies (tensor descriptors) move whole tiles: they have no per-thread width and are never narrow
     rows = [r for r in c.table() if r["space"] == "global" and r["kind"] not in ("store", "async copy (TMA)")]
     # one element-at-a-time load is enough: a kernel that keeps one stride unspecialised loads that operand

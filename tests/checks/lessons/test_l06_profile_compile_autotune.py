@@ -56,6 +56,12 @@ def test_shared_hints_probe_the_formula():
     def per_warp(m, n, k, w, s):
         return s * (m * k + k * n) * 2 * w // 4
 
+    def a_only(m, n, k, w, s):
+        return s * m * k * 2
+
+    # at square tiles A's tile alone is the element count; the probes say which it is
+    assert a_only(128, 128, 64, 8, 3) == want // 2
+    assert "A's tile alone" in l06._shared_hint(cfg, a_only(128, 128, 64, 8, 3), want, a_only)
     assert output(128, 128, 64, 8, 3) == fp32(128, 128, 64, 8, 3)
     assert "output tile" in l06._shared_hint(cfg, output(128, 128, 64, 8, 3), want, output)
     assert "4 bytes per element" in l06._shared_hint(cfg, fp32(128, 128, 64, 8, 3), want, fp32)
@@ -120,6 +126,20 @@ def test_fixed_refuses_the_planted_decorator_with_its_loads():
                    '@triton.jit(do_not_specialize=["stride_am", "stride_ak", "stride_bk", "stride_bn"])\n')
     fails(grade(f"{LESSON}.fixed", kernel(planted, "fixed_matmul_kernel")), "one element at a time",
           "16-bit load", "look at the decorator")
+
+
+def test_a_kernel_that_does_not_compile_is_told_the_compilers_reason_and_line():
+    """Compiled at the lesson's tiles, ``tl.dot(b, a, acc)`` is refused by the compiler: the check gives its
+    reason and the line it marks, not the kernel's source cut off before them."""
+    from kernels.checks.engine import CheckFailed
+
+    swapped = kernel(edit(CELLS["ex3-kernel"], "tl.dot(a, b, acc)", "tl.dot(b, a, acc)"), "fixed_matmul_kernel")
+    with pytest.raises(CheckFailed) as info:
+        l06._loads_wide(swapped)
+    said = str(info.value)
+    assert said.startswith("fixed_matmul_kernel does not compile for sm_90: ") and "for a GPU (sm_90)" not in said
+    assert said.endswith("at `acc = tl.dot(b, a, acc)`"), said
+    assert "BEGIN SOLUTION" not in said and len(said) < 300
 
 
 def test_narrow_loads_point_at_the_decorator_only_where_it_keeps_something_unspecialised():

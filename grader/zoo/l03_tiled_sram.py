@@ -109,6 +109,11 @@ TILE_TRAFFIC = [
              " + M * N) / 1\n", fault="return an int", why="a float result, even when it is whole"),
     _traffic("floor-tiles", "    return elem_bytes * ((N // block_n) * M * K + (M // block_m) * K * N + M * N)\n",
              fault="a partial tile is left out", why="counts only whole tiles"),
+    _traffic("one-tile-too-many", "    return elem_bytes * ((N + block_n) // block_n * M * K"
+             " + (M + block_m) // block_m * K * N + M * N)\n", fault="one tile too many",
+             why="(N + block_n) // block_n: right unless N divides"),
+    _traffic("rounded-tiles", "    return elem_bytes * (round(N / block_n) * M * K + round(M / block_m) * K * N"
+             " + M * N)\n", fault="round up", why="round() instead of a ceiling"),
     _traffic("no-output", "    return elem_bytes * (math.ceil(N / block_n) * M * K + math.ceil(M / block_m) * K * N)\n",
              fault="C is missing", why="forgets to write C"),
     _traffic("swapped-reuse", "    return elem_bytes * (math.ceil(M / block_m) * M * K + math.ceil(N / block_n) * K * N"

@@ -250,6 +250,12 @@ _TRAFFIC_MISTAKES = (
                                      * math.ceil(N / bn) * bn * K + M * N),
      "masked lanes are counted: a partial tile moves only the elements inside the matrices, M·K per tile column "
      "for A, not ceil(M / block_m)·block_m·K"),
+    (lambda M, N, K, bm, bn, e: e * ((N + bn) // bn * M * K + (M + bm) // bm * K * N + M * N),
+     "(N + block_n) // block_n counts one tile too many where N is a multiple of block_n: round up with "
+     "(N + block_n - 1) // block_n, or math.ceil"),
+    (lambda M, N, K, bm, bn, e: e * (round(N / bn) * M * K + round(M / bm) * K * N + M * N),
+     "round() takes a partial tile of less than half a tile down to none, yet it still reads its whole strip: "
+     "round up, math.ceil(N / block_n)"),
     (lambda M, N, K, bm, bn, e: math.ceil(N / bn) * M * K + math.ceil(M / bm) * K * N + M * N,
      "that is elements, not bytes: multiply by elem_bytes"),
     (lambda M, N, K, bm, bn, e: e * (math.ceil(M / bm) * M * K + math.ceil(N / bn) * K * N + M * N),

@@ -898,9 +898,10 @@ def perf_verdict(ex: Exercise, timing: dict) -> list[str]:
 
 def dot_precision_problem(ex: Exercise, text: str) -> str | None:
     """Why a kernel for an exercise that hands it ``PRECISION`` is wrong on a GPU whatever the interpreter computes:
-    a ``tl.dot`` without an input precision. The interpreter multiplies fp32 tiles in full fp32 either way; compiled,
-    an fp32 ``tl.dot`` defaults to TF32 (a 10-bit mantissa) and the exercise's ``"ieee"`` cases miss their
-    tolerance. ``text``: the kernel's source with its helpers (:class:`~kernels.checks.provenance.KernelSource`)."""
+    a ``tl.dot`` without an input precision, or with TF32 written in. The interpreter multiplies fp32 tiles in full
+    fp32 either way; compiled, an fp32 ``tl.dot`` defaults to TF32 (a 10-bit mantissa) and the exercise's
+    ``"ieee"`` cases miss their tolerance. ``text``: the kernel's source with its helpers
+    (:class:`~kernels.checks.provenance.KernelSource`)."""
     if "PRECISION" not in ex.signature:
         return None
     try:
@@ -917,13 +918,15 @@ def dot_precision_problem(ex: Exercise, text: str) -> str | None:
         tf32 = [k.value for k in node.keywords if k.arg == "allow_tf32"]
         call = " ".join((ast.get_source_segment(text, node) or "tl.dot(...)").split())
         call = call if len(call) <= 70 else call[:67] + "..."
-        if tf32 or (given and isinstance(given[0], ast.Constant)):
-            # a precision written into the kernel: the cases' PRECISION is never read
+        written = tf32[:1] + given[:1]
+        if written and isinstance(written[0], ast.Constant) and written[0].value not in ("ieee", "tf32x3", False):
+            # TF32 written into the kernel: the cases' PRECISION is never read ("ieee" everywhere is exact, only
+            # slower where a case allows TF32)
             return (f"your kernel calls `{call}` with its precision written in: each case hands the kernel the "
                     "precision it asks for in PRECISION, and the interpreter computes every dot in full fp32 "
                     "whatever it is told, so only a GPU shows the difference: there a \"tf32\" dot misses an "
                     "\"ieee\" case's tolerance. Pass input_precision=PRECISION")
-        if given:
+        if written:
             continue
         return (f"your kernel calls `{call}` without input_precision: the interpreter computes every dot in full "
                 "fp32 either way, but compiled for a GPU an fp32 tl.dot defaults to TF32 (a 10-bit mantissa), and "

@@ -445,3 +445,23 @@ def test_counts_are_described_as_exact_answers():
         ex = get(name)
         text = engine.describe_case(ex, ex.visible[0], seed=1)
         assert "exact answers" in text and "tolerance" not in text, text
+
+
+@pytest.mark.parametrize("call,named", [
+    ("tl.dot(a, b, acc)", "without input_precision"),
+    ("tl.dot(a, b, acc, input_precision=PRECISION)", None),
+    ("tl.dot(a, b, acc, PRECISION)", None),
+    ('tl.dot(a, b, acc, input_precision="tf32")', "precision written in"),
+    ('tl.dot(a, b, acc, "tf32")', "precision written in"),
+    ("tl.dot(a, b, acc, allow_tf32=True)", "precision written in"),
+    ('tl.dot(a, b, acc, input_precision="ieee")', None),  # exact everywhere, only slower where TF32 is allowed
+    ("tl.dot(a, b, acc, allow_tf32=False)", None),
+])
+def test_a_dots_precision_is_the_cases_or_exact(call, named):
+    """The interpreter computes every fp32 dot exactly, so the source is where a GPU's TF32 is seen: a dot without
+    a precision, or with TF32 written in, is named; PRECISION, or IEEE written in, is not."""
+    from kernels.checks.spec import get
+
+    ex = get("03_tiled_sram.tiled_matmul")
+    why = engine.dot_precision_problem(ex, f"def k(a, b, acc, PRECISION):\n    acc = {call}\n")
+    assert (why is None) if named is None else (named in why), why
